@@ -1,0 +1,175 @@
+"""The pure-torch pieces of the RL losses: returns, advantages, surrogate objectives, KL.
+
+Every function takes and returns tensors and has no side effects, so each is unit-tested
+against numbers computed by hand (tests/test_losses.py).
+
+Example:
+    >>> import torch
+    >>> returns_to_go(torch.tensor([1.0, 0.0, 2.0]), gamma=0.5)
+    tensor([1.5000, 1.0000, 2.0000])
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def returns_to_go(rewards: torch.Tensor, gamma: float) -> torch.Tensor:
+    """Discounted return from each step of one episode: ``G_t = r_t + gamma * G_{t+1}``.
+
+    Args:
+        rewards: ``Tensor[T]``, the rewards of one episode in order.
+        gamma: discount factor in [0, 1].
+    """
+    out = torch.empty_like(rewards, dtype=torch.float32)
+    running = 0.0
+    for t in range(rewards.shape[0] - 1, -1, -1):
+        running = float(rewards[t]) + gamma * running
+        out[t] = running
+    return out
+
+
+def normalize(x: torch.Tensor, eps: float = 1e-8) -> torch.Tensor:
+    """``(x - mean) / (std + eps)`` over all elements (population std, so one element gives 0)."""
+    return (x - x.mean()) / (x.std(correction=0) + eps)
+
+
+class EMABaseline:
+    """An exponential moving average of returns, subtracted from returns to form advantages.
+
+    The first batch sets the average; later batches move it by ``1 - decay``.
+
+    Example:
+        >>> b = EMABaseline(decay=0.5)
+        >>> b.advantages(torch.tensor([1.0, 3.0]))     # baseline 2.0
+        tensor([-1.,  1.])
+        >>> b.value, b.advantages(torch.tensor([4.0])), b.value   # subtracts 2.0, then moves to 3.0
+        (2.0, tensor([2.]), 3.0)
+    """
+
+    def __init__(self, decay: float = 0.9, value: float | None = None):
+        if not 0.0 <= decay < 1.0:
+            raise ValueError(f"decay must be in [0, 1), got {decay}")
+        self.decay = decay
+        self.value = value
+
+    def advantages(self, returns: torch.Tensor) -> torch.Tensor:
+        """Returns minus the baseline as it stood before this batch; then update the baseline."""
+        mean = float(returns.mean())
+        baseline = mean if self.value is None else self.value
+        self.value = mean if self.value is None else self.decay * self.value + (1 - self.decay) * mean
+        return returns - baseline
+
+
+def group_advantages(returns: torch.Tensor, scale: bool = True, eps: float = 1e-6) -> torch.Tensor:
+    """GRPO advantages: each return normalised within its group.
+
+    Args:
+        returns: ``Tensor[num_groups, G]``, the returns of G episodes that share a start state.
+        scale: divide by the group's std (``False``: only subtract the group mean, as in Dr. GRPO).
+        eps: added to the std; a group whose returns are all equal gets advantage 0.
+    """
+    centred = returns - returns.mean(dim=1, keepdim=True)
+    if not scale:
+        return centred
+    return centred / (returns.std(dim=1, keepdim=True) + eps)
+
+
+def gae(rewards: torch.Tensor, values: torch.Tensor, last_value: float, gamma: float,
+        lam: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation over one episode (Schulman et al., 2016).
+
+    Args:
+        rewards: ``Tensor[T]`` rewards of the episode.
+        values: ``Tensor[T]`` value estimates of the states where each decision was made.
+        last_value: value of the state after the last step (0 when the episode terminated; an
+            estimate when it was truncated).
+        gamma: discount factor.
+        lam: GAE lambda.
+
+    Returns:
+        ``(advantages, returns)``, both ``Tensor[T]``, with ``returns = advantages + values``
+        (the value targets).
+    """
+    T = rewards.shape[0]
+    advantages = torch.zeros(T, dtype=torch.float32)
+    next_value, running = float(last_value), 0.0
+    for t in range(T - 1, -1, -1):
+        delta = float(rewards[t]) + gamma * next_value - float(values[t])
+        running = delta + gamma * lam * running
+        advantages[t] = running
+        next_value = float(values[t])
+    return advantages, advantages + values.detach().float()
+
+
+def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``x`` over the positions where ``mask`` is true (along ``dim``, or everywhere)."""
+    mask = mask.to(x.dtype)
+    if dim is None:
+        return (x * mask).sum() / mask.sum().clamp(min=1.0)
+    return (x * mask).sum(dim) / mask.sum(dim).clamp(min=1.0)
+
+
+def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
+                      mask: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PPO's clipped surrogate loss over units (answer tokens or whole candidates).
+
+    Each unit's ratio ``exp(logprob - old_logprob)`` is multiplied by its decision's advantage;
+    the loss is ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``, averaged over each
+    decision's real units, then over decisions.
+
+    Args:
+        logprobs: ``Tensor[B, T]`` log-probs under the policy being trained (with grad).
+        old_logprobs: ``Tensor[B, T]`` log-probs recorded when acting.
+        advantages: ``Tensor[B]`` one advantage per decision.
+        mask: ``Tensor[B, T]`` which units are real.
+        clip_eps: the clip range.
+
+    Returns:
+        ``(loss, clip_fraction)``: the scalar loss and the fraction of real units whose ratio was clipped.
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    adv = advantages.unsqueeze(1)
+    unclipped = ratio * adv
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
+    per_unit = -torch.min(unclipped, clipped)
+    loss = masked_mean(per_unit, mask, dim=1).mean()
+    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    return loss, clip_frac.detach()
+
+
+def clipped_value_loss(values: torch.Tensor, old_values: torch.Tensor, returns: torch.Tensor,
+                       clip: float | None) -> torch.Tensor:
+    """PPO's value loss: ``0.5 * max((V - R)^2, (V_clipped - R)^2)``, averaged.
+
+    ``V_clipped = old_V + clip(V - old_V, -clip, clip)``; ``clip=None`` gives ``0.5 * (V - R)^2``.
+    """
+    unclipped = (values - returns) ** 2
+    if clip is None:
+        return 0.5 * unclipped.mean()
+    clipped_values = old_values + torch.clamp(values - old_values, -clip, clip)
+    return 0.5 * torch.max(unclipped, (clipped_values - returns) ** 2).mean()
+
+
+def approx_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tensor:
+    """Per-unit k3 estimator of KL(pi || ref) from samples of pi (Schulman, 2020).
+
+    ``exp(ref - logp) - (ref - logp) - 1``: non-negative, unbiased, low variance.
+    """
+    log_ratio = ref_logprobs - logprobs
+    return torch.exp(log_ratio) - log_ratio - 1.0
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of the categorical distributions given by ``logits`` along the last dim."""
+    logp = torch.log_softmax(logits.float(), dim=-1)
+    return -(logp.exp() * logp).sum(-1)
+
+
+def all_finite(*tensors: torch.Tensor) -> bool:
+    """True when every element of every tensor is finite (no NaN, no inf)."""
+    return all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+__all__ = ["returns_to_go", "normalize", "EMABaseline", "group_advantages", "gae", "masked_mean",
+           "clipped_surrogate", "clipped_value_loss", "approx_kl", "entropy_from_logits", "all_finite"]
