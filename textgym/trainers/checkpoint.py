@@ -1,0 +1,209 @@
+"""Atomic, pickle-free checkpoints.
+
+Layout of a checkpoint folder::
+
+    adapter/                  PEFT save_pretrained (safetensors)   -- or model/ for full fine-tuning
+    value_head.safetensors    PPO's value head (when there is one)
+    optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
+    trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, anything else
+
+It is written to ``<dir>.tmp`` and then renamed into place, so a crash mid-write leaves the
+previous checkpoint intact. Loading reads only safetensors and JSON: nothing is unpickled.
+
+Example:
+    >>> import tempfile, torch
+    >>> p = torch.nn.Parameter(torch.ones(2)); opt = torch.optim.AdamW([p], lr=0.1)
+    >>> p.grad = torch.ones(2); opt.step()
+    >>> tensors, meta = flatten_optimizer(opt, "policy")
+    >>> sorted(tensors)
+    ['policy/0.exp_avg', 'policy/0.exp_avg_sq', 'policy/0.step']
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+VALUE_HEAD_FILE = "value_head.safetensors"
+
+
+# --- optimizer state <-> (safetensors, JSON) --------------------------------------------------
+
+def flatten_optimizer(optimizer: torch.optim.Optimizer, name: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """Split ``optimizer.state_dict()`` into tensors (for safetensors) and the rest (for JSON)."""
+    sd = optimizer.state_dict()
+    tensors: dict[str, torch.Tensor] = {}
+    meta: dict[str, Any] = {"param_groups": sd["param_groups"], "state": {}}
+    for index, param_state in sd["state"].items():
+        scalars = {}
+        for key, value in param_state.items():
+            if torch.is_tensor(value):
+                tensors[f"{name}/{index}.{key}"] = value.detach().cpu().clone()
+            else:
+                scalars[key] = value
+        meta["state"][str(index)] = scalars
+    return tensors, meta
+
+
+def unflatten_optimizer(optimizer: torch.optim.Optimizer, name: str, tensors: dict[str, torch.Tensor],
+                        meta: dict) -> None:
+    """Load what :func:`flatten_optimizer` produced back into ``optimizer``."""
+    state: dict[int, dict[str, Any]] = {int(i): dict(s) for i, s in meta["state"].items()}
+    prefix = name + "/"
+    for key, value in tensors.items():
+        if key.startswith(prefix):
+            index, field = key[len(prefix):].split(".", 1)
+            state.setdefault(int(index), {})[field] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+# --- RNG states as JSON lists --------------------------------------------------------------
+
+def get_rng_states() -> dict[str, Any]:
+    """The states of Python's, NumPy's and torch's global generators, as JSON-able lists."""
+    py_version, py_state, py_gauss = random.getstate()
+    np_state = np.random.get_state()
+    return {
+        "python": [py_version, list(py_state), py_gauss],
+        "numpy": [np_state[0], np_state[1].tolist(), int(np_state[2]), int(np_state[3]), float(np_state[4])],
+        "torch": torch.get_rng_state().tolist(),
+    }
+
+
+def set_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`get_rng_states` returned."""
+    version, py_state, gauss = states["python"]
+    random.setstate((version, tuple(py_state), gauss))
+    name, keys, pos, has_gauss, cached = states["numpy"]
+    np.random.set_state((name, np.array(keys, dtype=np.uint32), pos, has_gauss, cached))
+    torch.set_rng_state(torch.tensor(states["torch"], dtype=torch.uint8))
+
+
+# --- model weights ------------------------------------------------------------------------------
+
+def is_peft_model(model: torch.nn.Module) -> bool:
+    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def save_model_weights(model: torch.nn.Module, folder: Path) -> str:
+    """``adapter/`` (PEFT format) for a PEFT model, else ``model/`` (full weights); returns which."""
+    if is_peft_model(model):
+        model.save_pretrained(str(folder / "adapter"), safe_serialization=True)
+        return "adapter"
+    model.save_pretrained(str(folder / "model"), safe_serialization=True)
+    return "model"
+
+
+def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
+    """Load the weights saved by :func:`save_model_weights` into an already built ``model``."""
+    folder = Path(folder)
+    if (folder / "adapter").is_dir():
+        if not is_peft_model(model):
+            raise ValueError(f"{folder} holds a LoRA adapter but the model has no adapter (use_lora=False?)")
+        from peft.utils import set_peft_model_state_dict
+
+        weights = load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+        result = set_peft_model_state_dict(model, weights)
+        unexpected = getattr(result, "unexpected_keys", [])
+        if unexpected:
+            raise ValueError(f"adapter in {folder} does not fit the model: unexpected keys {unexpected[:3]}")
+        return
+    files = sorted((folder / "model").glob("*.safetensors"))
+    if not files:
+        raise FileNotFoundError(f"no adapter/ or model/*.safetensors in checkpoint {folder}")
+    if is_peft_model(model):
+        raise ValueError(f"{folder} holds full model weights but the model has a LoRA adapter")
+    for file in files:
+        # strict=False: save_pretrained leaves out tied weights (e.g. lm_head tied to the embeddings).
+        model.load_state_dict(load_file(str(file)), strict=False)
+
+
+# --- the checkpoint folder -------------------------------------------------------------------
+
+def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],
+                    state: dict[str, Any], value_head: torch.nn.Module | None = None) -> Path:
+    """Write a checkpoint atomically (to ``<path>.tmp``, then renamed).
+
+    Args:
+        path: the checkpoint folder.
+        model: the trained model (a PEFT model saves only its adapter).
+        optimizers: optimizers by name; their tensors go to ``optimizer.safetensors``.
+        state: JSON-able trainer state (counters, config, ...). RNG states are added here.
+        value_head: optional module saved to ``value_head.safetensors``.
+    """
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    old = path.with_name(path.name + ".old")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    tmp.mkdir(parents=True)
+
+    weights = save_model_weights(model, tmp)
+    if value_head is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in value_head.state_dict().items()},
+                  str(tmp / VALUE_HEAD_FILE))
+    all_tensors: dict[str, torch.Tensor] = {}
+    optimizer_meta = {}
+    for name, optimizer in optimizers.items():
+        tensors, meta = flatten_optimizer(optimizer, name)
+        all_tensors.update(tensors)
+        optimizer_meta[name] = meta
+    save_file(all_tensors, str(tmp / OPTIMIZER_FILE))
+    full_state = {**state, "weights": weights, "optimizers": optimizer_meta, "rng": get_rng_states()}
+    with open(tmp / STATE_FILE, "w") as f:
+        json.dump(full_state, f)
+        f.flush()
+        os.fsync(f.fileno())
+
+    # Swap in: the previous checkpoint survives as <path>.old until the new one is in place.
+    if path.exists():
+        if old.exists():
+            shutil.rmtree(old)
+        os.replace(path, old)
+    os.replace(tmp, path)
+    shutil.rmtree(old, ignore_errors=True)
+    return path
+
+
+def checkpoint_dir(path: str | Path) -> Path:
+    """The folder to load: ``path``, or ``<path>.old`` if a crash happened mid-swap."""
+    path = Path(path)
+    if (path / STATE_FILE).is_file():
+        return path
+    old = path.with_name(path.name + ".old")
+    if (old / STATE_FILE).is_file():
+        return old
+    raise FileNotFoundError(f"no checkpoint at {path} (expected {path / STATE_FILE})")
+
+
+def read_state(path: str | Path) -> dict[str, Any]:
+    """The JSON state of a checkpoint."""
+    with open(checkpoint_dir(path) / STATE_FILE) as f:
+        return json.load(f)
+
+
+def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],
+                    value_head: torch.nn.Module | None = None, restore_rng: bool = True) -> dict[str, Any]:
+    """Load a checkpoint into already built objects; returns the JSON state."""
+    folder = checkpoint_dir(path)
+    state = read_state(folder)
+    load_model_weights(model, folder)
+    if value_head is not None and (folder / VALUE_HEAD_FILE).is_file():
+        value_head.load_state_dict(load_file(str(folder / VALUE_HEAD_FILE)))
+    tensors = load_file(str(folder / OPTIMIZER_FILE))
+    for name, optimizer in optimizers.items():
+        if name in state["optimizers"]:
+            unflatten_optimizer(optimizer, name, tensors, state["optimizers"][name])
+    if restore_rng:
+        set_rng_states(state["rng"])
+    return state
