@@ -1,0 +1,123 @@
+"""The live training display: a rich progress bar with ETA, mean return, invalid-answer rate,
+decisions/s and, every few updates, a sample answer.
+
+On a terminal it animates; when stdout is not a terminal (CI, pipes, log files) it prints a
+plain line every tenth of the run instead; with ``quiet`` it prints nothing.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+
+def _fmt(value: Any, spec: str = ".3g") -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else "-"
+
+
+def stats_line(metrics: dict[str, Any]) -> str:
+    """``return 21.4 | len 21.4 | invalid 0.0% | 54 dec/s`` from one update's metrics."""
+    invalid = metrics.get("invalid_rate")
+    parts = [
+        f"return {_fmt(metrics.get('return_mean'))}",
+        f"len {_fmt(metrics.get('length_mean'))}",
+        f"invalid {format(invalid, '.1%') if isinstance(invalid, (int, float)) else '-'}",
+        f"{_fmt(metrics.get('decisions_per_s'), '.1f')} dec/s",
+    ]
+    if isinstance(metrics.get("kl"), (int, float)):
+        parts.append(f"kl {metrics['kl']:.3g}")
+    return " | ".join(parts)
+
+
+def sample_line(sample: dict[str, Any], width: int = 60) -> str:
+    """The tail of a sample's prompt (its observation), the answer and the reward, one line."""
+    prompt = " ".join(str(sample.get("prompt", "")).split())
+    answer = " ".join(str(sample.get("answer", "")).split())
+    if len(prompt) > width:
+        prompt = "..." + prompt[-(width - 3):]
+    if len(answer) > width:
+        answer = answer[: width - 3] + "..."
+    return f"{prompt!r} -> {answer!r} (reward {_fmt(sample.get('reward'))})"
+
+
+class LiveDisplay:
+    """Progress of a training run, driven by the trainer's per-update metrics.
+
+    Args:
+        total: training episodes of the whole run.
+        done: episodes already done (a resumed run).
+        quiet: print nothing at all.
+        sample_every: show a sample answer every this many updates (0: never).
+        console: the rich console (default: stdout); its ``is_terminal`` picks the mode.
+    """
+
+    def __init__(self, total: int, done: int = 0, quiet: bool = False, sample_every: int = 5,
+                 console: Console | None = None, description: str = "training"):
+        self.console = console or Console(file=sys.stdout)
+        self.quiet = quiet
+        self.live = self.console.is_terminal and not quiet
+        self.total = total
+        self.sample_every = sample_every
+        self._next_report = done + max(1, total // 10)
+        self._progress: Progress | None = None
+        if self.live:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("episodes"),
+                TimeElapsedColumn(),
+                TextColumn("eta"),
+                TimeRemainingColumn(),
+                TextColumn("{task.fields[stats]}"),
+                console=self.console,
+                transient=False,
+            )
+            self._task = self._progress.add_task(description, total=total, completed=done,
+                                                 stats="collecting the first batch...")
+
+    def __enter__(self) -> LiveDisplay:
+        if self._progress is not None:
+            self._progress.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+    def log(self, message: str) -> None:
+        """A line of text (above the progress bar on a terminal)."""
+        if self.quiet:
+            return
+        if self._progress is not None:
+            self._progress.console.print(message, highlight=False)
+        else:
+            print(message, flush=True)
+
+    def update(self, metrics: dict[str, Any]) -> None:
+        """Advance to the episode count of ``metrics`` and show its statistics."""
+        if self.quiet:
+            return
+        done = int(metrics.get("episodes") or 0)
+        update = metrics.get("update")
+        stats = stats_line(metrics)
+        if self._progress is not None:
+            self._progress.update(self._task, completed=min(done, self.total), stats=escape(stats))
+            samples = metrics.get("samples") or []
+            if samples and self.sample_every and isinstance(update, int) \
+                    and update % self.sample_every == 0:
+                self.log(f"[dim]update {update} sample:[/] {escape(sample_line(samples[0]))}")
+        elif done >= self._next_report or done >= self.total:
+            self._next_report = done + max(1, self.total // 10)
+            print(f"update {update}: {done}/{self.total} episodes | {stats}", flush=True)

@@ -1,0 +1,50 @@
+"""Finding and making text envs for the CLI, with one-line errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textgym.cli.errors import CLIError
+
+
+def text_env_ids() -> set[str]:
+    import textgym
+
+    return {info.id for info in textgym.list_envs()}
+
+
+def resolve_env(name: str) -> str:
+    """The registered text-env id for a short name or id (CLIError with close matches if none).
+
+    A plain Gymnasium id such as ``CartPole-v1`` means the text env of the same name
+    (``textgym/CartPole-v1``) when there is one.
+    """
+    from textgym import registry
+
+    try:
+        env_id = registry.resolve_id(name)
+    except registry.UnknownEnvError as exc:
+        raise CLIError(f"{exc} (`textgym envs` lists them)") from exc
+    text_ids = text_env_ids()
+    if env_id in text_ids:
+        return env_id
+    try:  # "CartPole-v1" (Gymnasium's) -> "textgym/CartPole-v1"
+        text_id = registry.resolve_id(env_id.split("/")[-1].lower())
+    except registry.UnknownEnvError:
+        text_id = None
+    if text_id in text_ids:
+        return text_id
+    raise CLIError(
+        f"{env_id!r} is a Gymnasium env but not a text env; wrap it with textgym.wrap() and "
+        f"textgym.register() it (`textgym envs` lists the text envs)"
+    )
+
+
+def make_env(env_id: str, **kwargs: Any) -> Any:
+    """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
+    import textgym
+
+    try:
+        return textgym.make(env_id, **kwargs)
+    except TypeError as exc:
+        raise CLIError(f"cannot make {env_id} with {kwargs}: {exc}") from exc

@@ -1,0 +1,93 @@
+"""Error handling for the CLI: bad input prints one line on stderr and exits non-zero.
+
+Every command runs inside :class:`TextgymGroup.main`, which turns a usage error (bad flag
+value, missing argument), a :class:`CLIError` (bad input found by a command) or any other
+exception into a single ``textgym: error: ...`` line. ``--debug`` (anywhere on the command
+line) or ``TEXTGYM_DEBUG=1`` prints the full traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from typing import Any
+
+import typer
+from typer.core import TyperGroup
+
+#: Exit codes: 1 for bad input or a failed command, 2 for command-line usage errors
+#: (Click's convention), 130 for Ctrl-C.
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+class CLIError(Exception):
+    """A user-facing error: its message is printed as one line, without a traceback.
+
+    Args:
+        message: what went wrong and, where possible, how to fix it.
+        exit_code: the process exit code (1 by default, 2 for command-line usage errors).
+    """
+
+    def __init__(self, message: str, exit_code: int = EXIT_ERROR):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _one_line(message: str) -> str:
+    return " ".join(str(message).split())
+
+
+def _fail(message: str, exit_code: int) -> None:
+    print(f"textgym: error: {_one_line(message)}", file=sys.stderr, flush=True)
+    sys.exit(exit_code)
+
+
+class TextgymGroup(TyperGroup):
+    """A Typer group whose errors are one line on stderr (tracebacks only with ``--debug``)."""
+
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        debug = os.environ.get("TEXTGYM_DEBUG", "") not in ("", "0")
+        if "--debug" in args:
+            # Accept --debug anywhere; the group callback declares it so that --help lists it.
+            debug = True
+            args = ["--debug", *(a for a in args if a != "--debug")]
+        try:
+            result = super().main(
+                args=args,
+                prog_name=prog_name or "textgym",
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+        except typer.TyperException as exc:  # Click usage errors: bad flag value, missing arg
+            if debug:
+                traceback.print_exc()
+            _fail(exc.format_message(), getattr(exc, "exit_code", EXIT_USAGE))
+        except CLIError as exc:
+            if debug:
+                traceback.print_exc()
+            _fail(str(exc), exc.exit_code)
+        except (KeyboardInterrupt, typer.Abort):
+            if debug:
+                traceback.print_exc()
+            _fail("interrupted", EXIT_INTERRUPTED)
+        except Exception as exc:  # noqa: BLE001 - every failure becomes one readable line
+            if debug:
+                traceback.print_exc()
+                sys.exit(EXIT_ERROR)
+            _fail(f"{type(exc).__name__}: {exc} (run with --debug for the traceback)", EXIT_ERROR)
+        if not standalone_mode:
+            return result
+        sys.exit(result if isinstance(result, int) else 0)

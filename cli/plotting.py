@@ -1,0 +1,99 @@
+"""Learning curves from ``metrics.jsonl`` files (one JSON object per update).
+
+Four quantities (mean return, mean episode length, invalid-answer rate, KL to the reference
+policy) against two x axes (episodes and wall time); several runs are overlaid. Uses
+matplotlib's Agg backend in-process, so ``textgym train`` can redraw ``curve.png`` cheaply.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from textgym.cli.errors import CLIError
+
+PANELS = (
+    ("return_mean", "mean return"),
+    ("length_mean", "mean episode length"),
+    ("invalid_rate", "invalid-answer rate"),
+    ("kl", "KL to reference"),
+)
+X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
+
+
+def metrics_path(run: str | Path) -> Path:
+    """``run`` may be a run folder or a metrics.jsonl file."""
+    run = Path(run)
+    return run / "metrics.jsonl" if run.is_dir() else run
+
+
+def read_metrics(run: str | Path) -> list[dict[str, Any]]:
+    """The update records of a run; a torn last line (run killed mid-write) is skipped."""
+    path = metrics_path(run)
+    if not path.is_file():
+        raise CLIError(f"no metrics found: {path} does not exist")
+    records = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as exc:
+            if number == len(lines):  # the last line may be half-written
+                break
+            raise CLIError(f"{path}:{number}: not a JSON line ({exc})") from exc
+    return records
+
+
+def _label(run: Path) -> str:
+    run = Path(run)
+    return (run.parent if run.name == "metrics.jsonl" else run).name or str(run)
+
+
+def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
+    """Draw the curves of ``runs`` (folders or metrics.jsonl files) into the PNG ``out``.
+
+    The image is written to a temporary file and renamed, so a reader never sees half a PNG.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg", force=True)
+    from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
+
+    series = [(_label(Path(run)), read_metrics(run)) for run in runs]
+    figure = Figure(figsize=(11, 12), layout="constrained")
+    axes = figure.subplots(len(PANELS), len(X_AXES), squeeze=False)
+    for row, (key, name) in enumerate(PANELS):
+        for col, (x_key, x_name) in enumerate(X_AXES):
+            ax = axes[row][col]
+            drawn = False
+            for label, records in series:
+                points = [
+                    (r[x_key], r[key]) for r in records
+                    if isinstance(r.get(x_key), (int, float)) and isinstance(r.get(key), (int, float))
+                ]
+                if points:
+                    xs, ys = zip(*points)
+                    ax.plot(xs, ys, marker="." if len(points) < 30 else None, label=label)
+                    drawn = True
+            if not drawn:
+                ax.text(0.5, 0.5, f"no {key} recorded", ha="center", va="center",
+                        transform=ax.transAxes, color="gray")
+            ax.set_xlabel(x_name)
+            ax.set_ylabel(name)
+            ax.grid(alpha=0.3)
+            if drawn and len(series) > 1 and row == 0:
+                ax.legend(fontsize="small")
+    if title is None and len(series) == 1:
+        title = series[0][0]
+    if title:
+        figure.suptitle(title)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(out.name + ".tmp.png")
+    figure.savefig(tmp, dpi=80)
+    os.replace(tmp, out)
+    return out

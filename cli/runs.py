@@ -1,0 +1,101 @@
+"""Run folders: creation without clobbering, config, summary.
+
+A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl`` (one line per
+update), ``checkpoint/`` (the latest checkpoint), ``curve.png`` (redrawn while training) and
+``summary.json`` (written at the end).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+from textgym.cli.errors import CLIError
+
+RUN_FILES = ("config.toml", "metrics.jsonl", "checkpoint", "curve.png", "summary.json")
+
+
+def default_out(env_id: str, algo: str, root: str | Path = "runs") -> Path:
+    """``runs/<env>-<algo>-<YYYYmmdd-HHMMSS>`` (the env's name without namespace and version)."""
+    name = env_id.split("/")[-1]
+    name = re.sub(r"-v\d+$", "", name).lower()
+    return Path(root) / f"{name}-{algo}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def looks_like_run(path: Path) -> bool:
+    return any((path / name).exists() for name in RUN_FILES)
+
+
+def prepare_new(path: Path, force: bool) -> Path:
+    """Create an empty run folder. An existing one is an error unless ``force`` (then it is
+    emptied, but only if it looks like a run folder: --force never deletes unrelated files)."""
+    if path.exists() and not path.is_dir():
+        raise CLIError(f"{path} exists and is not a folder")
+    if path.exists() and any(path.iterdir()):
+        if not force:
+            raise CLIError(
+                f"run folder {path} already exists; use --resume {path} to continue it "
+                f"or --force to start over"
+            )
+        if not looks_like_run(path):
+            raise CLIError(f"--force refuses to empty {path}: it is not a textgym run folder")
+        shutil.rmtree(path)
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def write_json(path: Path, data: Any) -> None:
+    """Write JSON atomically (temporary file + rename)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "item"):
+        return value.item()
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"not JSON serialisable: {value!r}")
+
+
+def mean_and_stderr(values: list[float]) -> tuple[float, float]:
+    """Sample mean and its standard error (0 for fewer than two values)."""
+    n = len(values)
+    if n == 0:
+        return float("nan"), float("nan")
+    mean = sum(values) / n
+    if n < 2:
+        return mean, 0.0
+    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
+    return mean, math.sqrt(variance / n)
+
+
+def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """Training summary from metrics records: first/last/best windowed return and totals."""
+    if not records:
+        return {"updates": 0, "episodes": 0}
+    last = records[-1]
+    returns = [r["return_mean"] for r in records if isinstance(r.get("return_mean"), (int, float))]
+    summary: dict[str, Any] = {
+        "updates": last.get("update", len(records)),
+        "episodes": last.get("episodes"),
+        "decisions": last.get("decisions"),
+        "wall_time": last.get("wall_time"),
+    }
+    if returns:
+        summary.update(
+            first_return_mean=returns[0],
+            last_return_mean=returns[-1],
+            best_return_mean=max(returns),
+        )
+    for key in ("length_mean", "invalid_rate", "decisions_per_s", "kl", "entropy"):
+        if key in last:
+            summary[f"last_{key}"] = last[key]
+    return summary
