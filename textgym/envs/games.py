@@ -1,0 +1,272 @@
+"""Board games from PettingZoo's classic suite as text: renderers, scripted opponents, single-agent views.
+
+Three pieces live here:
+
+* :class:`TextGame` renderers for ``tictactoe_v3``, ``connect_four_v3`` and ``rps_v2``: a board a
+  person can read, whose turn it is and the legal moves, plus each seat's system prompt and the
+  action names. :func:`textgym.envs.pettingzoo.wrap_pettingzoo` looks them up by the env's
+  ``metadata["name"]``.
+* Opponents: ``"random"`` (a uniformly random legal move) and ``"scripted"`` (win if you can,
+  block if you must, then a positional preference), for tic-tac-toe and connect four.
+* :class:`TwoPlayerGameEnv`: a single-agent Gymnasium text env in which the learner takes one
+  seat of a PettingZoo game and a fixed opponent plays the other. Registered as
+  ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3`` by :func:`register_envs`.
+
+PettingZoo is imported lazily, inside the functions that build an env, so importing this module
+is cheap.
+
+Example:
+    >>> from textgym.envs.games import TwoPlayerGameEnv
+    >>> env = TwoPlayerGameEnv("tictactoe", opponent="scripted", seat="first")
+    >>> obs, info = env.reset(seed=0)
+    >>> info["valid_actions"]
+    ['1', '2', '3', '4', '5', '6', '7', '8', '9']
+    >>> obs, reward, terminated, truncated, info = env.step("I take the centre: 5")
+    >>> info["parse"]["action_name"]
+    '5'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import gymnasium as gym
+import numpy as np
+
+from textgym.spaces import TextSpace
+
+# --------------------------------------------------------------------------------------------
+# Renderers
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextGame:
+    """How one PettingZoo game reads as text.
+
+    Args:
+        name: the PettingZoo env name (``env.metadata["name"]``) this renderer is for.
+        action_names: ``action_names(env) -> list[str]``: the name of every action index.
+        system_prompt: ``system_prompt(env, agent) -> str``: the task and answer format for one seat;
+            constant for the whole game so a policy caches it once.
+        render: ``render(env, agent, observation) -> str``: the short per-turn text (board, whose
+            turn, legal moves) from the agent's raw PettingZoo observation.
+    """
+
+    name: str
+    action_names: Callable[[Any], list[str]]
+    system_prompt: Callable[[Any, str], str]
+    render: Callable[[Any, str, Any], str]
+
+
+def _mark(env: Any, agent: str) -> str:
+    """'X' for the first seat, 'O' for the second."""
+    return "XO"[env.possible_agents.index(agent)]
+
+
+def _legal_names(names: list[str], mask: np.ndarray | None) -> list[str]:
+    if mask is None:
+        return list(names)
+    return [n for n, ok in zip(names, mask) if ok]
+
+
+def _turn_line(env: Any, agent: str, legal: list[str], what: str) -> str:
+    """'You are X. Your move. Empty squares: 1, 5.' / '... Game over.' / '... O to move.'"""
+    me = _mark(env, agent)
+    if any(getattr(env, "terminations", {}).values()) or any(getattr(env, "truncations", {}).values()):
+        return f"You are {me}. Game over."
+    if not legal:
+        return f"You are {me}. {'O' if me == 'X' else 'X'} to move."
+    return f"You are {me}. Your move. {what}: {', '.join(legal)}."
+
+
+# Tic-tac-toe. PettingZoo numbers cells column by column (0 | 3 | 6 on the top row); people read
+# row by row, so the action names are 1..9 in reading order and the board shows empty cells by
+# their name.
+_TTT_NAMES = [str(n) for n in range(1, 10)]
+# pettingzoo action index -> name: index = col * 3 + row, name = row * 3 + col + 1
+_TTT_INDEX_TO_NAME = [str((i % 3) * 3 + i // 3 + 1) for i in range(9)]
+
+
+def _ttt_action_names(env: Any) -> list[str]:
+    return list(_TTT_INDEX_TO_NAME)
+
+
+def _ttt_system_prompt(env: Any, agent: str) -> str:
+    me = _mark(env, agent)
+    return (f"You play tic-tac-toe as {me}. Get three {me} in a row, column or diagonal. "
+            "Squares are numbered 1-9, left to right, top to bottom. "
+            "Answer with the number of one empty square.")
+
+
+def _ttt_grid(env: Any, agent: str, observation: Any) -> list[list[str]]:
+    """3x3 grid of 'X', 'O' or the square's number, rows top to bottom."""
+    planes = np.asarray(observation["observation"])
+    me, other = _mark(env, agent), "XO"[1 - "XO".index(_mark(env, agent))]
+    grid = []
+    for row in range(3):
+        line = []
+        for col in range(3):
+            # observation[i, j] holds cell i * 3 + j in PettingZoo's column-major numbering
+            if planes[col, row, 0]:
+                line.append(me)
+            elif planes[col, row, 1]:
+                line.append(other)
+            else:
+                line.append(str(row * 3 + col + 1))
+        grid.append(line)
+    return grid
+
+
+def _ttt_render(env: Any, agent: str, observation: Any) -> str:
+    grid = _ttt_grid(env, agent, observation)
+    board = "\n---+---+---\n".join(" " + " | ".join(line) for line in grid)
+    legal = _legal_names(_TTT_INDEX_TO_NAME, observation.get("action_mask"))
+    legal.sort(key=int)
+    return f"{board}\n{_turn_line(env, agent, legal, 'Empty squares')}"
+
+
+# Connect four: columns 1..7; row 0 of the observation is the top row.
+def _c4_action_names(env: Any) -> list[str]:
+    return [str(c) for c in range(1, 8)]
+
+
+def _c4_system_prompt(env: Any, agent: str) -> str:
+    me = _mark(env, agent)
+    return (f"You play connect four as {me}. Drop pieces into columns 1-7; a piece falls to the "
+            f"lowest free row. Get four {me} in a row, column or diagonal. "
+            "Answer with the number of one column that is not full.")
+
+
+def _c4_render(env: Any, agent: str, observation: Any) -> str:
+    planes = np.asarray(observation["observation"])
+    me = _mark(env, agent)
+    other = "O" if me == "X" else "X"
+    rows = [" ".join(me if planes[r, c, 0] else other if planes[r, c, 1] else "."
+                     for c in range(planes.shape[1])) for r in range(planes.shape[0])]
+    legal = _legal_names(_c4_action_names(env), observation.get("action_mask"))
+    header = " ".join(str(c) for c in range(1, planes.shape[1] + 1))
+    return f"{header}\n" + "\n".join(rows) + f"\n{_turn_line(env, agent, legal, 'Open columns')}"
+
+
+# Rock paper scissors: the observation is the opponent's previous move (n_actions = none yet).
+_RPS_MOVES = ["ROCK", "PAPER", "SCISSORS", "LIZARD", "SPOCK"]
+
+
+def _rps_action_names(env: Any) -> list[str]:
+    n = int(env.action_space(env.possible_agents[0]).n)
+    return [_RPS_MOVES[i] if i < len(_RPS_MOVES) else f"ACTION_{i + 1}" for i in range(n)]
+
+
+def _rps_system_prompt(env: Any, agent: str) -> str:
+    names = _rps_action_names(env)
+    rule = ("Rock beats scissors, scissors beats paper, paper beats rock."
+            if len(names) == 3 else "Each move beats half of the others, as in the usual rules.")
+    return (f"You play {', '.join(n.lower() for n in names)} against one opponent, many rounds. "
+            f"{rule} Win a round: +1, lose: -1. Answer with one of: {', '.join(names)}.")
+
+
+def _rps_render(env: Any, agent: str, observation: Any) -> str:
+    names = _rps_action_names(env)
+    last = int(np.asarray(observation))
+    base = env.unwrapped
+    round_no = int(getattr(base, "num_moves", 0)) + 1
+    seen = f" Your opponent last played {names[last]}." if last < len(names) else ""
+    return f"Round {round_no}.{seen} Your move: {', '.join(names)}."
+
+
+TEXT_GAMES: dict[str, TextGame] = {
+    "tictactoe_v3": TextGame("tictactoe_v3", _ttt_action_names, _ttt_system_prompt, _ttt_render),
+    "connect_four_v3": TextGame("connect_four_v3", _c4_action_names, _c4_system_prompt, _c4_render),
+    "rps_v2": TextGame("rps_v2", _rps_action_names, _rps_system_prompt, _rps_render),
+}
+
+
+# --------------------------------------------------------------------------------------------
+# Scripted opponents (act on the raw PettingZoo observation of their own seat)
+# --------------------------------------------------------------------------------------------
+
+_TTT_LINES = [(0, 1, 2), (3, 4, 5), (6, 7, 8), (0, 3, 6), (1, 4, 7), (2, 5, 8), (0, 4, 8), (2, 4, 6)]
+
+
+def _ttt_cells(observation: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Own and opponent marks as flat arrays over PettingZoo's cell index 0..8."""
+    planes = np.asarray(observation["observation"])
+    return planes[:, :, 0].reshape(9), planes[:, :, 1].reshape(9)
+
+
+def scripted_tictactoe(observation: Any, rng: np.random.Generator) -> int:
+    """Win now, else block the opponent's win, else centre, else a corner, else a side.
+
+    Cell indices are the same up to transposition in either numbering, so lines, centre and
+    corners are the same sets in PettingZoo's column-major numbering.
+    """
+    mask = np.asarray(observation["action_mask"]).astype(bool)
+    mine, theirs = _ttt_cells(observation)
+    for player in (mine, theirs):  # first our winning move, then their winning move to block
+        for line in _TTT_LINES:
+            owned = [c for c in line if player[c]]
+            free = [c for c in line if mask[c]]
+            if len(owned) == 2 and len(free) == 1:
+                return int(free[0])
+    for group in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
+        free = [c for c in group if mask[c]]
+        if free:
+            return int(rng.choice(free))
+    return int(rng.choice(np.flatnonzero(mask)))
+
+
+def _c4_drop_row(board: np.ndarray, col: int) -> int | None:
+    empty = np.flatnonzero(board[:, col] == 0)
+    return int(empty[-1]) if len(empty) else None
+
+
+def _c4_wins(board: np.ndarray, player: int, row: int, col: int) -> bool:
+    rows, cols = board.shape
+    for dr, dc in ((0, 1), (1, 0), (1, 1), (1, -1)):
+        count = 1
+        for sign in (1, -1):
+            r, c = row + sign * dr, col + sign * dc
+            while 0 <= r < rows and 0 <= c < cols and board[r, c] == player:
+                count += 1
+                r, c = r + sign * dr, c + sign * dc
+        if count >= 4:
+            return True
+    return False
+
+
+def scripted_connect_four(observation: Any, rng: np.random.Generator) -> int:
+    """Win now, else block, else avoid giving the opponent a win on top, preferring central columns."""
+    planes = np.asarray(observation["observation"])
+    board = planes[:, :, 0].astype(np.int8) - planes[:, :, 1].astype(np.int8)  # 1 mine, -1 theirs
+    legal = [int(c) for c in np.flatnonzero(np.asarray(observation["action_mask"]))]
+    for player in (1, -1):
+        for col in legal:
+            row = _c4_drop_row(board, col)
+            if row is not None and _c4_wins(board, player, row, col):
+                return col
+    safe = []
+    for col in legal:
+        row = _c4_drop_row(board, col)
+        board[row, col] = 1
+        above = row - 1
+        gives_win = above >= 0 and _c4_wins(board, -1, above, col)
+        board[row, col] = 0
+        if not gives_win:
+            safe.append(col)
+    choices = safe or legal
+    centre = (board.shape[1] - 1) / 2
+    best = min(abs(c - centre) for c in choices)
+    return int(rng.choice([c for c in choices if abs(c - centre) == best]))
+
+
+def random_move(observation: Any, rng: np.random.Generator) -> int:
+    """A uniformly random legal move."""
+    return int(rng.choice(np.flatnonzero(np.asarray(observation["action_mask"]))))
+
+
+SCRIPTED: dict[str, Callable[[Any, np.random.Generator], int]] = {
+    "tictactoe_v3": scripted_tictactoe,
+    "connect_four_v3": scripted_connect_four,
+}

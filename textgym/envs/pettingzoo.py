@@ -1,0 +1,516 @@
+"""PettingZoo multi-agent envs as text envs: :func:`wrap_pettingzoo`.
+
+Every seat of an AEC or parallel PettingZoo env reads its observation as text and answers in
+text. Each answer is parsed against *that agent's* legal moves (from the action mask), an
+illegal or unreadable answer is handled by an invalid-answer policy (never a crash), and
+rewards stay per agent.
+
+The wrapped env is a genuine PettingZoo env (``pettingzoo.AECEnv`` or ``ParallelEnv``) and passes
+PettingZoo's own ``api_test`` / ``parallel_api_test``. Per agent:
+
+* observation: ``{"text": str, "action_mask": np.ndarray[int8]}``. The text is the newest
+  user-message text (board, whose turn, legal moves). It sits in a dict rather than being a
+  bare ``str`` because PettingZoo's API test reads ``.dtype`` from every non-dict observation and
+  from a dict's ``"observation"`` key; the mask is all ones for envs that have none.
+* action: ``str``, the raw answer (``None`` for an agent that is done, as PettingZoo requires).
+* ``infos[agent]``: ``system_prompt``, ``valid_actions`` (legal action names now) and, once the
+  agent has answered, ``parse``: the parse record of the text-env contract (docs/design.md §1).
+
+Invalid-answer policies (``invalid=``), the same names as :class:`textgym.wrappers.ParseAction`:
+
+* ``"penalty"`` (default): a random legal move is played for the agent and ``penalty`` is added
+  to its reward.
+* ``"default"``: a random legal move is played, no penalty.
+* ``"retry"`` (AEC only): nothing is played; the same agent is asked again with a feedback line
+  naming the legal moves; after ``max_retries`` invalid answers in a row it falls back to
+  ``"penalty"``.
+* ``"terminate"``: the game ends; the offending agent gets ``penalty``, the others 0
+  (PettingZoo's own rule for illegal moves in classic games).
+
+The random legal move comes from a generator seeded by ``reset(seed=...)``, so a seeded game
+replays exactly.
+
+Example:
+    >>> from pettingzoo.classic import tictactoe_v3
+    >>> import textgym
+    >>> env = textgym.wrap_pettingzoo(tictactoe_v3.env())
+    >>> env.reset(seed=0)
+    >>> obs, reward, terminated, truncated, info = env.last()
+    >>> print(obs["text"])
+     1 | 2 | 3
+    ---+---+---
+     4 | 5 | 6
+    ---+---+---
+     7 | 8 | 9
+    You are X. Your move. Empty squares: 1, 2, 3, 4, 5, 6, 7, 8, 9.
+    >>> env.step("I take the centre, 5.")
+    >>> env.infos["player_1"]["parse"]["action_name"]
+    '5'
+
+PettingZoo is imported when a wrapper is built, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from textgym.envs.games import TEXT_GAMES, TextGame
+from textgym.spaces import TextSpace
+
+INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
+
+__all__ = ["wrap_pettingzoo", "generic_text_game", "INVALID_POLICIES", "TextAECEnv", "TextParallelEnv"]
+
+
+def generic_text_game(name: str = "game") -> TextGame:
+    """A plain renderer for any PettingZoo env without a dedicated one.
+
+    Action names are ``"0".."n-1"``; the observation is printed as numbers (a dict observation's
+    ``"observation"`` entry, flattened when small).
+    """
+
+    def action_names(env: Any) -> list[str]:
+        space = env.action_space(env.possible_agents[0])
+        if not hasattr(space, "n"):
+            raise TypeError(f"wrap_pettingzoo needs Discrete action spaces, {name} has {space}")
+        return [str(i) for i in range(int(space.n))]
+
+    def system_prompt(env: Any, agent: str) -> str:
+        return (f"You are {agent} in the multi-agent game {name}. Each turn you see your "
+                "observation and the legal actions. Answer with one legal action.")
+
+    def render(env: Any, agent: str, observation: Any) -> str:
+        value = observation.get("observation") if isinstance(observation, dict) else observation
+        array = np.asarray(value)
+        text = np.array2string(array.reshape(-1) if array.size <= 64 else array,
+                               separator=",", max_line_width=120, threshold=256)
+        return f"Observation: {text}"
+
+    return TextGame(name, action_names, system_prompt, render)
+
+
+def _game_for(env: Any, game: TextGame | None) -> TextGame:
+    if game is not None:
+        return game
+    name = str(getattr(env, "metadata", {}).get("name", ""))
+    return TEXT_GAMES.get(name) or generic_text_game(name or type(env).__name__)
+
+
+def _check_policy(invalid: str, parallel: bool) -> None:
+    if invalid not in INVALID_POLICIES:
+        raise ValueError(f"invalid={invalid!r}: choose one of {', '.join(INVALID_POLICIES)}")
+    if parallel and invalid == "retry":
+        raise ValueError("invalid='retry' needs turns; a parallel env steps every agent at once: "
+                         "use 'penalty', 'default' or 'terminate'")
+
+
+class _AgentText:
+    """Per-agent text machinery shared by the AEC and parallel wrappers: names, masks, parsing."""
+
+    def __init__(self, env: Any, game: TextGame, parser: Any, max_length: int):
+        from textgym.wrappers.parsers import as_parser
+
+        self.env = env
+        self.game = game
+        self.parser = as_parser(parser)
+        self.action_names = list(game.action_names(env))
+        self.n = len(self.action_names)
+        self.max_length = max_length
+        # legal moves are listed in reading order (tic-tac-toe's PettingZoo indices are column-major)
+        numeric = all(n.isdigit() for n in self.action_names)
+        self.display_order = sorted(range(self.n), key=lambda i: int(self.action_names[i])) \
+            if numeric else list(range(self.n))
+
+    def mask(self, raw_obs: Any) -> np.ndarray:
+        if isinstance(raw_obs, dict) and "action_mask" in raw_obs:
+            return np.asarray(raw_obs["action_mask"], dtype=np.int8)
+        return np.ones(self.n, dtype=np.int8)
+
+    def legal_indices(self, mask: np.ndarray) -> list[int]:
+        return [i for i in self.display_order if mask[i]]
+
+    def legal(self, mask: np.ndarray) -> list[str]:
+        return [self.action_names[i] for i in self.legal_indices(mask)]
+
+    def text(self, agent: str, raw_obs: Any, feedback: str = "") -> str:
+        text = self.game.render(self.env, agent, raw_obs)
+        if feedback:
+            text = f"{feedback}\n{text}"
+        return text[: self.max_length]
+
+    def parse(self, answer: Any, mask: np.ndarray) -> tuple[int | None, str | None, str | None]:
+        """(action index, action name, parser name) of a legal move named in ``answer``."""
+        if not isinstance(answer, str):
+            return None, None, None
+        legal_idx = self.legal_indices(mask)
+        names = [self.action_names[i] for i in legal_idx]
+        if not names:
+            return None, None, None
+        found = self.parser(answer, names)
+        if found is None or found.action_index is None:
+            return None, None, None
+        return legal_idx[found.action_index], names[found.action_index], found.parser
+
+    def feedback(self, answer: Any, mask: np.ndarray) -> str:
+        shown = answer if isinstance(answer, str) else repr(answer)
+        shown = shown.strip().replace("\n", " ")
+        if len(shown) > 40:
+            shown = shown[:37] + "..."
+        return f"'{shown}' is not a legal move. Legal moves: {', '.join(self.legal(mask))}."
+
+
+def _record(answer: Any, action: int | None, name: str | None, parser: str | None,
+            invalid_count: int, policy: str | None) -> dict[str, Any]:
+    return {"raw": answer if isinstance(answer, str) else repr(answer), "action": action,
+            "action_name": name, "parser": parser, "valid": name is not None,
+            "invalid_count": invalid_count, "policy": policy}
+
+
+@functools.lru_cache(maxsize=1)
+def _classes() -> tuple[type, type]:
+    """Build the wrapper classes on first use, so that importing this module never imports pettingzoo."""
+    from pettingzoo import AECEnv, ParallelEnv
+    from gymnasium import spaces
+
+    class TextAECEnv(AECEnv):
+        """An AEC PettingZoo env whose agents read and answer text (see the module docstring).
+
+        Args:
+            env: the PettingZoo AEC env (Discrete action spaces).
+            game: the :class:`~textgym.envs.games.TextGame` renderer; default: the built-in one for
+                ``env.metadata["name"]`` or :func:`generic_text_game`.
+            parser: a textgym parser, a function ``f(text, names)`` or a list of them (a chain);
+                default JSON -> regex -> keyword.
+            invalid: the invalid-answer policy: ``"penalty"``, ``"default"``, ``"retry"``, ``"terminate"``.
+            penalty: the reward added for an invalid answer (``"penalty"``, ``"terminate"``, and
+                ``"retry"`` once it falls back).
+            max_retries: invalid answers in a row that ``"retry"`` allows before it falls back to ``"penalty"``.
+            max_length: observation and answer length limit (characters).
+        """
+
+        def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
+                     invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
+                     max_length: int = 2048):
+            super().__init__()
+            _check_policy(invalid, parallel=False)
+            self.env = env
+            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
+            self.invalid, self.penalty, self.max_retries = invalid, float(penalty), int(max_retries)
+            self.metadata = dict(getattr(env, "metadata", {}))
+            self.possible_agents = list(env.possible_agents)
+            self.render_mode = getattr(env, "render_mode", None)
+            self.action_names = self.text.action_names
+            obs_space = spaces.Dict({
+                "text": TextSpace(max_length),
+                "action_mask": spaces.Box(0, 1, (self.text.n,), np.int8),
+            })
+            self._obs_spaces = {a: obs_space for a in self.possible_agents}
+            self._act_spaces = {a: TextSpace(max_length) for a in self.possible_agents}
+            self._rng = np.random.default_rng()
+            self._forced_end = False
+
+        # -- spaces and views -------------------------------------------------------------
+        def observation_space(self, agent: str):
+            return self._obs_spaces[agent]
+
+        def action_space(self, agent: str):
+            return self._act_spaces[agent]
+
+        @property
+        def unwrapped(self):
+            return self
+
+        def system_prompt(self, agent: str) -> str:
+            return self.text.game.system_prompt(self.env, agent)
+
+        def observe(self, agent: str) -> dict[str, Any]:
+            raw = self.env.observe(agent)
+            mask = self.text.mask(raw)
+            return {"text": self.text.text(agent, raw, self._feedback.get(agent, "")),
+                    "action_mask": mask}
+
+        def render(self):
+            return self.env.render()
+
+        def close(self):
+            self.env.close()
+
+        def state(self):
+            return self.env.state()
+
+        def __str__(self) -> str:
+            return str(self.env)
+
+        # -- bookkeeping ------------------------------------------------------------------
+        def _info(self, agent: str, parse: dict[str, Any] | None) -> dict[str, Any]:
+            info = dict(self.env.infos.get(agent, {}))
+            mask = self.text.mask(self.env.observe(agent))
+            info["system_prompt"] = self.system_prompt(agent)
+            info["valid_actions"] = self.text.legal(mask) if agent == self.env.agent_selection else []
+            if parse is not None:
+                info["parse"] = parse
+            elif agent in self._last_parse:
+                info["parse"] = self._last_parse[agent]
+            return info
+
+        def _sync(self, step_rewards: dict[str, float], acting: str | None) -> None:
+            """Copy the inner env's state after one of its steps, with our rewards on top."""
+            self.agents = list(self.env.agents)
+            self.agent_selection = self.env.agent_selection
+            self.terminations = {a: bool(self.env.terminations[a]) for a in self.agents}
+            self.truncations = {a: bool(self.env.truncations[a]) for a in self.agents}
+            self.rewards = {a: float(step_rewards.get(a, 0.0)) for a in self.agents}
+            cumulative = {a: self._cumulative_rewards.get(a, 0.0) for a in self.agents}
+            for a in self.agents:
+                cumulative[a] += self.rewards[a]
+            self._cumulative_rewards = cumulative
+            self.infos = {a: self._info(a, None) for a in self.agents}
+
+        def reset(self, seed: int | None = None, options: dict[str, Any] | None = None) -> None:
+            self.env.reset(seed=seed, options=options)
+            if seed is not None:
+                self._rng = np.random.default_rng(seed)
+            self._forced_end = False
+            self._feedback: dict[str, str] = {}
+            self._last_parse: dict[str, dict[str, Any]] = {}
+            self._invalid_counts = {a: 0 for a in self.possible_agents}
+            self._retries = 0
+            self._cumulative_rewards = {}
+            self._skip_agent_selection = None
+            self._sync({}, None)
+
+        # -- step -------------------------------------------------------------------------
+        def step(self, action: Any) -> None:
+            agent = self.agent_selection
+            if self.terminations[agent] or self.truncations[agent]:
+                if action is not None:
+                    raise ValueError(f"{agent} is done: the only valid action is None, got {action!r}")
+                if self._forced_end:
+                    self._was_dead_step(None)
+                    return
+                self.env.step(None)
+                self._cumulative_rewards.pop(agent, None)
+                self._sync(dict(self.env.rewards), None)
+                return
+
+            mask = self.text.mask(self.env.observe(agent))
+            move, name, parser = self.text.parse(action, mask)
+            self._cumulative_rewards[agent] = 0.0  # the agent acts: its reward since then restarts
+            self._feedback.pop(agent, None)
+            if name is not None:
+                self._retries = 0
+                self._play(agent, move, _record(action, move, name, parser,
+                                                self._invalid_counts[agent], None), 0.0)
+                return
+
+            self._invalid_counts[agent] += 1
+            count = self._invalid_counts[agent]
+            policy = self.invalid
+            if policy == "retry" and self._retries >= self.max_retries:
+                policy = "penalty"
+            if policy == "retry":
+                self._retries += 1
+                self._feedback[agent] = self.text.feedback(action, mask)
+                record = _record(action, None, None, None, count, "retry")
+                self._last_parse[agent] = record
+                self.rewards = {a: 0.0 for a in self.agents}
+                self.infos = {a: self._info(a, None) for a in self.agents}
+                return
+            if policy == "terminate":
+                record = _record(action, None, None, None, count, "terminate")
+                self._last_parse[agent] = record
+                self._forced_end = True
+                self.terminations = {a: True for a in self.agents}
+                self.rewards = {a: 0.0 for a in self.agents}
+                self.rewards[agent] = self.penalty
+                for a in self.agents:
+                    self._cumulative_rewards[a] = self._cumulative_rewards.get(a, 0.0) + self.rewards[a]
+                self.infos = {a: self._info(a, None) for a in self.agents}
+                for a in self.agents:
+                    self.infos[a]["valid_actions"] = []
+                self._deads_step_first()
+                return
+            # "penalty" / "default": a random legal move is played for the agent
+            self._retries = 0
+            move = int(self._rng.choice(np.flatnonzero(mask)))
+            extra = self.penalty if policy == "penalty" else 0.0
+            self._play(agent, move, _record(action, move, None, None, count, policy), extra)
+
+        def _play(self, agent: str, move: int, record: dict[str, Any], extra: float) -> None:
+            self._last_parse[agent] = record
+            self.env.step(move)
+            rewards = {a: float(r) for a, r in self.env.rewards.items()}
+            if extra and agent in rewards:
+                rewards[agent] += extra
+            self._sync(rewards, agent)
+            if agent in self.infos:
+                self.infos[agent]["parse"] = record
+
+    class TextParallelEnv(ParallelEnv):
+        """A parallel PettingZoo env whose agents read and answer text (see the module docstring).
+
+        Args: as :class:`TextAECEnv`, except that ``invalid="retry"`` is not available (every agent
+        acts at once, so there is no turn to repeat).
+        """
+
+        def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
+                     invalid: str = "penalty", penalty: float = -1.0, max_length: int = 2048):
+            _check_policy(invalid, parallel=True)
+            self.env = env
+            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
+            self.invalid, self.penalty = invalid, float(penalty)
+            self.metadata = dict(getattr(env, "metadata", {}))
+            self.possible_agents = list(env.possible_agents)
+            self.agents: list[str] = []
+            self.render_mode = getattr(env, "render_mode", None)
+            self.action_names = self.text.action_names
+            obs_space = spaces.Dict({
+                "text": TextSpace(max_length),
+                "action_mask": spaces.Box(0, 1, (self.text.n,), np.int8),
+            })
+            self._obs_spaces = {a: obs_space for a in self.possible_agents}
+            self._act_spaces = {a: TextSpace(max_length) for a in self.possible_agents}
+            self._rng = np.random.default_rng()
+
+        def observation_space(self, agent: str):
+            return self._obs_spaces[agent]
+
+        def action_space(self, agent: str):
+            return self._act_spaces[agent]
+
+        @property
+        def unwrapped(self):
+            return self
+
+        def system_prompt(self, agent: str) -> str:
+            return self.text.game.system_prompt(self.env, agent)
+
+        def render(self):
+            return self.env.render()
+
+        def close(self):
+            self.env.close()
+
+        def state(self):
+            return self.env.state()
+
+        def _convert(self, raw_obs: dict, raw_infos: dict, parses: dict) -> tuple[dict, dict]:
+            obs, infos = {}, {}
+            for agent, raw in raw_obs.items():
+                mask = self.text.mask(raw)
+                obs[agent] = {"text": self.text.text(agent, raw), "action_mask": mask}
+                self._masks[agent] = mask
+            for agent in set(raw_infos) | set(raw_obs):
+                info = dict(raw_infos.get(agent, {}))
+                info["system_prompt"] = self.system_prompt(agent)
+                mask = self._masks.get(agent, np.zeros(self.text.n, np.int8))
+                info["valid_actions"] = self.text.legal(mask) if agent in self.env.agents else []
+                if agent in parses:
+                    info["parse"] = parses[agent]
+                infos[agent] = info
+            return obs, infos
+
+        def reset(self, seed: int | None = None, options: dict[str, Any] | None = None):
+            if seed is not None:
+                self._rng = np.random.default_rng(seed)
+            self._masks: dict[str, np.ndarray] = {}
+            self._invalid_counts = {a: 0 for a in self.possible_agents}
+            raw_obs, raw_infos = self.env.reset(seed=seed, options=options)
+            self.agents = list(self.env.agents)
+            return self._convert(raw_obs, raw_infos, {})
+
+        def step(self, actions: dict[str, Any]):
+            moves, parses, extra = {}, {}, {}
+            offenders = []
+            for agent in self.agents:
+                answer = actions.get(agent)
+                mask = self._masks.get(agent, np.ones(self.text.n, np.int8))
+                move, name, parser = self.text.parse(answer, mask)
+                if name is not None:
+                    moves[agent] = move
+                    parses[agent] = _record(answer, move, name, parser, self._invalid_counts[agent], None)
+                    continue
+                self._invalid_counts[agent] += 1
+                count = self._invalid_counts[agent]
+                if self.invalid == "terminate":
+                    offenders.append(agent)
+                    parses[agent] = _record(answer, None, None, None, count, "terminate")
+                    continue
+                moves[agent] = int(self._rng.choice(np.flatnonzero(mask)))
+                parses[agent] = _record(answer, moves[agent], None, None, count, self.invalid)
+                if self.invalid == "penalty":
+                    extra[agent] = self.penalty
+            if offenders:
+                # the game ends before anyone moves: offenders get the penalty, the others 0
+                ended = f"Game over: illegal move by {', '.join(offenders)}."
+                obs = {a: {"text": ended, "action_mask": np.zeros(self.text.n, np.int8)}
+                       for a in self.agents}
+                rewards = {a: (self.penalty if a in offenders else 0.0) for a in self.agents}
+                terms = {a: True for a in self.agents}
+                truncs = {a: False for a in self.agents}
+                infos = {a: {"system_prompt": self.system_prompt(a), "valid_actions": [],
+                             "parse": parses[a]} for a in self.agents}
+                self.agents = []
+                return obs, rewards, terms, truncs, infos
+            raw_obs, raw_rewards, raw_terms, raw_truncs, raw_infos = self.env.step(moves)
+            self.agents = list(self.env.agents)
+            obs, infos = self._convert(raw_obs, raw_infos, parses)
+            rewards = {a: float(r) + extra.get(a, 0.0) for a, r in raw_rewards.items()}
+            terms = {a: bool(t) for a, t in raw_terms.items()}
+            truncs = {a: bool(t) for a, t in raw_truncs.items()}
+            return obs, rewards, terms, truncs, infos
+
+    return TextAECEnv, TextParallelEnv
+
+
+def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = None,
+                    invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
+                    max_length: int = 2048):
+    """Turn a PettingZoo AEC or parallel env into a multi-agent text env.
+
+    Example:
+        >>> from pettingzoo.classic import rps_v2
+        >>> import textgym
+        >>> env = textgym.wrap_pettingzoo(rps_v2.parallel_env(max_cycles=3))
+        >>> obs, infos = env.reset(seed=0)
+        >>> obs["player_0"]["text"]
+        'Round 1. Your move: ROCK, PAPER, SCISSORS.'
+        >>> obs, rewards, terms, truncs, infos = env.step({"player_0": "PAPER", "player_1": "rock"})
+        >>> rewards
+        {'player_0': 1.0, 'player_1': -1.0}
+
+    Args:
+        env: a ``pettingzoo.AECEnv`` or ``pettingzoo.ParallelEnv`` with Discrete action spaces.
+        game: the text renderer (:class:`~textgym.envs.games.TextGame`); default: the built-in one
+            for ``tictactoe_v3``, ``connect_four_v3``, ``rps_v2``, else a generic numeric one.
+        parser: parser(s) for the answers; default JSON -> regex -> keyword.
+        invalid: invalid-answer policy, one of ``"penalty"`` (default), ``"default"``, ``"retry"``
+            (AEC only), ``"terminate"``.
+        penalty: reward added to an invalid answer's agent (``"penalty"``, ``"terminate"``).
+        max_retries: (AEC, ``"retry"``) invalid answers in a row before falling back to ``"penalty"``.
+        max_length: observation and answer length limit (characters).
+
+    Returns:
+        A :class:`TextAECEnv` or :class:`TextParallelEnv`.
+    """
+    import pettingzoo
+
+    aec_cls, parallel_cls = _classes()
+    if isinstance(env, pettingzoo.AECEnv):
+        return aec_cls(env, game, parser=parser, invalid=invalid, penalty=penalty,
+                       max_retries=max_retries, max_length=max_length)
+    if isinstance(env, pettingzoo.ParallelEnv):
+        return parallel_cls(env, game, parser=parser, invalid=invalid, penalty=penalty,
+                            max_length=max_length)
+    raise TypeError(f"wrap_pettingzoo needs a pettingzoo AECEnv or ParallelEnv, got {type(env).__name__}")
+
+
+def __getattr__(name: str) -> Any:
+    # TextAECEnv / TextParallelEnv are built on first access (they subclass pettingzoo's classes).
+    if name in ("TextAECEnv", "TextParallelEnv"):
+        aec_cls, parallel_cls = _classes()
+        return aec_cls if name == "TextAECEnv" else parallel_cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
