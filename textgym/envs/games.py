@@ -270,3 +270,191 @@ SCRIPTED: dict[str, Callable[[Any, np.random.Generator], int]] = {
     "tictactoe_v3": scripted_tictactoe,
     "connect_four_v3": scripted_connect_four,
 }
+
+
+# --------------------------------------------------------------------------------------------
+# Single-agent views: the learner takes one seat, a fixed opponent the other
+# --------------------------------------------------------------------------------------------
+
+_GAMES = {
+    "tictactoe": "tictactoe_v3",
+    "tictactoe_v3": "tictactoe_v3",
+    "connect_four": "connect_four_v3",
+    "connect_four_v3": "connect_four_v3",
+}
+
+Opponent = Any  # "random" | "scripted" | f(text, valid_actions) -> str | an object with .act (textgym.Policy)
+
+
+def make_pettingzoo_game(name: str, **kwargs: Any) -> Any:
+    """A PettingZoo classic AEC env by textgym game name (``"tictactoe"``, ``"connect_four"``)."""
+    key = _GAMES.get(name)
+    if key is None:
+        raise ValueError(f"unknown game {name!r}; choose one of {', '.join(sorted(set(_GAMES)))}")
+    if key == "tictactoe_v3":
+        from pettingzoo.classic import tictactoe_v3 as module
+    else:
+        from pettingzoo.classic import connect_four_v3 as module
+    return module.env(**kwargs)
+
+
+class TwoPlayerGameEnv(gym.Env):
+    """A two-player PettingZoo board game as a single-agent text env against a fixed opponent.
+
+    The learner answers in text for its seat; the opponent's replies are played inside
+    :meth:`step`. Parsing and invalid answers go through :func:`textgym.wrap_pettingzoo`, so the
+    learner's ``info["parse"]`` is the usual parse record. Reward: +1 win, -1 loss, 0 draw (plus
+    the invalid-answer penalty). ``info["outcome"]`` (``"win"``, ``"draw"``, ``"loss"``) and
+    ``info["seat"]`` (``"first"``, ``"second"``) are set at the end of a game.
+
+    Example:
+        >>> env = TwoPlayerGameEnv("tictactoe", opponent="random", seat="second")
+        >>> obs, info = env.reset(seed=3)
+        >>> info["seat"], len(info["valid_actions"])
+        ('second', 8)
+
+    Args:
+        game: ``"tictactoe"`` or ``"connect_four"``.
+        opponent: ``"random"`` (a random legal move), ``"scripted"`` (win, block, then position),
+            a function ``f(observation_text, valid_actions) -> answer`` or an object with
+            ``act(observations, system_prompts, valid_actions)`` such as a :class:`textgym.Policy`
+            (a frozen copy of the learner, for example). An opponent's invalid answer is handled
+            by the same invalid policy as the learner's.
+        seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset from the env's RNG).
+        invalid: the invalid-answer policy (see :func:`textgym.wrap_pettingzoo`).
+        penalty: reward added to an invalid answer.
+        max_retries: for ``invalid="retry"``.
+        parser: the answer parser(s); default JSON -> regex -> keyword.
+        max_length: observation and answer length limit.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, game: str = "tictactoe", opponent: Opponent = "random", seat: str = "random",
+                 invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
+                 parser: Any = None, max_length: int = 2048, render_mode: str | None = None):
+        from textgym.envs.pettingzoo import wrap_pettingzoo
+
+        if seat not in ("first", "second", "random"):
+            raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
+        if isinstance(opponent, str) and opponent not in ("random", "scripted"):
+            raise ValueError(f"opponent={opponent!r}: choose 'random', 'scripted', a function "
+                             "f(text, valid_actions) -> answer, or a policy with .act()")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode={render_mode!r}: only 'ansi' (the board as text) is supported")
+        self.game_name = _GAMES.get(game, game)
+        self.aec = wrap_pettingzoo(make_pettingzoo_game(game), parser=parser, invalid=invalid,
+                                   penalty=penalty, max_retries=max_retries, max_length=max_length)
+        self.opponent, self.seat = opponent, seat
+        self.render_mode = render_mode
+        self.action_names = list(self.aec.action_names)
+        self.observation_space = TextSpace(max_length)
+        self.action_space = TextSpace(max_length)
+        self._learner = self.aec.possible_agents[0]
+        self._opponent_rng = np.random.default_rng()
+
+    @property
+    def system_prompt(self) -> str:
+        return self.aec.system_prompt(self._learner)
+
+    def _opponent_move(self) -> None:
+        agent = self.aec.agent_selection
+        raw = self.aec.env.observe(agent)
+        if self.opponent == "random":
+            answer = self.action_names[random_move(raw, self._opponent_rng)]
+        elif self.opponent == "scripted":
+            answer = self.action_names[SCRIPTED[self.game_name](raw, self._opponent_rng)]
+        else:
+            text = self.aec.observe(agent)["text"]
+            valid = self.aec.infos[agent]["valid_actions"]
+            if hasattr(self.opponent, "act"):
+                decision = self.opponent.act([text], [self.aec.system_prompt(agent)], [valid])[0]
+                answer = getattr(decision, "text", decision)
+            else:
+                answer = self.opponent(text, valid)
+        self.aec.step(answer)
+
+    def _game_over(self) -> bool:
+        return any(self.aec.terminations.values()) or any(self.aec.truncations.values())
+
+    def _advance(self) -> None:
+        """Let the opponent play until it is the learner's turn or the game is over."""
+        while not self._game_over() and self.aec.agent_selection != self._learner:
+            self._opponent_move()
+
+    def _info(self) -> dict[str, Any]:
+        info = dict(self.aec.infos.get(self._learner, {}))
+        info.pop("parse", None)
+        info["seat"] = "first" if self._learner == self.aec.possible_agents[0] else "second"
+        if self._game_over():
+            info["valid_actions"] = []
+            info["outcome"] = self.aec.outcome(self._learner)
+        return info
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        # every random choice of the game flows from the env's RNG, so a seed replays exactly
+        game_seed = int(self.np_random.integers(2**31 - 1))
+        self._opponent_rng = np.random.default_rng(int(self.np_random.integers(2**31 - 1)))
+        seat = self.seat if self.seat != "random" else ("first", "second")[int(self.np_random.integers(2))]
+        self._learner = self.aec.possible_agents[0 if seat == "first" else 1]
+        self.aec.reset(seed=game_seed)
+        self._advance()
+        return self.aec.observe(self._learner)["text"], self._info()
+
+    def step(self, action: Any):
+        if self._game_over():
+            raise RuntimeError("the game is over: call reset() before step()")
+        self.aec.step(action)
+        parse = self.aec.infos.get(self._learner, {}).get("parse")
+        self._advance()
+        reward = float(self.aec._cumulative_rewards.get(self._learner, 0.0))
+        terminated = bool(self.aec.terminations.get(self._learner, False))
+        truncated = bool(self.aec.truncations.get(self._learner, False)) and not terminated
+        info = self._info()
+        info["parse"] = parse
+        return self.aec.observe(self._learner)["text"], reward, terminated, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return self.aec.observe(self._learner)["text"]
+        return None
+
+    def close(self) -> None:
+        self.aec.close()
+
+
+def _make_view(game: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+    """Entry point of ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3``: the view, then
+    ``EpisodeStats`` (and a step limit when asked) as in every built-in text env."""
+    env: gym.Env = TwoPlayerGameEnv(game, **kwargs)
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps)
+    try:
+        from textgym.wrappers.episode_stats import EpisodeStats
+    except ImportError:  # the wrappers package is optional for this env to work
+        return env
+    return EpisodeStats(env)
+
+
+def make_tictactoe(**kwargs: Any) -> gym.Env:
+    """``textgym/TicTacToe-v0``: tic-tac-toe against a fixed opponent (see :class:`TwoPlayerGameEnv`)."""
+    return _make_view("tictactoe", **kwargs)
+
+
+def make_connect_four(**kwargs: Any) -> gym.Env:
+    """``textgym/ConnectFour-v3``: connect four against a fixed opponent (see :class:`TwoPlayerGameEnv`)."""
+    return _make_view("connect_four", **kwargs)
+
+
+def register_envs() -> None:
+    """Register ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3`` (needs ``textgym[pettingzoo]`` to make)."""
+    from textgym.registry import register
+
+    register("textgym/TicTacToe-v0", "textgym.envs.games:make_tictactoe",
+             description="Tic-tac-toe against a random/scripted/policy opponent (PettingZoo tictactoe_v3)",
+             action_names=_TTT_NAMES, source="textgym", kwargs={"max_episode_steps": None})
+    register("textgym/ConnectFour-v3", "textgym.envs.games:make_connect_four",
+             description="Connect four against a random/scripted/policy opponent (PettingZoo connect_four_v3)",
+             action_names=[str(c) for c in range(1, 8)], source="textgym",
+             kwargs={"max_episode_steps": None})

@@ -280,7 +280,16 @@ def _classes() -> tuple[type, type]:
             self._retries = 0
             self._cumulative_rewards = {}
             self._skip_agent_selection = None
+            self.game_returns = {a: 0.0 for a in self.possible_agents}
             self._sync({}, None)
+
+        def outcome(self, agent: str) -> str:
+            """``"win"``, ``"draw"`` or ``"loss"`` for ``agent`` by the game's own rewards so far
+            (penalties for invalid answers excluded; a forfeit under ``"terminate"`` is a loss)."""
+            mine = self.game_returns[agent]
+            others = [r for a, r in self.game_returns.items() if a != agent]
+            best_other = max(others) if others else 0.0
+            return "win" if mine > best_other else "loss" if mine < best_other else "draw"
 
         # -- step -------------------------------------------------------------------------
         def step(self, action: Any) -> None:
@@ -323,6 +332,7 @@ def _classes() -> tuple[type, type]:
                 record = _record(action, None, None, None, count, "terminate")
                 self._last_parse[agent] = record
                 self._forced_end = True
+                self.game_returns[agent] -= 1.0  # a forfeit: the offender loses
                 self.terminations = {a: True for a in self.agents}
                 self.rewards = {a: 0.0 for a in self.agents}
                 self.rewards[agent] = self.penalty
@@ -343,6 +353,8 @@ def _classes() -> tuple[type, type]:
             self._last_parse[agent] = record
             self.env.step(move)
             rewards = {a: float(r) for a, r in self.env.rewards.items()}
+            for a, r in rewards.items():
+                self.game_returns[a] = self.game_returns.get(a, 0.0) + r
             if extra and agent in rewards:
                 rewards[agent] += extra
             self._sync(rewards, agent)
