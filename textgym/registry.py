@@ -132,8 +132,9 @@ def register(
             calling module's top-level package.
         **kwargs: Gymnasium's ``register`` arguments (``max_episode_steps``, ``reward_threshold``,
             ``kwargs``, ...); any other keyword is a default constructor kwarg of the env.
-            Give the env kwarg ``max_episode_steps=None`` to say the entry point applies the time
-            limit itself (inside its text wrappers); :func:`make` then passes it there.
+            Give ``kwargs={"max_episode_steps": None}`` to say that the entry point takes
+            ``max_episode_steps`` and applies the limit itself, inside its text wrappers;
+            :func:`make` then passes it there instead of adding Gymnasium's outer ``TimeLimit``.
 
     Raises:
         DuplicateEnvError: ``id`` is already registered by another source.

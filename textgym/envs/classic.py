@@ -1,0 +1,336 @@
+"""Gymnasium's classic-control and toy-text envs as text envs: renderers, prompts, action names.
+
+Each renderer turns one observation into a short line a person can read: the numbers *and*
+what they mean. What never changes (the goal, the legend, the answer format) is in the system
+prompt, which a policy encodes once; the observation is paid for at every decision, so it stays
+short (a CartPole observation is about 40 tokens).
+
+Every ``make_*`` function builds the real Gymnasium env and wraps it with :func:`textgym.wrap`.
+They take the Gymnasium env's own kwargs (``is_slippery=``, ``map_name=``, ``natural=``,
+``render_mode=`` ...), ``max_episode_steps`` (applied inside the text wrappers), a
+``formatter`` that replaces the renderer, a ``system_prompt`` that replaces the default one,
+and any other :func:`textgym.wrap` kwarg (``invalid_policy=``, ``history=`` ...).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Callable, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "ACTION_NAMES", "AcrobotText", "BlackjackText", "CartPoleText", "GridText", "MountainCarText",
+    "TaxiText", "make_acrobot", "make_blackjack", "make_cartpole", "make_cliffwalking",
+    "make_frozenlake", "make_mountaincar", "make_taxi",
+]
+
+# Action names in the order of each Gymnasium env's action indices.
+ACTION_NAMES: dict[str, list[str]] = {
+    "CartPole-v1": ["LEFT", "RIGHT"],
+    "MountainCar-v0": ["LEFT", "NONE", "RIGHT"],
+    "Acrobot-v1": ["LEFT", "NONE", "RIGHT"],          # torque -1, 0, +1 on the middle joint
+    "Blackjack-v1": ["STICK", "HIT"],
+    "FrozenLake-v1": ["LEFT", "DOWN", "RIGHT", "UP"],
+    "Taxi-v4": ["SOUTH", "NORTH", "EAST", "WEST", "PICKUP", "DROPOFF"],
+    "CliffWalking-v1": ["UP", "RIGHT", "DOWN", "LEFT"],
+}
+
+
+def _answer_format(names: Sequence[str]) -> str:
+    return f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}."
+
+
+def _side(value: float, dead_zone: float, negative: str, positive: str, zero: str) -> str:
+    """A word for the sign of ``value``: ``zero`` inside the dead zone."""
+    if abs(value) < dead_zone:
+        return zero
+    return positive if value > 0 else negative
+
+
+# --------------------------------------------------------------------------- renderers
+
+class CartPoleText:
+    """``Cart +0.02 center, velocity -0.15 moving left. Pole +0.09 rad leaning right, ...``.
+
+    The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad.
+
+    Example:
+        >>> CartPoleText()([0.02, -0.15, 0.09, -0.23])
+        'Cart +0.02 center, velocity -0.15 moving left. Pole +0.09 rad leaning right, spin -0.23 turning left.'
+    """
+
+    def __call__(self, obs: Sequence[float]) -> str:
+        x, velocity, angle, spin = (float(v) for v in obs)
+        if abs(x) < 0.5:
+            where = "center"
+        else:
+            side = "right" if x > 0 else "left"
+            where = f"near {side} edge" if abs(x) > 1.6 else f"{side} of center"
+        moving = _side(velocity, 0.05, "moving left", "moving right", "still")
+        lean = "falling" if abs(angle) > 0.12 else "leaning"
+        lean = _side(angle, 0.01, f"{lean} left", f"{lean} right", "upright")
+        turning = _side(spin, 0.05, "turning left", "turning right", "steady")
+        return (f"Cart {x:+.2f} {where}, velocity {velocity:+.2f} {moving}. "
+                f"Pole {angle:+.2f} rad {lean}, spin {spin:+.2f} {turning}.")
+
+
+class MountainCarText:
+    """``Car at -0.47 valley bottom, velocity +0.012 moving right.``
+
+    Positions run from -1.20 (far left) to +0.60; the valley bottom is at -0.52 and the flag
+    at +0.50.
+
+    Example:
+        >>> MountainCarText()([-0.9, -0.02])
+        'Car at -0.90 left slope, velocity -0.020 moving left.'
+    """
+
+    def __call__(self, obs: Sequence[float]) -> str:
+        position, velocity = float(obs[0]), float(obs[1])
+        if position >= 0.5:
+            where = "at the flag"
+        elif abs(position + 0.52) < 0.1:
+            where = "valley bottom"
+        else:
+            where = "right slope" if position > -0.52 else "left slope"
+        moving = _side(velocity, 0.0005, "moving left", "moving right", "still")
+        return f"Car at {position:+.2f} {where}, velocity {velocity:+.3f} {moving}."
+
+
+class AcrobotText:
+    """``Upper link +0.03 rad, lower -0.05 rad; speeds -0.09, +0.10. Tip height -1.99, falling.``
+
+    Angles are 0 when hanging straight down and positive counterclockwise; the lower link's
+    angle is relative to the upper link. The tip height is in link lengths, from -2 (hanging)
+    to +2; the goal is above +1.
+
+    Example:
+        >>> import math
+        >>> AcrobotText()([math.cos(3.0), math.sin(3.0), 1.0, 0.0, 0.5, 0.0])
+        'Upper link +3.00 rad, lower +0.00 rad; speeds +0.50, +0.00. Tip height +1.98, falling.'
+    """
+
+    def __call__(self, obs: Sequence[float]) -> str:
+        cos1, sin1, cos2, sin2, speed1, speed2 = (float(v) for v in obs)
+        angle1, angle2 = math.atan2(sin1, cos1), math.atan2(sin2, cos2)
+        height = -cos1 - math.cos(angle1 + angle2)
+        # d(height)/dt from the angular speeds: tells whether the swing is going up.
+        rate = sin1 * speed1 + math.sin(angle1 + angle2) * (speed1 + speed2)
+        trend = _side(rate, 0.05, "falling", "rising", "still")
+        return (f"Upper link {angle1:+.2f} rad, lower {angle2:+.2f} rad; "
+                f"speeds {speed1:+.2f}, {speed2:+.2f}. Tip height {height:+.2f}, {trend}.")
+
+
+class BlackjackText:
+    """``Your total 14 with a usable ace. Dealer shows 10.``
+
+    A usable ace counts 11 and can still drop to 1, so hitting cannot bust you.
+
+    Example:
+        >>> BlackjackText()((14, 1, 1))
+        'Your total 14 with a usable ace. Dealer shows an ace.'
+    """
+
+    def __call__(self, obs: Sequence[int]) -> str:
+        total, dealer, usable_ace = int(obs[0]), int(obs[1]), bool(obs[2])
+        hand = f"Your total {total}"
+        if usable_ace:
+            hand += " with a usable ace"
+        if total > 21:
+            hand += " (bust)"
+        card = "an ace" if dealer == 1 else str(dealer)
+        return f"{hand}. Dealer shows {card}."
+
+
+class GridText:
+    """A grid map with ``@`` at your cell, then your row and column.
+
+    Example:
+        >>> GridText(["S...", ".H.H", "...H", "H..G"])(6)
+        'S...\\n.H@H\\n...H\\nH..G\\nYou: row 1, col 2.'
+
+    Args:
+        rows: the static map, one string per row, one character per cell.
+        notes: optional ``{cell character: sentence}`` added when you stand on such a cell
+            (e.g. ``{"H": "You fell into a hole."}``).
+    """
+
+    def __init__(self, rows: Sequence[str], notes: dict[str, str] | None = None):
+        self.rows = [str(row) for row in rows]
+        self.ncol = len(self.rows[0])
+        self.notes = dict(notes or {})
+
+    def __call__(self, state: int | np.integer) -> str:
+        row, col = divmod(int(state), self.ncol)
+        lines = list(self.rows)
+        under = lines[row][col]
+        lines[row] = lines[row][:col] + "@" + lines[row][col + 1:]
+        text = "\n".join(lines) + f"\nYou: row {row}, col {col}."
+        if under in self.notes:
+            text += " " + self.notes[under]
+        return text
+
+
+class TaxiText:
+    """The Taxi map with ``@`` at the taxi, where the passenger and destination are, legal moves.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> taxi = gym.make("Taxi-v4").unwrapped
+        >>> print(TaxiText(taxi)(taxi.encode(3, 1, 2, 3)))
+        +---------+
+        |R: | : :G|
+        | : | : : |
+        | : : : : |
+        | |@: | : |
+        |Y| : |B: |
+        +---------+
+        Passenger at Y, destination B. Legal: SOUTH, NORTH, EAST.
+
+    Args:
+        taxi: the unwrapped ``TaxiEnv`` (its map, ``decode`` and ``action_mask``).
+    """
+
+    LANDMARKS = "RGYB"
+
+    def __init__(self, taxi: Any):
+        self.taxi = taxi
+        self.rows = [b"".join(row).decode() for row in taxi.desc]
+
+    def __call__(self, state: int | np.integer) -> str:
+        taxi_row, taxi_col, passenger, destination = self.taxi.decode(int(state))
+        lines = list(self.rows)
+        row, col = taxi_row + 1, 2 * taxi_col + 1
+        lines[row] = lines[row][:col] + "@" + lines[row][col + 1:]
+        goal = self.LANDMARKS[destination]
+        if passenger == 4:
+            where = f"Passenger in the taxi, destination {goal}."
+        elif passenger == destination:
+            where = f"Passenger delivered at {goal}."
+        else:
+            where = f"Passenger at {self.LANDMARKS[passenger]}, destination {goal}."
+        mask = self.taxi.action_mask(int(state))
+        legal = [name for name, ok in zip(ACTION_NAMES["Taxi-v4"], mask) if ok]
+        return "\n".join(lines) + f"\n{where} Legal: {', '.join(legal)}."
+
+
+# --------------------------------------------------------------------------- env makers
+
+def _split_env_kwargs(base_id: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split kwargs into the Gymnasium env's constructor kwargs and :func:`textgym.wrap` kwargs."""
+    creator = gym.envs.registration.load_env_creator(gym.spec(base_id).entry_point)
+    accepted = inspect.signature(creator).parameters
+    env_kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+    wrap_kwargs = {k: v for k, v in kwargs.items() if k not in accepted}
+    return env_kwargs, wrap_kwargs
+
+
+def _text_env(
+    base_id: str,
+    renderer: Callable[[gym.Env], Callable[[Any], str]],
+    prompt: Callable[[gym.Env], str],
+    *,
+    formatter: Callable[[Any], str] | str | None,
+    system_prompt: str | None,
+    max_episode_steps: int | None,
+    kwargs: dict[str, Any],
+) -> gym.Env:
+    from textgym.wrap import wrap
+
+    env_kwargs, wrap_kwargs = _split_env_kwargs(base_id, kwargs)
+    # Gymnasium's TimeLimit goes on the base env, inside the text wrappers, so that
+    # EpisodeStats sees truncations. The outer gym.make adds the env checker once.
+    base = gym.make(base_id, max_episode_steps=max_episode_steps, disable_env_checker=True,
+                    **env_kwargs)
+    wrap_kwargs.setdefault("instructions", _answer_format(ACTION_NAMES[base_id]))
+    return wrap(
+        base,
+        actions=ACTION_NAMES[base_id],
+        formatter=renderer(base.unwrapped) if formatter is None else formatter,
+        system_prompt=prompt(base.unwrapped) if system_prompt is None else system_prompt,
+        **wrap_kwargs,
+    )
+
+
+def _maker(base_id: str, renderer, prompt, default_max_steps: int | None = None):
+    """A ``make_*`` function for ``base_id`` with the signature described in the module doc."""
+
+    def make(formatter=None, system_prompt: str | None = None,
+             max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+        steps = default_max_steps if max_episode_steps is None else max_episode_steps
+        return _text_env(base_id, renderer, prompt, formatter=formatter,
+                         system_prompt=system_prompt, max_episode_steps=steps, kwargs=kwargs)
+
+    make.__doc__ = (
+        f"The text version of Gymnasium's ``{base_id}``: actions "
+        f"{', '.join(ACTION_NAMES[base_id])}.\n\n"
+        "    Args:\n"
+        "        formatter: replaces the renderer (``observation -> str`` or a format string).\n"
+        "        system_prompt: replaces the default system prompt.\n"
+        "        max_episode_steps: step limit (``-1``: none); default: Gymnasium's"
+        + (f" ({default_max_steps} here)" if default_max_steps else "") + ".\n"
+        f"        **kwargs: ``{base_id}``'s own kwargs, else :func:`textgym.wrap` kwargs.\n")
+    return make
+
+
+def _frozenlake_renderer(env) -> GridText:
+    rows = ["".join("." if c == b"F" else c.decode() for c in row) for row in env.desc]
+    return GridText(rows, notes={"H": "You fell into a hole.", "G": "You reached the goal."})
+
+
+def _frozenlake_prompt(env) -> str:
+    is_slippery = any(len(outcomes) > 1 for moves in env.P.values() for outcomes in moves.values())
+    slippery = " The ice is slippery: you may slide sideways." if is_slippery else ""
+    return ("Walk from S to the goal G on a frozen lake without stepping into a hole H. "
+            f"Map: @ you, . ice; row 0 is the top, col 0 the left.{slippery}")
+
+
+def _cliffwalking_renderer(env) -> GridText:
+    nrow, ncol = env.shape
+    rows = [["C" if env._cliff[r, c] else "." for c in range(ncol)] for r in range(nrow)]
+    start_row, start_col = divmod(int(env.start_state_index), ncol)
+    rows[start_row][start_col] = "S"
+    rows[-1][-1] = "G"
+    return GridText(["".join(row) for row in rows], notes={"G": "You reached the goal."})
+
+
+def _cliffwalking_prompt(env) -> str:
+    slippery = " The ground is slippery: you may slide sideways." if env.is_slippery else ""
+    return ("Walk from S to the goal G. Each step costs -1; stepping onto the cliff C costs -100 "
+            f"and sends you back to S. Map: @ you, . ground; row 0 is the top.{slippery}")
+
+
+make_cartpole = _maker(
+    "CartPole-v1", lambda env: CartPoleText(),
+    lambda env: ("Balance a pole on a cart. Push the cart LEFT or RIGHT to keep the pole upright "
+                 "and the cart near the center."))
+
+make_mountaincar = _maker(
+    "MountainCar-v0", lambda env: MountainCarText(),
+    lambda env: ("Drive a car out of a valley to the flag on the right hill at +0.50. The engine "
+                 "is weak: push back and forth to build speed. NONE means no push."))
+
+make_acrobot = _maker(
+    "Acrobot-v1", lambda env: AcrobotText(),
+    lambda env: ("Swing a hanging two-link chain up until its tip is above height +1.00. You push "
+                 "only at the middle joint: LEFT is torque -1, RIGHT is +1 (counterclockwise), "
+                 "NONE is 0."))
+
+make_blackjack = _maker(
+    "Blackjack-v1", lambda env: BlackjackText(),
+    lambda env: ("Play blackjack: finish closer to 21 than the dealer without going over. HIT takes "
+                 "a card, STICK stops."))
+
+make_frozenlake = _maker("FrozenLake-v1", _frozenlake_renderer, _frozenlake_prompt)
+
+make_taxi = _maker(
+    "Taxi-v4", TaxiText,
+    lambda env: ("Drive the taxi (@) to the passenger, PICKUP, drive to the destination, DROPOFF. "
+                 "R, G, Y, B are the stops; | is a wall."))
+
+# Gymnasium registers CliffWalking without a step limit; a text agent needs one.
+make_cliffwalking = _maker("CliffWalking-v1", _cliffwalking_renderer, _cliffwalking_prompt,
+                           default_max_steps=200)
