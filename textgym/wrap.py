@@ -1,5 +1,118 @@
-"""textgym.wrap: placeholder until the wrappers land (being written now)."""
+"""textgym.wrap: any Gymnasium env with a discrete-like action space -> a text env, in one call."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+from gymnasium import spaces
+
+__all__ = ["wrap", "POLICY_KEYS"]
+
+#: The keyword arguments of :func:`wrap` that go to :class:`~textgym.wrappers.ParseAction`.
+POLICY_KEYS = ("invalid_policy", "invalid_penalty", "default_action", "max_retries",
+               "retry_fallback", "feedback", "parser")
 
 
-def wrap(env, actions=None, formatter=None, **policy):
-    raise NotImplementedError("textgym.wrap is being written")
+def wrap(
+    env: gym.Env | str,
+    actions: Sequence[str] | Mapping[str, Any] | None = None,
+    formatter: Any = None,
+    system_prompt: str | None = None,
+    instructions: str | None = None,
+    history: int = 0,
+    reward_terms: Sequence[Any] | None = None,
+    *,
+    observation_names: Sequence[str] | None = None,
+    max_length: int = 8192,
+    **policy: Any,
+) -> gym.Env:
+    """Turns a Gymnasium env into a text env (``str`` observations, ``str`` actions).
+
+    Stacks, inner to outer: ``TextObservation -> ParseAction -> EpisodeStats
+    [-> ShapeReward] [-> History]``. The result follows the text-env contract of
+    ``docs/design.md``: ``info["system_prompt"]`` and ``info["valid_actions"]`` at reset,
+    ``info["valid_actions"]`` and ``info["parse"]`` at every step, ``info["episode"]``
+    at episode end.
+
+    Supported action spaces: ``Discrete`` (with or without an action mask in
+    ``info["action_mask"]``), 1-D ``MultiBinary`` (each combination is an action named
+    ``"A+B"``), or any space with ``actions={name: env_action}``.
+
+    Example:
+        >>> import gymnasium as gym, textgym
+        >>> env = textgym.wrap(gym.make("CartPole-v1"), actions=["LEFT", "RIGHT"])
+        >>> obs, info = env.reset(seed=0)
+        >>> obs
+        '[0.01, -0.02, -0.05, -0.05]'
+        >>> info["system_prompt"].splitlines()[-1]
+        'Actions: LEFT, RIGHT. Answer with one action name.'
+        >>> obs, reward, terminated, truncated, info = env.step("Action: RIGHT")
+        >>> info["parse"]["action"], reward
+        (1, 1.0)
+
+    Args:
+        env: a Gymnasium env, or an env id for ``gym.make``.
+        actions: the action names (for ``MultiBinary``: the bit names), or a dict
+            ``{name: env_action}``. Default: the env's own names (``get_action_meanings()``
+            as in Atari, or an ``action_names`` attribute), else ``"0".."n-1"``.
+        formatter: observation -> text: ``None`` (a generic description of Box, Discrete,
+            MultiBinary, Dict and Tuple observations), a function ``f(obs) -> str``, or a
+            format string (see :class:`~textgym.wrappers.TextObservation`).
+        system_prompt: the task description. Default: names the env.
+        instructions: the answer format appended to the system prompt. Default: lists the actions.
+        history: if > 0, the last ``history`` steps are shown in each observation (:class:`~textgym.wrappers.History`).
+        reward_terms: if given, the reward is shaped by these terms (:class:`~textgym.wrappers.ShapeReward`).
+        observation_names: names of the observation values for the generic description.
+        max_length: the longest observation text.
+        **policy: the invalid-answer handling of :class:`~textgym.wrappers.ParseAction`:
+            ``invalid_policy``, ``invalid_penalty``, ``default_action``, ``max_retries``,
+            ``retry_fallback``, ``feedback``, ``parser``.
+
+    Raises:
+        ValueError: the action space is not supported (e.g. ``Box``).
+        TypeError: an unknown keyword argument.
+    """
+    from textgym.wrappers import EpisodeStats, History, ParseAction, ShapeReward, TextObservation
+
+    unknown = sorted(set(policy) - set(POLICY_KEYS))
+    if unknown:
+        raise TypeError(f"textgym.wrap() got unexpected keyword argument(s) {unknown}; "
+                        f"the invalid-answer options are {list(POLICY_KEYS)}")
+    if isinstance(env, str):
+        env = gym.make(env)
+    space = env.action_space
+    if not isinstance(actions, Mapping) and not isinstance(space, (spaces.Discrete, spaces.MultiBinary)):
+        raise ValueError(
+            f"textgym.wrap supports Discrete and 1-D MultiBinary action spaces (optionally with an "
+            f"action mask in info['action_mask']), or actions={{name: env_action}} for any space; "
+            f"got {space}. For a Box action space, discretize it first, e.g. "
+            f"gymnasium.wrappers.DiscretizeAction(env, bins=3).")
+    names = ParseAction._resolve_actions(env, actions)[0]
+
+    if system_prompt is None:
+        env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
+        system_prompt = (f"You control an agent in the {env_id} environment. "
+                         f"Each message describes the current state.")
+    if instructions is None:
+        instructions = _default_instructions(names, space, actions)
+
+    env = TextObservation(env, formatter=formatter, system_prompt=system_prompt,
+                          instructions=instructions, max_length=max_length,
+                          observation_names=observation_names)
+    env = ParseAction(env, action_names=actions, **policy)
+    env = EpisodeStats(env)
+    if reward_terms is not None:
+        env = ShapeReward(env, terms=reward_terms)
+    if history:
+        env = History(env, window=int(history))
+    return env
+
+
+def _default_instructions(names: list[str], space: spaces.Space, actions: Any) -> str:
+    if isinstance(space, spaces.MultiBinary) and not isinstance(actions, Mapping) and len(names) > 16:
+        bits = [n for n in names if n != "NONE" and "+" not in n]
+        return (f"Actions: any combination of {', '.join(bits)} joined with '+' in that order "
+                f"(e.g. {bits[0]}+{bits[1]}), or NONE. Answer with one action.")
+    return f"Actions: {', '.join(names)}. Answer with one action name."

@@ -1,0 +1,63 @@
+"""EpisodeStats: the episode's return, length and invalid-answer count in the info at its end."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+
+__all__ = ["EpisodeStats"]
+
+
+class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Adds ``info["episode"] = {"return", "length", "invalid_count"}`` at episode end.
+
+    ``return`` sums the rewards this wrapper sees (the env's reward plus invalid-answer
+    penalties; reward shaping sits outside it), ``length`` counts ``step`` calls (retried
+    answers included) and ``invalid_count`` comes from ``info["parse"]``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from textgym.wrappers import ParseAction
+        >>> env = EpisodeStats(ParseAction(gym.make("CartPole-v1"), ["LEFT", "RIGHT"]))
+        >>> _ = env.reset(seed=0)
+        >>> done = False
+        >>> while not done:
+        ...     _, _, terminated, truncated, info = env.step("LEFT")
+        ...     done = terminated or truncated
+        >>> info["episode"]
+        {'return': 11.0, 'length': 11, 'invalid_count': 0}
+
+    Args:
+        env: the env to wrap (usually a :class:`~textgym.wrappers.ParseAction`).
+    """
+
+    def __init__(self, env: gym.Env):
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
+        self.episode_return = 0.0
+        self.episode_length = 0
+        self.episode_invalid_count = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.episode_return = 0.0
+        self.episode_length = 0
+        self.episode_invalid_count = 0
+        return self.env.reset(seed=seed, options=options)
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.episode_return += float(reward)
+        self.episode_length += 1
+        parse = info.get("parse")
+        if isinstance(parse, dict):
+            if "invalid_count" in parse:
+                self.episode_invalid_count = int(parse["invalid_count"])
+            elif parse.get("valid") is False:
+                self.episode_invalid_count += 1
+        if terminated or truncated:
+            info = dict(info)
+            info["episode"] = {
+                "return": self.episode_return,
+                "length": self.episode_length,
+                "invalid_count": self.episode_invalid_count,
+            }
+        return obs, reward, terminated, truncated, info

@@ -1,0 +1,298 @@
+"""ShapeReward: the reward as a weighted sum of composable terms, each weight on a schedule."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Union
+
+import gymnasium as gym
+import numpy as np
+
+__all__ = [
+    "ShapeReward",
+    "RewardTerm",
+    "Scale",
+    "Clip",
+    "FormatBonus",
+    "RewardFn",
+    "Constant",
+    "LinearDecay",
+    "ExponentialDecay",
+    "as_schedule",
+]
+
+Schedule = Callable[[int], float]
+
+
+# --------------------------------------------------------------------------- schedules
+
+
+class Constant:
+    """A weight that never changes.
+
+    Example:
+        >>> Constant(0.5)(1000)
+        0.5
+    """
+
+    def __init__(self, value: float):
+        self.value = float(value)
+
+    def __call__(self, step: int) -> float:
+        return self.value
+
+    def __repr__(self) -> str:
+        return f"Constant({self.value})"
+
+
+class LinearDecay:
+    """From ``start`` to ``end`` linearly over ``steps`` steps, then ``end``.
+
+    Example:
+        >>> s = LinearDecay(1.0, 0.0, steps=100)
+        >>> s(0), s(50), s(100), s(1000)
+        (1.0, 0.5, 0.0, 0.0)
+
+    Args:
+        start: the weight at step 0.
+        end: the weight from step ``steps`` on.
+        steps: the length of the decay.
+    """
+
+    def __init__(self, start: float, end: float = 0.0, steps: int = 1000):
+        if steps <= 0:
+            raise ValueError(f"LinearDecay needs steps > 0, got {steps}")
+        self.start, self.end, self.steps = float(start), float(end), int(steps)
+
+    def __call__(self, step: int) -> float:
+        fraction = min(max(step, 0) / self.steps, 1.0)
+        return self.start + (self.end - self.start) * fraction
+
+    def __repr__(self) -> str:
+        return f"LinearDecay({self.start}, {self.end}, steps={self.steps})"
+
+
+class ExponentialDecay:
+    """``end + (start - end) * decay ** step``.
+
+    Example:
+        >>> s = ExponentialDecay(1.0, decay=0.5)
+        >>> s(0), s(1), s(3)
+        (1.0, 0.5, 0.125)
+
+    Args:
+        start: the weight at step 0.
+        decay: the factor per step, in (0, 1].
+        end: the limit.
+    """
+
+    def __init__(self, start: float, decay: float = 0.999, end: float = 0.0):
+        if not 0.0 < decay <= 1.0:
+            raise ValueError(f"ExponentialDecay needs 0 < decay <= 1, got {decay}")
+        self.start, self.decay, self.end = float(start), float(decay), float(end)
+
+    def __call__(self, step: int) -> float:
+        return self.end + (self.start - self.end) * self.decay ** max(step, 0)
+
+    def __repr__(self) -> str:
+        return f"ExponentialDecay({self.start}, decay={self.decay}, end={self.end})"
+
+
+def as_schedule(weight: float | Schedule) -> Schedule:
+    """A number -> :class:`Constant`; a schedule (any ``f(step) -> float``) is kept."""
+    if isinstance(weight, (int, float, np.number)) and not isinstance(weight, bool):
+        return Constant(float(weight))
+    if callable(weight):
+        return weight
+    raise TypeError(f"a weight must be a number or a schedule f(step) -> float, got {weight!r}")
+
+
+# --------------------------------------------------------------------------- terms
+
+
+class RewardTerm:
+    """One term of a shaped reward: ``weight(step) * value(observation, action, reward, info)``.
+
+    Subclass it and implement :meth:`value`.
+
+    Args:
+        weight: a number or a schedule over steps.
+        name: the key of this term in ``info["reward_terms"]``.
+    """
+
+    name = "term"
+
+    def __init__(self, weight: float | Schedule = 1.0, name: str | None = None):
+        self.weight = as_schedule(weight)
+        if name is not None:
+            self.name = name
+
+    def value(self, observation: Any, action: Any, reward: float, info: dict) -> float:
+        raise NotImplementedError
+
+    def __call__(self, observation: Any, action: Any, reward: float, info: dict, step: int) -> float:
+        return float(self.weight(step)) * float(self.value(observation, action, reward, info))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(weight={self.weight!r})"
+
+
+class Scale(RewardTerm):
+    """The env's reward times ``factor`` (a number or a schedule).
+
+    Example:
+        >>> Scale(0.1)(None, "LEFT", 1.0, {}, step=0)
+        0.1
+    """
+
+    name = "scale"
+
+    def __init__(self, factor: float | Schedule = 1.0, name: str | None = None):
+        super().__init__(factor, name)
+
+    def value(self, observation, action, reward, info) -> float:
+        return float(reward)
+
+
+class Clip(RewardTerm):
+    """The env's reward clipped to ``[low, high]`` (times ``weight``).
+
+    Example:
+        >>> Clip(-1.0, 1.0)(None, "LEFT", -7.0, {}, step=0)
+        -1.0
+    """
+
+    name = "clip"
+
+    def __init__(self, low: float = -1.0, high: float = 1.0, weight: float | Schedule = 1.0,
+                 name: str | None = None):
+        if low > high:
+            raise ValueError(f"Clip needs low <= high, got {low} > {high}")
+        super().__init__(weight, name)
+        self.low, self.high = float(low), float(high)
+
+    def value(self, observation, action, reward, info) -> float:
+        return min(max(float(reward), self.low), self.high)
+
+
+class FormatBonus(RewardTerm):
+    """``+bonus`` for a valid answer, ``-penalty`` for an invalid one (from ``info["parse"]``).
+
+    With ``parsers``, only answers matched by those parsers earn the bonus (e.g.
+    ``parsers=("json",)`` rewards following a JSON answer format).
+
+    Example:
+        >>> term = FormatBonus(bonus=0.1, penalty=0.5, parsers=("json",))
+        >>> term(None, "", 0.0, {"parse": {"valid": True, "parser": "json"}}, step=0)
+        0.1
+        >>> term(None, "", 0.0, {"parse": {"valid": True, "parser": "keyword"}}, step=0)
+        0.0
+        >>> term(None, "", 0.0, {"parse": {"valid": False, "parser": None}}, step=0)
+        -0.5
+
+    Args:
+        bonus: added for a valid answer.
+        penalty: subtracted for an invalid answer.
+        parsers: the parser names that earn the bonus (default: any).
+        weight: a number or a schedule over steps.
+    """
+
+    name = "format"
+
+    def __init__(self, bonus: float = 0.1, penalty: float = 0.0, parsers: Iterable[str] | None = None,
+                 weight: float | Schedule = 1.0, name: str | None = None):
+        super().__init__(weight, name)
+        self.bonus, self.penalty = float(bonus), float(penalty)
+        self.parsers = None if parsers is None else frozenset(parsers)
+
+    def value(self, observation, action, reward, info) -> float:
+        parse = info.get("parse") if isinstance(info, dict) else None
+        if not isinstance(parse, dict):
+            return 0.0
+        if not parse.get("valid"):
+            return -self.penalty
+        if self.parsers is None or parse.get("parser") in self.parsers:
+            return self.bonus
+        return 0.0
+
+
+class RewardFn(RewardTerm):
+    """A user function ``f(observation, action, reward, info) -> float`` as a term.
+
+    Example:
+        >>> short = RewardFn(lambda obs, action, reward, info: -len(action) / 100, name="brevity")
+        >>> short(None, "LEFT", 1.0, {}, step=0)
+        -0.04
+
+    Args:
+        fn: the function; ``observation`` is the new observation, ``action`` the raw answer.
+        weight: a number or a schedule over steps.
+        name: the key in ``info["reward_terms"]`` (default: the function's name).
+    """
+
+    def __init__(self, fn: Callable[[Any, Any, float, dict], float], weight: float | Schedule = 1.0,
+                 name: str | None = None):
+        super().__init__(weight, name or getattr(fn, "__name__", "fn"))
+        self.fn = fn
+
+    def value(self, observation, action, reward, info) -> float:
+        return float(self.fn(observation, action, reward, info))
+
+
+# --------------------------------------------------------------------------- wrapper
+
+
+TermLike = Union[RewardTerm, Callable[[Any, Any, float, dict], float]]
+
+
+class ShapeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
+    """Replaces the reward by ``sum(term(observation, action, reward, info, step))``.
+
+    The shaped reward is exactly the weighted sum of the terms: include :class:`Scale` or
+    :class:`Clip` to keep the env's reward. ``step`` counts this wrapper's steps across
+    episodes (it drives the schedules). ``info["reward_env"]`` keeps the unshaped reward and
+    ``info["reward_terms"]`` each term's weighted value.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from textgym.wrappers import ParseAction
+        >>> env = ShapeReward(ParseAction(gym.make("CartPole-v1"), ["LEFT", "RIGHT"]),
+        ...                   terms=[Scale(0.1), FormatBonus(bonus=0.05, penalty=0.5,
+        ...                          weight=LinearDecay(1.0, 0.0, steps=1000))])
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, *_, info = env.step("LEFT")
+        >>> round(reward, 3), info["reward_env"], info["reward_terms"]
+        (0.15, 1.0, {'scale': 0.1, 'format': 0.05})
+
+    Args:
+        env: the env to wrap (usually the text env stack).
+        terms: :class:`RewardTerm` objects or plain functions ``f(observation, action, reward,
+            info)`` (weight 1). Default: ``[Scale(1.0)]``. Duplicate names get a ``_2``.. suffix.
+    """
+
+    def __init__(self, env: gym.Env, terms: Sequence[TermLike] | None = None):
+        gym.utils.RecordConstructorArgs.__init__(self, terms=terms)
+        gym.Wrapper.__init__(self, env)
+        terms = [Scale(1.0)] if terms is None else list(terms)
+        self.terms: list[RewardTerm] = [t if isinstance(t, RewardTerm) else RewardFn(t) for t in terms]
+        if not self.terms:
+            raise ValueError("ShapeReward needs at least one term (e.g. Scale(1.0) for the env reward)")
+        self.term_names: list[str] = []
+        for term in self.terms:
+            name, k = term.name, 2
+            while name in self.term_names:
+                name, k = f"{term.name}_{k}", k + 1
+            self.term_names.append(name)
+        self.steps = 0
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        values = {name: term(obs, action, reward, info, self.steps)
+                  for name, term in zip(self.term_names, self.terms)}
+        self.steps += 1
+        shaped = math.fsum(values.values())
+        info = dict(info)
+        info["reward_env"] = float(reward)
+        info["reward_terms"] = values
+        return obs, shaped, terminated, truncated, info
