@@ -31,9 +31,11 @@ def metrics_path(run: str | Path) -> Path:
 
 def read_metrics(run: str | Path) -> list[dict[str, Any]]:
     """The update records of a run; a torn last line (run killed mid-write) is skipped."""
+    if not Path(run).exists():
+        raise CLIError(f"no run at {run}: no such folder or file")
     path = metrics_path(run)
     if not path.is_file():
-        raise CLIError(f"no metrics found: {path} does not exist")
+        raise CLIError(f"no metrics in {run}: {path} does not exist")
     records = []
     lines = path.read_text(encoding="utf-8").splitlines()
     for number, line in enumerate(lines, 1):

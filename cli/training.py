@@ -1,0 +1,334 @@
+"""``textgym train``: resolve the config, prepare the run folder, train with a live display.
+
+A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``, ``checkpoint/``,
+``curve.png`` (redrawn every ``plot_every`` updates) and ``summary.json`` (at the end, or when
+stopped). Ctrl-C stops after the current update and saves a checkpoint; a second Ctrl-C stops
+at once (the last periodic checkpoint stays). ``--resume DIR`` continues the same run: the
+update and episode counters carry on and ``metrics.jsonl`` grows.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from textgym.cli import config as run_config
+from textgym.cli import runs
+from textgym.cli.display import LiveDisplay
+from textgym.cli.envtools import resolve_env
+from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
+
+#: Per-env defaults of ``textgym train`` (below the config file and flags). Chosen so that the
+#: default model (smollm2-135m, score mode, LoRA) visibly learns within minutes on a 2-core CPU.
+ENV_DEFAULTS: dict[str, dict[str, Any]] = {
+    "textgym/CartPole-v1": {"episodes": 384, "num_envs": 16},
+    "textgym/Bandit-v0": {"episodes": 512, "num_envs": 16},
+    "textgym/Blackjack-v1": {"episodes": 1024, "num_envs": 16},
+    "textgym/FrozenLake-v1": {"episodes": 512, "num_envs": 16},
+}
+GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
+
+# Fields of RunConfig that fix what is being trained: a resumed run cannot change them.
+_FIXED_ON_RESUME = ("env", "algo", "model", "mode", "lora", "env_kwargs")
+
+CONFIG_FILE = "config.toml"
+CHECKPOINT = "checkpoint"
+
+
+class _StopTraining(Exception):
+    """Raised from the trainer callback, after an update completed, to stop the run cleanly."""
+
+
+class _Interrupts:
+    """First Ctrl-C: ask the run to stop after the current update. Second: stop at once."""
+
+    def __init__(self, display: LiveDisplay):
+        self.requested = False
+        self.display = display
+        self._previous: Any = None
+
+    def __enter__(self) -> _Interrupts:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def request(self) -> None:
+        if not self.requested:
+            self.requested = True
+            self.display.log("[yellow]Stopping after this update to save a checkpoint "
+                             "(Ctrl-C again to quit without saving).[/]")
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            raise KeyboardInterrupt
+        self.request()
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def _new_config(file_layer: dict[str, Any], flags: dict[str, Any]) -> run_config.RunConfig:
+    merged = run_config.resolve(file_layer, flags)
+    if not merged.env:
+        raise CLIError("missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
+    env_id = resolve_env(merged.env)
+    defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
+    cfg = run_config.resolve(defaults, file_layer, flags)
+    cfg.env = env_id
+    return run_config.validate(cfg)
+
+
+def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],
+                   out: Path | None) -> run_config.RunConfig:
+    if out is not None and Path(out).resolve() != run_dir.resolve():
+        raise CLIError("give either --resume DIR or --out DIR, not both")
+    if not run_dir.is_dir():
+        raise CLIError(f"cannot resume: run folder {run_dir} does not exist")
+    if not (run_dir / CONFIG_FILE).is_file():
+        raise CLIError(f"cannot resume: {run_dir} is not a textgym run folder (no {CONFIG_FILE})")
+    saved = run_config.load_toml(run_dir / CONFIG_FILE)
+    given = {**file_layer, **{k: v for k, v in flags.items() if v is not None}}
+    if given.get("env") is not None:
+        given["env"] = resolve_env(given["env"])
+    for name in _FIXED_ON_RESUME:
+        if name in given and given[name] != saved.get(name):
+            raise CLIError(
+                f"cannot resume {run_dir} with {name}={given[name]!r}: the run was started with "
+                f"{name}={saved.get(name)!r}"
+            )
+    cfg = run_config.resolve(saved, file_layer, flags)
+    cfg.env = saved["env"]
+    return run_config.validate(cfg)
+
+
+def _trainer_config(cfg: run_config.RunConfig) -> Any:
+    """The algorithm's config dataclass from the run config (bad values -> CLIError)."""
+    from textgym.trainers import config as trainer_configs
+
+    fields = {
+        "num_envs": cfg.num_envs,
+        "seed": cfg.seed,
+        "use_lora": cfg.lora,
+        "checkpoint_every": cfg.checkpoint_every,
+        **({"lr": cfg.lr} if cfg.lr is not None else {}),
+        **cfg.trainer,
+    }
+    try:
+        return trainer_configs.config_for(cfg.algo, fields)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid {cfg.algo} settings: {exc}") from exc
+
+
+# --- the heavy part ----------------------------------------------------------------------------
+
+
+def _load_policy(cfg: run_config.RunConfig) -> Any:
+    from textgym.cli.modelcheck import check_model
+
+    check_model(cfg.model)
+    import textgym
+    from textgym import models
+
+    try:
+        model, tokenizer = models.load(cfg.model)
+    except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
+        raise CLIError(f"cannot load model {cfg.model!r}: {exc}") from exc
+    return textgym.Policy(model, tokenizer, mode=cfg.mode)
+
+
+def _episodes_done(trainer: Any) -> int:
+    for name in ("episodes_done", "total_episodes", "episodes"):
+        value = getattr(trainer, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _updates_done(trainer: Any) -> int:
+    for name in ("updates_done", "update_count", "updates", "step"):
+        value = getattr(trainer, name, None)
+        if isinstance(value, int):
+            return value
+    return 0
+
+
+def _trim_metrics(run_dir: Path, updates_done: int) -> int:
+    """Drop metrics lines of updates after the checkpoint (a hard kill between checkpoints):
+    they are redone after resuming, so each update appears once. Returns lines dropped."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    kept, dropped = [], 0
+    import json
+
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            dropped += 1
+            continue
+        if isinstance(record.get("update"), int) and record["update"] > updates_done:
+            dropped += 1
+        else:
+            kept.append(line)
+    if dropped:
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        tmp.replace(path)
+    return dropped
+
+
+def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,
+        resume: Path | None = None, force: bool = False, quiet: bool = False,
+        stop_after: int | None = None) -> None:
+    """The ``train`` command (see the module docstring)."""
+    file_layer = run_config.load_toml(config_file) if config_file is not None else {}
+    if resume is not None:
+        run_dir = Path(resume)
+        cfg = _resume_config(run_dir, file_layer, flags, out)
+        checkpoint = run_dir / CHECKPOINT
+        from textgym.trainers.checkpoint import checkpoint_dir
+
+        try:
+            checkpoint_dir(checkpoint)
+        except FileNotFoundError:
+            raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
+    else:
+        cfg = _new_config(file_layer, flags)
+        run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
+        if run_dir.exists() and any(run_dir.iterdir()) and not force:
+            runs.prepare_new(run_dir, force=False)  # raises the "already exists" error
+    trainer_config = _trainer_config(cfg)
+
+    if not quiet:
+        print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+              f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
+              f"run folder {run_dir}", flush=True)
+    policy = _load_policy(cfg)
+
+    from textgym.trainers import make_trainer
+
+    if resume is not None:
+        trainer = _resume_trainer(run_dir / CHECKPOINT, policy, cfg, run_dir)
+        dropped = _trim_metrics(run_dir, _updates_done(trainer))
+        if dropped and not quiet:
+            print(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
+    else:
+        runs.prepare_new(run_dir, force=force)
+        (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+        trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
+                               out_dir=run_dir, **_env_kwargs_arg(cfg))
+        if cfg.sft:
+            _warm_start(trainer, cfg, quiet)
+    _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
+
+
+def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
+    return {"env_kwargs": dict(cfg.env_kwargs)} if cfg.env_kwargs else {}
+
+
+def _resume_trainer(checkpoint: Path, policy: Any, cfg: run_config.RunConfig,
+                    run_dir: Path) -> Any:
+    from textgym.trainers import Trainer
+
+    try:
+        trainer = Trainer.resume(checkpoint, policy=policy)
+    except FileNotFoundError as exc:
+        raise CLIError(f"cannot resume: {exc}") from exc
+    return trainer
+
+
+def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
+    from textgym.trainers import sft
+
+    if not quiet:
+        print(f"textgym: supervised warm-up on {cfg.sft}", flush=True)
+    try:
+        sft.train_on_file(trainer.policy, cfg.sft)
+    except (ValueError, KeyError) as exc:
+        raise CLIError(f"bad SFT file {cfg.sft}: {exc}") from exc
+
+
+def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
+           stop_after: int | None) -> None:
+    from textgym.cli.plotting import plot_runs
+
+    total = int(cfg.episodes or 0)
+    done = _episodes_done(trainer)
+    updates_this_session = 0
+    started = time.monotonic()
+    status = "complete"
+
+    display = LiveDisplay(total=total, done=done, quiet=quiet, sample_every=cfg.sample_every,
+                          description=cfg.env.split("/")[-1])
+
+    def redraw() -> None:
+        if (run_dir / "metrics.jsonl").is_file():
+            plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
+                      f"{cfg.model}, {cfg.algo}")
+
+    with display, _Interrupts(display) as interrupts:
+
+        def callback(metrics: dict[str, Any]) -> None:
+            nonlocal updates_this_session
+            updates_this_session += 1
+            display.update(metrics)
+            if updates_this_session % cfg.plot_every == 0:
+                redraw()
+            if stop_after is not None and updates_this_session >= stop_after:
+                interrupts.request()
+            if interrupts.requested:
+                raise _StopTraining
+
+        remaining = total - done
+        if remaining > 0:
+            try:
+                trainer.train(episodes=remaining, callback=callback)
+            except _StopTraining:
+                status = "interrupted"
+        else:
+            display.log(f"the run already has {done} of {total} episodes")
+        trainer.save_checkpoint(run_dir / CHECKPOINT)
+        redraw()
+
+    from textgym.cli.plotting import read_metrics
+
+    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    summary = {
+        "status": status,
+        "env": cfg.env,
+        "algo": cfg.algo,
+        "model": cfg.model,
+        "mode": cfg.mode,
+        "lora": cfg.lora,
+        "episodes_planned": total,
+        **runs.summarize_metrics(records),
+        "session_seconds": round(time.monotonic() - started, 3),
+        "checkpoint": str(run_dir / CHECKPOINT),
+    }
+    if status == "complete" and cfg.eval_episodes:
+        display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
+        summary["eval"] = trainer.evaluate(episodes=cfg.eval_episodes)
+    runs.write_json(run_dir / "summary.json", summary)
+    if status == "interrupted":
+        if not quiet:
+            print(f"textgym: stopped after update {summary.get('updates')}; checkpoint saved. "
+                  f"Continue with: textgym train --resume {run_dir}", flush=True)
+        raise typer.Exit(EXIT_INTERRUPTED)
+    if not quiet:
+        first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
+        trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
+        print(f"textgym: done: {summary.get('updates')} updates, {summary.get('episodes')} "
+              f"episodes{trend}. Run folder: {run_dir}", flush=True)
+
+
