@@ -1,0 +1,469 @@
+"""TextWorld text adventures as text envs: ``textgym/TextWorld-v0``.
+
+Each ``reset(seed=...)`` plays a game made offline by TextWorld's own generator
+(``textworld.GameOptions`` + ``textworld.make``, the functions behind ``tw-make custom``).
+Games are cached on disk by their generation parameters and seed under
+``$TEXTGYM_HOME/textworld`` (default ``~/.cache/textgym/textworld``), so the same seed gives the
+same game and a game is generated once per machine. ``game_files=`` plays existing
+``.z1``-``.z8`` games instead (a folder or a list of files).
+
+TextWorld's own 4-tuple API is adapted to the text-env contract (docs/design.md §1):
+
+* reward: the change in score (plus ``invalid_penalty`` for an invalid answer);
+* ``terminated``: the game is won or lost; ``truncated``: ``max_episode_steps`` commands were sent;
+* ``info["valid_actions"]``: the game's admissible commands, so ``score`` mode works;
+* the observation: the game's reply with the ASCII-art banner, the status line and the
+  "RESTART, RESTORE ... or QUIT" boilerplate removed; at reset it holds the task and the first
+  room.
+
+Answers are parsed against the admissible commands with textgym's parsers (JSON, regex,
+keyword: ``{"action": "open box"}``, ``Action: go north``, ``... so I will take the key``).
+An answer that names no admissible command is *free text*, handled by ``invalid_policy``:
+
+* ``"penalty"`` (default) and ``"default"``: the answer itself is sent to the game as a command
+  (its first line, printable ASCII, at most 80 characters), as a human player's typing would be;
+  the game answers it (usually "That's not a verb I recognise."), and ``"penalty"`` adds
+  ``invalid_penalty`` to the reward. This is how free text works in ``generate`` mode: a
+  command the game understands but that is missing from the admissible list still does its
+  work. Game-control verbs (``quit``, ``restart``, ``save``, ``restore``, ``undo``, ...) are never
+  sent: the game is left as it was and the observation says so.
+* ``"retry"``: nothing is sent; the observation repeats with a feedback line; after
+  ``max_retries`` it falls back to ``"penalty"``.
+* ``"terminate"``: nothing is sent; the episode ends with reward ``invalid_penalty``.
+
+``info["parse"]["action"]`` is the command sent to the game (a ``str``) or ``None``.
+
+Example:
+    >>> import textgym
+    >>> env = textgym.make("textgym/TextWorld-v0", world_size=2, nb_objects=3, quest_length=2)
+    >>> obs, info = env.reset(seed=0)         # generates (or loads) the game for seed 0
+    >>> obs, reward, terminated, truncated, info = env.step(info["valid_actions"][0])
+
+textworld is imported when the env is built, not when this module is imported.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import tempfile
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any, Sequence
+
+import gymnasium as gym
+import numpy as np
+
+from textgym.spaces import TextSpace
+
+__all__ = ["TextWorldEnv", "generate_game", "clean_feedback", "textgym_home", "make_textworld",
+           "register_envs", "INVALID_POLICIES"]
+
+INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
+
+SYSTEM_PROMPT = ("You play a text adventure. Each turn you read what you see and answer with one "
+                 "command, like 'go north', 'open box' or 'take key'. Finish the task to win.")
+
+# Commands that control the interpreter rather than the story: never sent as free text.
+_META_VERBS = frozenset({
+    "quit", "q", "restart", "restore", "save", "undo", "oops", "script", "unscript",
+    "transcript", "noscript", "verbose", "brief", "superbrief", "notify", "version",
+    "pronouns", "again", "g", "y", "yes", "n", "no",
+})
+_MAX_COMMAND_CHARS = 80
+
+
+def textgym_home() -> Path:
+    """``$TEXTGYM_HOME``, default ``~/.cache/textgym``: where generated games are cached."""
+    return Path(os.environ.get("TEXTGYM_HOME") or Path.home() / ".cache" / "textgym")
+
+
+# --------------------------------------------------------------------------------------------
+# Generation and the on-disk cache
+# --------------------------------------------------------------------------------------------
+
+
+def _cache_dir(world_size: int, nb_objects: int, quest_length: int, theme: str) -> Path:
+    import textworld
+
+    params = {"world_size": world_size, "nb_objects": nb_objects, "quest_length": quest_length,
+              "theme": theme, "textworld": textworld.__version__}
+    tag = hashlib.sha1(json.dumps(params, sort_keys=True).encode()).hexdigest()[:10]
+    name = f"r{world_size}-o{nb_objects}-q{quest_length}-{theme}-{tag}"
+    return textgym_home() / "textworld" / name
+
+
+def generate_game(seed: int, world_size: int = 2, nb_objects: int = 3, quest_length: int = 2,
+                  theme: str = "house", cache_dir: str | os.PathLike | None = None) -> Path:
+    """The ``.z8`` file of the TextWorld game for these parameters and ``seed``, made once.
+
+    Equivalent to ``tw-make custom --world-size W --nb-objects O --quest-length Q --seed S``.
+    The game and its ``.json`` (with the walkthrough) are written to a temporary folder and
+    moved into the cache, so concurrent processes never see half-written files.
+
+    Args:
+        seed: the generation seed.
+        world_size: number of rooms.
+        nb_objects: minimum number of objects in the world.
+        quest_length: number of commands the quest needs.
+        theme: TextWorld's text grammar theme.
+        cache_dir: folder for the game files; default ``$TEXTGYM_HOME/textworld/<parameters>``.
+
+    Raises:
+        RuntimeError: TextWorld cannot make a quest of this length in such a world.
+    """
+    import textworld
+    from textworld.generator import QuestGenerationError
+
+    if world_size < 1 or nb_objects < 0 or quest_length < 1:
+        raise ValueError(f"need world_size >= 1, nb_objects >= 0, quest_length >= 1; got "
+                         f"{world_size}, {nb_objects}, {quest_length}")
+    folder = Path(cache_dir) if cache_dir is not None else _cache_dir(world_size, nb_objects, quest_length, theme)
+    target = folder / f"game_{int(seed)}.z8"
+    if target.is_file() and target.with_suffix(".json").is_file():
+        return target
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
+    try:
+        options = textworld.GameOptions()
+        options.seeds = int(seed)
+        options.nb_rooms = int(world_size)
+        options.nb_objects = int(nb_objects)
+        options.quest_length = int(quest_length)
+        options.grammar.theme = theme
+        options.path = str(tmp / target.name)
+        options.file_ext = ".z8"
+        try:
+            game_file, _ = textworld.make(options)
+        except QuestGenerationError as error:
+            raise RuntimeError(
+                f"TextWorld could not make a quest of length {quest_length} in a world of "
+                f"{world_size} room(s) with {nb_objects} object(s) (seed {seed}): {error}. "
+                "Use a shorter quest or a bigger world.") from error
+        os.replace(tmp / target.with_suffix(".json").name, target.with_suffix(".json"))
+        os.replace(game_file, target)  # the .z8 last: its presence means the pair is complete
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def walkthrough(game_file: str | os.PathLike) -> list[str] | None:
+    """The winning command sequence stored with a generated game (its ``.json``), if any."""
+    meta = Path(game_file).with_suffix(".json")
+    if not meta.is_file():
+        return None
+    data = json.loads(meta.read_text())
+    commands = data.get("metadata", {}).get("walkthrough")
+    return list(commands) if commands else None
+
+
+# --------------------------------------------------------------------------------------------
+# Observation cleaning
+# --------------------------------------------------------------------------------------------
+
+_STATUS_PROMPT = re.compile(r"\n>[^\n]*$")          # "\n>   -= Room =-0/2": prompt + status line
+_BOILERPLATE = re.compile(
+    r"Would you like to RESTART, RESTORE a saved game, QUIT or UNDO the last command\?"
+    r"|Please give one of the answers above\.")
+
+
+def clean_feedback(text: str) -> str:
+    """A game's reply without the banner art, the prompt/status line and end-of-game boilerplate.
+
+    Example:
+        >>> clean_feedback("\\n  __|__\\n  $$ $$\\n\\nYou close the box.\\n\\n\\n>  -= Studio =-0/2")
+        'You close the box.'
+    """
+    text = _STATUS_PROMPT.sub("", text.replace("\r", ""))
+    text = _BOILERPLATE.sub("", text)
+    lines = []
+    for line in text.split("\n"):
+        stripped = line.strip()
+        # ASCII art: a long run of symbols without a single letter
+        if len(stripped) >= 8 and not any(ch.isalpha() for ch in stripped):
+            continue
+        lines.append(stripped)
+    text = "\n".join(lines)
+    text = re.sub(r"\n{3,}", "\n\n", text).strip()
+    text = re.sub(r"^>\s*", "", text)
+    return text
+
+
+_NOT_TYPED = re.compile(r"[^a-z0-9 ,'-]+")   # the interpreter reads "\x" as its own escape commands
+
+
+def _free_command(answer: str) -> str:
+    """An unparsed answer as a typed command: first non-empty line, letters, digits and
+    ``,'-`` only (no backslash escapes for the interpreter), at most 80 characters."""
+    for line in answer[:4096].splitlines():
+        line = re.sub(r"\s+", " ", _NOT_TYPED.sub(" ", line.lower())).strip(" ,'-")
+        if line:
+            return line[:_MAX_COMMAND_CHARS].strip()
+    return ""
+
+
+# --------------------------------------------------------------------------------------------
+# The env
+# --------------------------------------------------------------------------------------------
+
+
+class TextWorldEnv(gym.Env):
+    """A TextWorld game per episode, as a text env (see the module docstring).
+
+    Args:
+        world_size: rooms in a generated game.
+        nb_objects: minimum objects in a generated game.
+        quest_length: commands the generated quest needs.
+        theme: TextWorld's grammar theme.
+        games: size of the pool of generated games: game seeds ``first_game .. first_game + games - 1``,
+            one picked by the env's RNG at each reset (``reset(seed=s)`` always picks the same).
+            ``None``: every reset plays a fresh game whose seed is drawn from the env's RNG.
+        first_game: the first game seed of the pool (use disjoint pools for train and test games).
+        game_files: play these existing games instead of generating: a folder (its ``*.z1``-``*.z8``
+            files, sorted) or a list of files. Each reset picks one with the env's RNG.
+        max_episode_steps: commands per episode before ``truncated``.
+        invalid_policy: ``"penalty"``, ``"default"``, ``"retry"`` or ``"terminate"`` (module docstring).
+        invalid_penalty: reward added for an answer that names no admissible command.
+        max_retries: consecutive retries before ``"retry"`` falls back to ``"penalty"``.
+        parser: the answer parser(s) (see :mod:`textgym.wrappers.parsers`); default JSON -> regex -> keyword.
+        list_commands: end each observation with the admissible commands (generate mode needs them;
+            score mode gets them as candidates anyway).
+        task_in_system_prompt: put the game's objective into the system prompt (it changes per
+            game, not per step), else only into the first observation.
+        cache_dir: folder for generated games (default ``$TEXTGYM_HOME/textworld/<parameters>``).
+        max_length: observation and answer length limit.
+    """
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, world_size: int = 2, nb_objects: int = 3, quest_length: int = 2,
+                 theme: str = "house", games: int | None = None, first_game: int = 0,
+                 game_files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+                 max_episode_steps: int | None = 30, invalid_policy: str = "penalty",
+                 invalid_penalty: float = -0.1, max_retries: int = 2, parser: Any = None,
+                 list_commands: bool = True, task_in_system_prompt: bool = True,
+                 cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
+                 render_mode: str | None = None):
+        import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
+        from textgym.wrappers.parsers import as_parser
+
+        if invalid_policy not in INVALID_POLICIES:
+            raise ValueError(f"invalid_policy={invalid_policy!r}: choose one of {', '.join(INVALID_POLICIES)}")
+        if games is not None and games < 1:
+            raise ValueError(f"games must be a positive int or None, got {games!r}")
+        if max_episode_steps is not None and max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 or None, got {max_episode_steps!r}")
+        if render_mode not in (None, "ansi"):
+            raise ValueError(f"render_mode={render_mode!r}: only 'ansi' is supported")
+        self.generation = dict(world_size=int(world_size), nb_objects=int(nb_objects),
+                               quest_length=int(quest_length), theme=theme)
+        self.games, self.first_game = games, int(first_game)
+        self.cache_dir = cache_dir
+        self.game_files = self._find_games(game_files) if game_files is not None else None
+        self.max_episode_steps = max_episode_steps
+        self.invalid_policy, self.invalid_penalty = invalid_policy, float(invalid_penalty)
+        self.max_retries = int(max_retries)
+        self.parser = as_parser(parser)
+        self.list_commands, self.task_in_system_prompt = list_commands, task_in_system_prompt
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(max_length)
+        self.action_space = TextSpace(max_length)
+        self._max_length = max_length
+        self._open: OrderedDict[str, Any] = OrderedDict()   # game file -> started textworld env
+        self._game = None
+        self.game_file: str | None = None
+        self.objective = ""
+        self._state = None
+        self._obs = ""
+
+    # -- games ------------------------------------------------------------------------------
+    @staticmethod
+    def _find_games(game_files) -> list[str]:
+        if isinstance(game_files, (str, os.PathLike)):
+            path = Path(game_files)
+            if path.is_dir():
+                files = sorted(str(p) for p in path.iterdir() if re.search(r"\.(z[1-8]|ulx)$", p.name))
+            else:
+                files = [str(path)]
+        else:
+            files = [str(p) for p in game_files]
+        if not files:
+            raise ValueError(f"no .z1-.z8 game files found in {game_files!r}")
+        for f in files:
+            if not Path(f).is_file():
+                raise FileNotFoundError(f"game file not found: {f}")
+            if f.endswith(".ulx"):
+                raise ValueError(f"{f}: Glulx (.ulx) games are not supported by textworld >= 1.7; "
+                                 "use .z8 games (tw-make ... --format z8)")
+        return files
+
+    def _pick_game(self) -> str:
+        if self.game_files is not None:
+            return self.game_files[int(self.np_random.integers(len(self.game_files)))]
+        if self.games is None:
+            seed = int(self.np_random.integers(2**31 - 1))
+        else:
+            seed = self.first_game + int(self.np_random.integers(self.games))
+        return str(generate_game(seed, cache_dir=self.cache_dir, **self.generation))
+
+    def _start(self, game_file: str):
+        """A started textworld env for ``game_file`` (kept open: a few games are reused)."""
+        import textworld
+
+        env = self._open.pop(game_file, None)
+        if env is None:
+            infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
+                                       max_score=True, objective=True, moves=True)
+            env = textworld.start(game_file, infos)
+            if len(self._open) >= 8:
+                _, oldest = self._open.popitem(last=False)
+                oldest.close()
+        self._open[game_file] = env
+        return env
+
+    @property
+    def walkthrough(self) -> list[str] | None:
+        """The winning commands of the current game (generated games; ``None`` if unknown)."""
+        return walkthrough(self.game_file) if self.game_file else None
+
+    @property
+    def system_prompt(self) -> str:
+        if self.task_in_system_prompt and self.objective:
+            return f"{SYSTEM_PROMPT}\nTask: {self.objective}"
+        return SYSTEM_PROMPT
+
+    # -- text -------------------------------------------------------------------------------
+    def _valid(self) -> list[str]:
+        commands = self._state.get("admissible_commands") or []
+        return [c for c in commands if c.split(" ", 1)[0] not in _META_VERBS]
+
+    def _observation(self, text: str) -> str:
+        if self.list_commands and not self._done():
+            text = f"{text}\nCommands: {', '.join(self._valid())}."
+        return text[: self._max_length]
+
+    def _done(self) -> bool:
+        return bool(self._state.get("won") or self._state.get("lost"))
+
+    def _info(self) -> dict[str, Any]:
+        return {"system_prompt": self.system_prompt,
+                "valid_actions": [] if self._done() else self._valid(),
+                "score": int(self._state.get("score") or 0),
+                "max_score": int(self._state.get("max_score") or 0),
+                "won": bool(self._state.get("won")), "lost": bool(self._state.get("lost")),
+                "game_file": self.game_file}
+
+    # -- Gymnasium API ----------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.game_file = self._pick_game()
+        self._game = self._start(self.game_file)
+        self._state = self._game.reset()
+        self.objective = (self._state.get("objective") or "").strip()
+        self._steps = 0
+        self._invalid_count = 0
+        self._retries = 0
+        self._score = int(self._state.get("score") or 0)
+        text = clean_feedback(self._state.get("feedback") or "")
+        if self.task_in_system_prompt and self.objective and text.startswith(self.objective):
+            text = text[len(self.objective):].strip()
+        elif self.task_in_system_prompt and self.objective:
+            text = text.replace(self.objective, "").strip()
+        if not self.task_in_system_prompt and self.objective and self.objective not in text:
+            text = f"{self.objective}\n\n{text}"
+        self._obs = self._observation(text)
+        return self._obs, self._info()
+
+    def _parse(self, answer: str) -> tuple[str | None, str | None]:
+        valid = self._valid()
+        if not valid:
+            return None, None
+        found = self.parser(answer, valid)
+        if found is None or found.action_index is None:
+            return None, None
+        return valid[found.action_index], found.parser
+
+    def step(self, action: Any):
+        if self._state is None:
+            raise RuntimeError("call reset() before step()")
+        if self._done():
+            raise RuntimeError("the game is over: call reset() before step()")
+        answer = action if isinstance(action, str) else str(action)
+        command, parser = self._parse(answer)
+        policy = None
+        penalty = 0.0
+        if command is None:
+            self._invalid_count += 1
+            policy = self.invalid_policy
+            if policy == "retry" and self._retries >= self.max_retries:
+                policy = "penalty"
+        self._retries = self._retries + 1 if policy == "retry" else 0
+        record = {"raw": answer, "action": command, "action_name": command, "parser": parser,
+                  "valid": command is not None, "invalid_count": self._invalid_count,
+                  "policy": policy}
+
+        if policy == "retry":
+            feedback = f"Not a command here. Reply with one of: {', '.join(self._valid())}."
+            obs = f"{self._obs}\n{feedback}"[: self._max_length]
+            info = self._info()
+            info["parse"] = record
+            return obs, 0.0, False, self._truncate(count=True), info
+        if policy == "terminate":
+            info = self._info()
+            info["valid_actions"] = []
+            info["parse"] = record
+            return "You gave up: that is not a command here.", self.invalid_penalty, True, False, info
+        if policy in ("penalty", "default"):
+            command = _free_command(answer)
+            record["action"] = command or None
+            penalty = self.invalid_penalty if policy == "penalty" else 0.0
+
+        if command and command.split(" ", 1)[0] in _META_VERBS:
+            record["action"] = None
+            text = f"'{command}' controls the game, not the story: nothing happens."
+        elif command:
+            self._state, _, _ = self._game.step(command)
+            text = clean_feedback(self._state.get("feedback") or "")
+        else:
+            record["action"] = None
+            text = "You say nothing."
+        score = int(self._state.get("score") or 0)
+        reward = float(score - self._score) + penalty
+        self._score = score
+        terminated = self._done()
+        self._obs = self._observation(text)
+        info = self._info()
+        info["parse"] = record
+        return self._obs, reward, terminated, self._truncate(count=True) and not terminated, info
+
+    def _truncate(self, count: bool) -> bool:
+        if count:
+            self._steps += 1
+        return self.max_episode_steps is not None and self._steps >= self.max_episode_steps
+
+    def render(self) -> str | None:
+        return self._obs if self.render_mode == "ansi" else None
+
+    def close(self) -> None:
+        for env in self._open.values():
+            env.close()
+        self._open.clear()
+
+
+def make_textworld(**kwargs: Any) -> gym.Env:
+    """Entry point of ``textgym/TextWorld-v0``: :class:`TextWorldEnv` then ``EpisodeStats``."""
+    from textgym.wrappers.episode_stats import EpisodeStats
+
+    return EpisodeStats(TextWorldEnv(**kwargs))
+
+
+def register_envs() -> None:
+    """Register ``textgym/TextWorld-v0`` (needs ``textgym[textworld]`` to make)."""
+    from textgym.registry import register
+
+    register("textgym/TextWorld-v0", "textgym.envs.textworld:make_textworld",
+             description="TextWorld adventures generated offline per seed (world size, objects, quest length)",
+             source="textgym", kwargs={"max_episode_steps": 30})
