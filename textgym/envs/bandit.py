@@ -118,5 +118,12 @@ class CueText:
     def __init__(self, colors: Sequence[str]):
         self.colors = tuple(colors)
 
+    # Equal renderers let ``env.spec.make()`` (Gymnasium's env checker) rebuild the env.
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, CueText) and other.colors == self.colors
+
+    def __hash__(self) -> int:
+        return hash(self.colors)
+
     def __call__(self, cue: int | np.integer) -> str:
         return f"Color: {self.colors[int(cue)]}."

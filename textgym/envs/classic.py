@@ -52,7 +52,24 @@ def _side(value: float, dead_zone: float, negative: str, positive: str, zero: st
 
 # --------------------------------------------------------------------------- renderers
 
-class CartPoleText:
+class _Renderer:
+    """Renderers compare equal when they render alike: ``env.spec.make()`` (used by
+    Gymnasium's env checker) rebuilds the env and checks its wrappers' kwargs are equal."""
+
+    def _key(self) -> tuple:
+        return ()
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._key() == self._key()
+
+    def __hash__(self) -> int:
+        return hash((type(self), self._key()))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class CartPoleText(_Renderer):
     """``Cart +0.02 center, velocity -0.15 moving left. Pole +0.09 rad leaning right, ...``.
 
     The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad.
@@ -77,7 +94,7 @@ class CartPoleText:
                 f"Pole {angle:+.2f} rad {lean}, spin {spin:+.2f} {turning}.")
 
 
-class MountainCarText:
+class MountainCarText(_Renderer):
     """``Car at -0.47 valley bottom, velocity +0.012 moving right.``
 
     Positions run from -1.20 (far left) to +0.60; the valley bottom is at -0.52 and the flag
@@ -100,7 +117,7 @@ class MountainCarText:
         return f"Car at {position:+.2f} {where}, velocity {velocity:+.3f} {moving}."
 
 
-class AcrobotText:
+class AcrobotText(_Renderer):
     """``Upper link +0.03 rad, lower -0.05 rad; speeds -0.09, +0.10. Tip height -1.99, falling.``
 
     Angles are 0 when hanging straight down and positive counterclockwise; the lower link's
@@ -124,7 +141,7 @@ class AcrobotText:
                 f"speeds {speed1:+.2f}, {speed2:+.2f}. Tip height {height:+.2f}, {trend}.")
 
 
-class BlackjackText:
+class BlackjackText(_Renderer):
     """``Your total 14 with a usable ace. Dealer shows 10.``
 
     A usable ace counts 11 and can still drop to 1, so hitting cannot bust you.
@@ -145,7 +162,7 @@ class BlackjackText:
         return f"{hand}. Dealer shows {card}."
 
 
-class GridText:
+class GridText(_Renderer):
     """A grid map with ``@`` at your cell, then your row and column.
 
     Example:
@@ -163,6 +180,9 @@ class GridText:
         self.ncol = len(self.rows[0])
         self.notes = dict(notes or {})
 
+    def _key(self) -> tuple:
+        return tuple(self.rows), tuple(sorted(self.notes.items()))
+
     def __call__(self, state: int | np.integer) -> str:
         row, col = divmod(int(state), self.ncol)
         lines = list(self.rows)
@@ -174,7 +194,7 @@ class GridText:
         return text
 
 
-class TaxiText:
+class TaxiText(_Renderer):
     """The Taxi map with ``@`` at the taxi, where the passenger and destination are, legal moves.
 
     Example:
@@ -200,6 +220,9 @@ class TaxiText:
         self.taxi = taxi
         self.rows = [b"".join(row).decode() for row in taxi.desc]
 
+    def _key(self) -> tuple:
+        return tuple(self.rows)
+
     def __call__(self, state: int | np.integer) -> str:
         taxi_row, taxi_col, passenger, destination = self.taxi.decode(int(state))
         lines = list(self.rows)
@@ -221,10 +244,18 @@ class TaxiText:
 
 def _split_env_kwargs(base_id: str, kwargs: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
     """Split kwargs into the Gymnasium env's constructor kwargs and :func:`textgym.wrap` kwargs."""
+    from textgym.wrap import POLICY_KEYS, wrap
+
     creator = gym.envs.registration.load_env_creator(gym.spec(base_id).entry_point)
-    accepted = inspect.signature(creator).parameters
-    env_kwargs = {k: v for k, v in kwargs.items() if k in accepted}
-    wrap_kwargs = {k: v for k, v in kwargs.items() if k not in accepted}
+    env_keys = [k for k in inspect.signature(creator).parameters if k != "self"]
+    wrap_keys = [k for k, p in inspect.signature(wrap).parameters.items()
+                 if k != "env" and p.kind is not p.VAR_KEYWORD] + list(POLICY_KEYS)
+    unknown = sorted(set(kwargs) - set(env_keys) - set(wrap_keys))
+    if unknown:
+        raise TypeError(f"unexpected keyword argument(s) {unknown} for the text {base_id}: it takes "
+                        f"{base_id}'s own {env_keys} and textgym.wrap's {wrap_keys}")
+    env_kwargs = {k: v for k, v in kwargs.items() if k in env_keys}
+    wrap_kwargs = {k: v for k, v in kwargs.items() if k not in env_keys}
     return env_kwargs, wrap_kwargs
 
 
