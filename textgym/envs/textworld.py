@@ -50,6 +50,7 @@ import os
 import re
 import shutil
 import tempfile
+import warnings
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Sequence
@@ -317,7 +318,10 @@ class TextWorldEnv(gym.Env):
         if env is None:
             infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
                                        max_score=True, objective=True, moves=True)
-            env = textworld.start(game_file, infos)
+            with warnings.catch_warnings():
+                # Jericho warns that it cannot track score in TextWorld games; TextWorld tracks it.
+                warnings.filterwarnings("ignore", message=".*is not fully supported.*")
+                env = textworld.start(game_file, infos)
             if len(self._open) >= 8:
                 _, oldest = self._open.popitem(last=False)
                 oldest.close()

@@ -1,0 +1,183 @@
+"""textgym/TextWorld-v0: generated games, walkthrough wins, the text-env contract, bad answers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("textworld")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+
+from textgym.envs import textworld as tw  # noqa: E402
+
+GEN = dict(world_size=2, nb_objects=3, quest_length=2)
+POOL = 3  # games generated once per session (~3 s each)
+
+
+@pytest.fixture(scope="session")
+def game_dir(tmp_path_factory):
+    """A pool of small generated games, made once per test session."""
+    folder = tmp_path_factory.mktemp("tw_games")
+    for seed in range(POOL):
+        tw.generate_game(seed, cache_dir=folder, **GEN)
+    return folder
+
+
+def make(game_dir, **kwargs):
+    return tw.make_textworld(**GEN, games=POOL, cache_dir=game_dir, **kwargs)
+
+
+def test_walkthrough_wins_every_generated_game(game_dir):
+    env = make(game_dir)
+    played = set()
+    for seed in range(12):
+        obs, info = env.reset(seed=seed)
+        if info["game_file"] in played:
+            continue
+        played.add(info["game_file"])
+        commands = env.unwrapped.walkthrough
+        assert commands, "a generated game stores its walkthrough"
+        total = 0.0
+        for i, command in enumerate(commands):
+            assert command in info["valid_actions"], (command, info["valid_actions"])
+            # answers in the forms a model gives them
+            answer = [f'{{"action": "{command}"}}', f"Action: {command}", f"I will {command}."][i % 3]
+            obs, reward, terminated, truncated, info = env.step(answer)
+            assert info["parse"]["valid"] and info["parse"]["action"] == command
+            total += reward
+        assert terminated and not truncated
+        assert info["won"] and not info["lost"]
+        assert total == info["max_score"] > 0
+        assert info["episode"]["return"] == total
+        assert "*** The End ***" in obs and "RESTART" not in obs
+    assert len(played) == POOL
+
+
+def test_same_seed_same_game_and_cache_on_disk(game_dir, tmp_path, monkeypatch):
+    a, b = make(game_dir), make(game_dir)
+    obs_a, info_a = a.reset(seed=7)
+    obs_b, info_b = b.reset(seed=7)
+    assert obs_a == obs_b and info_a["game_file"] == info_b["game_file"]
+    assert info_a["system_prompt"] == info_b["system_prompt"]
+    # generate_game returns the cached file without regenerating (same path, same bytes)
+    path = tw.generate_game(0, cache_dir=game_dir, **GEN)
+    before = path.stat().st_mtime_ns
+    assert tw.generate_game(0, cache_dir=game_dir, **GEN).stat().st_mtime_ns == before
+    # the default cache lives under $TEXTGYM_HOME/textworld, keyed by the parameters
+    monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path))
+    folder = tw._cache_dir(2, 3, 2, "house")
+    assert folder.parent == tmp_path / "textworld" and folder.name.startswith("r2-o3-q2-house-")
+    assert tw._cache_dir(2, 3, 3, "house") != folder
+
+
+def test_observation_is_clean_and_contract_holds(game_dir):
+    env = make(game_dir)
+    obs, info = env.reset(seed=0)
+    assert "$$" not in obs and "\\$" not in obs       # no banner art
+    assert not any(line.startswith(">") for line in obs.splitlines())   # no prompt/status line
+    assert "-= " in obs                                 # the room title stays
+    assert obs.endswith(".") and "Commands: " in obs
+    assert info["valid_actions"] and all(isinstance(c, str) for c in info["valid_actions"])
+    assert "Task: " in info["system_prompt"] and "TextWorld" in info["system_prompt"]
+    assert env.observation_space.contains(obs)
+    obs, reward, terminated, truncated, info = env.step(info["valid_actions"][0])
+    assert set(info["parse"]) >= {"raw", "action", "action_name", "parser", "valid", "invalid_count", "policy"}
+
+
+def test_clean_feedback_strips_boilerplate():
+    raw = ("\n\n   ________  ________\n  |        \\|        \\\n   \\$$$$$$$$| $$$$$$$$\n\n"
+           "Welcome! Do the thing.\n\n-= Kitchen =-\nA kitchen.\n\n\n\n>    -= Kitchen =-0/1")
+    assert tw.clean_feedback(raw) == "Welcome! Do the thing.\n\n-= Kitchen =-\nA kitchen."
+    end = ("You win.\n\n*** The End ***\n\nWould you like to RESTART, RESTORE a saved game, QUIT or "
+           "UNDO the last command?\n>   -= Kitchen =-1/2")
+    assert tw.clean_feedback(end) == "You win.\n\n*** The End ***"
+
+
+def test_check_env(game_dir):
+    check_env(make(game_dir, max_episode_steps=5), skip_render_check=True)
+
+
+BAD_ANSWERS = ["", "dance wildly", "\\q", "quit", "restart", "x" * 100_000, "\x00\x1b[31m",
+               "ünïcödé 🤖", '{"action": 3.5}', '{"action": ["go north"]}', "\n\n\n", "undo"]
+
+
+def test_bad_answers_never_crash_and_never_control_the_game(game_dir):
+    env = make(game_dir, max_episode_steps=100)
+    obs, info = env.reset(seed=1)
+    valid = list(info["valid_actions"])
+    for n, answer in enumerate(BAD_ANSWERS, start=1):
+        obs, reward, terminated, truncated, info = env.step(answer)
+        record = info["parse"]
+        assert record["valid"] is False and record["policy"] == "penalty"
+        assert record["invalid_count"] == n
+        assert reward == pytest.approx(-0.1)            # the penalty, no score change
+        assert not terminated and not truncated
+        assert info["valid_actions"] == valid           # the game state did not move
+        sent = record["action"]
+        assert sent is None or (len(sent) <= 80 and "\\" not in sent)
+        assert sent not in ("quit", "restart", "q", "undo")
+    # a free-text command the game understands is sent as it is
+    obs, reward, terminated, truncated, info = env.step("look")
+    assert info["parse"]["valid"] and info["parse"]["action"] == "look"
+
+
+def test_retry_and_terminate_policies(game_dir):
+    env = make(game_dir, invalid_policy="retry", max_retries=1)
+    obs0, info = env.reset(seed=2)
+    obs, reward, terminated, truncated, info = env.step("blah")
+    assert info["parse"]["policy"] == "retry" and info["parse"]["action"] is None
+    assert obs.startswith(obs0) and "Reply with one of" in obs and reward == 0.0
+    obs, reward, terminated, truncated, info = env.step("blah")   # retries used up -> penalty
+    assert info["parse"]["policy"] == "penalty" and reward == pytest.approx(-0.1)
+
+    env = make(game_dir, invalid_policy="terminate", invalid_penalty=-1.0)
+    env.reset(seed=2)
+    obs, reward, terminated, truncated, info = env.step("blah")
+    assert terminated and reward == -1.0 and info["parse"]["policy"] == "terminate"
+    assert info["episode"]["invalid_count"] == 1
+
+
+def test_truncation_at_step_limit(game_dir):
+    env = make(game_dir, max_episode_steps=3)
+    env.reset(seed=0)
+    flags = [env.step("look")[3] for _ in range(3)]
+    assert flags == [False, False, True]
+
+
+def test_game_files_folder_and_list(game_dir):
+    env = tw.make_textworld(game_files=game_dir)
+    files = env.unwrapped.game_files
+    assert len(files) == POOL and all(f.endswith(".z8") for f in files)
+    obs, info = env.reset(seed=0)
+    assert info["game_file"] in files
+    single = tw.make_textworld(game_files=[files[0]])
+    _, info = single.reset(seed=5)
+    assert info["game_file"] == files[0]
+    with pytest.raises(FileNotFoundError, match="game file not found"):
+        tw.TextWorldEnv(game_files=[str(game_dir / "missing.z8")])
+    with pytest.raises(ValueError, match="no .z1-.z8 game files"):
+        tw.TextWorldEnv(game_files=[])
+
+
+def test_registered_id_makes_the_env(game_dir):
+    import textgym
+
+    tw.register_envs()
+    env = textgym.make("textgym/TextWorld-v0", **GEN, games=POOL, cache_dir=str(game_dir),
+                       max_episode_steps=4)
+    obs, info = env.reset(seed=0)
+    assert info["valid_actions"]
+    truncated = False
+    for _ in range(4):
+        obs, reward, terminated, truncated, info = env.step("inventory")
+    assert truncated and info["episode"]["length"] == 4
+
+
+def test_import_does_not_load_textworld():
+    code = ("import sys, textgym.envs.textworld, textgym.envs.pettingzoo, textgym.envs.games; "
+            "print('textworld' in sys.modules, 'pettingzoo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
