@@ -1,0 +1,264 @@
+"""The built-in text envs: env checker, renderers' meaning words, kwargs pass-through, Bandit."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import textgym
+from textgym.envs.bandit import CueBanditEnv
+from textgym.envs.classic import (
+    AcrobotText,
+    BlackjackText,
+    CartPoleText,
+    GridText,
+    MountainCarText,
+    TaxiText,
+)
+
+ALL_IDS = [info.id for info in textgym.list_envs() if info.source == "textgym"]
+CLASSIC = ["textgym/CartPole-v1", "textgym/MountainCar-v0", "textgym/Acrobot-v1",
+           "textgym/Blackjack-v1", "textgym/FrozenLake-v1", "textgym/Taxi-v4",
+           "textgym/CliffWalking-v1", "textgym/Bandit-v0"]
+
+
+def test_all_builtin_ids_are_registered():
+    assert set(CLASSIC) <= set(ALL_IDS)
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_every_registered_text_env_passes_gymnasiums_env_checker(env_id):
+    env = gym.make(env_id)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version.*")
+        check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert isinstance(obs, str) and obs
+    assert info["system_prompt"] and info["valid_actions"]
+    obs, reward, terminated, truncated, info = env.step(info["valid_actions"][0])
+    assert info["parse"]["valid"] is True
+    assert info["parse"]["action_name"] in env.get_wrapper_attr("action_names")
+
+
+@pytest.mark.parametrize("env_id", CLASSIC)
+def test_system_prompt_states_the_answer_format_and_observation_is_short(env_id):
+    env = textgym.make(env_id)
+    obs, info = env.reset(seed=3)
+    names = env.get_wrapper_attr("action_names")
+    assert info["system_prompt"].endswith(
+        f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}.")
+    assert len(info["system_prompt"]) < 260
+    assert len(obs) < 150     # Taxi's map is the longest (~70 tokens); CartPole is ~36
+
+
+# --------------------------------------------------------------------------- renderers
+
+def test_cartpole_text_says_what_the_numbers_mean():
+    text = CartPoleText()([0.02, -0.15, 0.09, -0.23])
+    assert text == ("Cart +0.02 center, velocity -0.15 moving left. "
+                    "Pole +0.09 rad leaning right, spin -0.23 turning left.")
+    text = CartPoleText()([-1.9, 1.2, -0.15, 0.8])
+    for words in ("near left edge", "moving right", "falling left", "turning right"):
+        assert words in text
+    assert "upright" in CartPoleText()([0.7, 0.0, 0.001, 0.0])
+    assert "right of center" in CartPoleText()([0.7, 0.0, 0.001, 0.0])
+    assert len(text) <= 115    # 38 SmolLM2 tokens (the typical state above: 36)
+
+
+def test_cartpole_env_renders_its_real_state():
+    env = textgym.make("textgym/CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    base_obs, _ = gym.make("CartPole-v1").reset(seed=0)
+    assert obs == CartPoleText()(base_obs)
+
+
+def test_mountaincar_text():
+    renderer = MountainCarText()
+    assert renderer([-0.52, 0.0]) == "Car at -0.52 valley bottom, velocity +0.000 still."
+    assert "left slope" in renderer([-1.0, -0.01]) and "moving left" in renderer([-1.0, -0.01])
+    assert "right slope" in renderer([0.1, 0.03]) and "moving right" in renderer([0.1, 0.03])
+    assert "at the flag" in renderer([0.55, 0.03])
+
+
+def test_acrobot_text_gives_angles_and_tip_height():
+    hanging = AcrobotText()([1.0, 0.0, 1.0, 0.0, 0.0, 0.0])
+    assert hanging == ("Upper link +0.00 rad, lower +0.00 rad; speeds +0.00, +0.00. "
+                       "Tip height -2.00, still.")
+    swinging_up = AcrobotText()([math.cos(1.5), math.sin(1.5), 1.0, 0.0, 1.0, 0.0])
+    assert "Tip height -0.14, rising" in swinging_up
+
+
+def test_blackjack_text():
+    assert BlackjackText()((14, 10, 1)) == "Your total 14 with a usable ace. Dealer shows 10."
+    assert BlackjackText()((12, 1, 0)) == "Your total 12. Dealer shows an ace."
+    assert "(bust)" in BlackjackText()((25, 7, 0))
+
+
+def test_frozenlake_grid_marks_you_and_says_when_you_fell():
+    env = textgym.make("textgym/FrozenLake-v1", is_slippery=False)
+    obs, info = env.reset(seed=0)
+    assert obs == "@...\n.H.H\n...H\nH..G\nYou: row 0, col 0."
+    assert "slippery" not in info["system_prompt"]
+    obs, reward, terminated, *_ = env.step("DOWN")
+    obs, reward, terminated, *_ = env.step("RIGHT")       # row 1, col 1 is a hole
+    assert obs == "S...\n.@.H\n...H\nH..G\nYou: row 1, col 1. You fell into a hole."
+    assert terminated and reward == 0.0
+    slippery = textgym.make("textgym/FrozenLake-v1")
+    assert "slippery" in slippery.reset(seed=0)[1]["system_prompt"]
+
+
+def test_frozenlake_map_kwargs_pass_through():
+    obs, _ = textgym.make("textgym/FrozenLake-v1", map_name="8x8").reset(seed=0)
+    assert obs.splitlines()[:8][-1] == "...H...G" and len(obs.splitlines()) == 9
+    obs, _ = textgym.make("textgym/FrozenLake-v1", desc=["SF", "HG"]).reset(seed=0)
+    assert obs == "@.\nHG\nYou: row 0, col 0."
+
+
+def test_cliffwalking_grid_and_goal():
+    env = textgym.make("textgym/CliffWalking-v1")
+    obs, _ = env.reset(seed=0)
+    assert obs.splitlines()[3] == "@CCCCCCCCCCG" and obs.endswith("You: row 3, col 0.")
+    obs, reward, terminated, *_ = env.step("RIGHT")          # into the cliff: back to start
+    assert reward == -100 and not terminated and obs.endswith("You: row 3, col 0.")
+    assert GridText(["S.G"], notes={"G": "You reached the goal."})(2) == "S.@\nYou: row 0, col 2. You reached the goal."
+
+
+def test_cliffwalking_has_a_step_limit_by_default():
+    env = textgym.make("textgym/CliffWalking-v1")
+    env.reset(seed=0)
+    for step in range(1, 201):
+        *_, terminated, truncated, info = env.step("UP")
+        if truncated:
+            break
+    assert step == 200 and info["episode"]["length"] == 200
+
+
+def test_taxi_text_shows_taxi_passenger_destination_and_legal_moves():
+    env = textgym.make("textgym/Taxi-v4")
+    obs, info = env.reset(seed=0)
+    taxi = env.unwrapped
+    row, col, passenger, destination = taxi.decode(taxi.s)
+    lines = obs.splitlines()
+    assert lines[row + 1][2 * col + 1] == "@"
+    assert f"Passenger at {'RGYB'[passenger]}, destination {'RGYB'[destination]}." in obs
+    assert obs.endswith(f"Legal: {', '.join(info['valid_actions'])}.")
+    text = TaxiText(taxi)(taxi.encode(0, 0, 4, 1))
+    assert "Passenger in the taxi, destination G. Legal: SOUTH, EAST, DROPOFF." in text
+    assert text.splitlines()[1] == "|@: | : :G|"
+
+
+def test_taxi_is_also_found_without_version():
+    assert textgym.registry.resolve_id("textgym/Taxi") == "textgym/Taxi-v4"
+    assert textgym.registry.resolve_id("taxi") == "textgym/Taxi-v4"
+
+
+# --------------------------------------------------------------------------- make kwargs
+
+def test_formatter_is_swappable_per_make_call():
+    env = textgym.make("textgym/CartPole-v1", formatter=lambda obs: f"x={obs[0]:+.1f}")
+    assert env.reset(seed=0)[0] == "x=+0.0"
+    env = textgym.make("textgym/CartPole-v1", formatter="pole {2:+.3f}")
+    assert env.reset(seed=0)[0] == "pole -0.046"
+    env = textgym.make("textgym/CartPole-v1", system_prompt="Keep it up.")
+    assert env.reset(seed=0)[1]["system_prompt"] == "Keep it up.\nAnswer with one word: LEFT or RIGHT."
+
+
+def test_max_episode_steps_applies_inside_the_text_wrappers():
+    env = textgym.make("textgym/CartPole-v1", max_episode_steps=3)
+    env.reset(seed=0)
+    for _ in range(3):
+        *_, terminated, truncated, info = env.step("LEFT" if _ % 2 else "RIGHT")
+    assert truncated and not terminated
+    assert info["episode"] == {"return": 3.0, "length": 3, "invalid_count": 0}
+
+
+def test_invalid_policy_and_history_pass_through():
+    env = textgym.make("textgym/CartPole-v1", invalid_policy="terminate", invalid_penalty=-5.0)
+    env.reset(seed=0)
+    _, reward, terminated, _, info = env.step("I cannot decide")
+    assert terminated and reward == -5.0 and info["parse"]["policy"] == "terminate"
+
+    env = textgym.make("textgym/Bandit-v0", history=1, invalid_policy="retry")
+    env.reset(seed=0)
+    obs, _, terminated, _, info = env.step("hmm")
+    assert not terminated and info["parse"]["policy"] == "retry" and "hmm" in obs
+
+
+def test_gymnasium_env_kwargs_pass_through():
+    env = textgym.make("textgym/Blackjack-v1", natural=True, sab=False)
+    assert env.unwrapped.natural is True and env.unwrapped.sab is False
+    env = textgym.make("textgym/FrozenLake-v1", render_mode="ansi")
+    env.reset(seed=0)
+    assert "FHFH\nFFFH\nHFFG" in env.render()
+
+
+def test_unknown_make_kwarg_is_a_clear_error():
+    with pytest.raises(TypeError, match=r"\['is_slipery'\].*is_slippery"):
+        textgym.make("textgym/FrozenLake-v1", is_slipery=False)
+
+
+# --------------------------------------------------------------------------- Bandit
+
+def test_bandit_rewards_the_right_animal_for_the_color():
+    env = textgym.make("textgym/Bandit-v0")
+    seen = set()
+    for seed in range(20):
+        obs, info = env.reset(seed=seed)
+        assert obs in ("Color: red.", "Color: green.")
+        assert info["valid_actions"] == ["cat", "dog"]
+        right = "cat" if obs == "Color: red." else "dog"
+        wrong = "dog" if right == "cat" else "cat"
+        _, reward, terminated, truncated, info = env.step(f"I say {right}")
+        assert (reward, terminated, truncated) == (1.0, True, False)
+        assert info["episode"]["return"] == 1.0
+        env.reset(seed=seed)
+        assert env.step(wrong)[1] == 0.0
+        seen.add(obs)
+    assert len(seen) == 2
+
+
+def test_bandit_chance_reward_is_low():
+    """A constant answer or a random guess earns about 1/num_arms, far below 0.9."""
+    for num_cues, num_arms in [(2, 2), (4, 4)]:
+        env = textgym.make("textgym/Bandit-v0", num_cues=num_cues, num_arms=num_arms)
+        names = env.get_wrapper_attr("action_names")
+        rng = np.random.default_rng(0)
+        constant, guess = [], []
+        for seed in range(400):
+            env.reset(seed=seed)
+            constant.append(env.step(names[0])[1])
+            env.reset(seed=seed)
+            guess.append(env.step(names[int(rng.integers(num_arms))])[1])
+        assert abs(np.mean(constant) - 1 / num_arms) < 0.08
+        assert abs(np.mean(guess) - 1 / num_arms) < 0.08
+
+
+def test_bandit_is_deterministic_under_seed_and_continues_its_rng():
+    def cues(env, seed):
+        out = [env.reset(seed=seed)[0]]
+        out += [env.reset()[0] for _ in range(15)]
+        return out
+    a, b = textgym.make("textgym/Bandit-v0", num_cues=4), textgym.make("textgym/Bandit-v0", num_cues=4)
+    assert cues(a, 7) == cues(b, 7)
+    assert len(set(cues(a, 7))) > 1
+    assert cues(a, 7) != cues(a, 8)
+
+
+def test_bandit_options():
+    env = textgym.make("textgym/Bandit-v0", num_cues=3, num_arms=4, hint=True)
+    obs, info = env.reset(seed=0)
+    assert info["valid_actions"] == ["cat", "dog", "fox", "owl"]
+    assert info["system_prompt"] == ("Name the animal of the color: red cat, green dog, blue fox.\n"
+                                     "Answer with one word: cat, dog, fox or owl.")
+    env = textgym.make("textgym/Bandit-v0", mapping=[1, 1])
+    env.reset(seed=0)
+    assert env.step("dog")[1] == 1.0
+    with pytest.raises(ValueError, match="num_arms"):
+        CueBanditEnv(num_arms=9)
+    with pytest.raises(ValueError, match="mapping"):
+        CueBanditEnv(num_cues=2, num_arms=2, mapping=[0, 5])
