@@ -6,8 +6,10 @@ the same parser as a model's answer), so their numbers are comparable with a mod
 * ``random``: a uniformly random valid action name at every step.
 * ``scripted``: a hand-written or planned policy that reads the underlying Gymnasium state
   (``env.unwrapped``): a PD controller for CartPole, a simple basic strategy for Blackjack,
-  value iteration on the transition table ``P`` for FrozenLake, Taxi and CliffWalking, and the
-  best arm for the bandit. :func:`scripted_policy` returns None for envs without one.
+  value iteration on the transition table ``P`` for FrozenLake, Taxi and CliffWalking, swinging
+  with the velocity for MountainCar and Acrobot, the right animal for the bandit, and textgym's
+  scripted opponent strategy for tic-tac-toe and connect four. :func:`scripted_policy` returns
+  None for envs without one.
 """
 
 from __future__ import annotations
@@ -66,12 +68,35 @@ def _tabular(env: Any) -> ScriptedPolicy:
     return lambda e: int(plan[int(e.unwrapped.s)])
 
 
-def _best_arm(env: Any) -> ScriptedPolicy | None:
-    for name in ("probs", "means", "arm_means", "probabilities", "p"):
-        values = getattr(env.unwrapped, name, None)
-        if values is not None:
-            return lambda e, name=name: int(np.argmax(np.asarray(getattr(e.unwrapped, name))))
-    return None
+def _mountain_car(env: Any) -> int:
+    """Push in the direction of motion: builds momentum until the car climbs out (~120 steps)."""
+    _, velocity = env.unwrapped.state
+    return 2 if velocity >= 0 else 0
+
+
+def _acrobot(env: Any) -> int:
+    """Torque along the second joint's angular velocity: pumps energy into the swing."""
+    return 2 if env.unwrapped.state[3] > 0 else 0
+
+
+def _bandit(env: Any) -> int:
+    """The right arm of the current cue (the oracle: reward 1 every episode)."""
+    base = env.unwrapped
+    return int(base.mapping[base._cue])
+
+
+def _board_game(env: Any) -> ScriptedPolicy:
+    """textgym's scripted opponent strategy (win, block, then position) in the learner's seat."""
+    from textgym.envs.games import SCRIPTED
+
+    strategy = SCRIPTED[env.unwrapped.game_name]
+    rng = np.random.default_rng(0)
+
+    def act(e: Any) -> int:
+        view = e.unwrapped
+        return int(strategy(view.aec.env.observe(view._learner), rng))
+
+    return act
 
 
 def scripted_policy(env: Any) -> ScriptedPolicy | None:
@@ -82,10 +107,18 @@ def scripted_policy(env: Any) -> ScriptedPolicy | None:
         return _cartpole
     if kind == "BlackjackEnv":
         return _blackjack
+    if kind == "MountainCarEnv":
+        return _mountain_car
+    if kind == "AcrobotEnv":
+        return _acrobot
+    if kind == "CueBanditEnv":
+        return _bandit
+    if kind == "TwoPlayerGameEnv":
+        from textgym.envs.games import SCRIPTED
+
+        return _board_game(env) if getattr(base, "game_name", None) in SCRIPTED else None
     if isinstance(getattr(base, "P", None), dict) and hasattr(base, "s"):
         return _tabular(env)
-    if "bandit" in kind.lower():
-        return _best_arm(env)
     return None
 
 

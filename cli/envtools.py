@@ -24,7 +24,8 @@ def resolve_env(name: str) -> str:
     try:
         env_id = registry.resolve_id(name)
     except registry.UnknownEnvError as exc:
-        raise CLIError(f"{exc} (`textgym envs` lists them)") from exc
+        message = str(exc).replace("textgym.list_envs() lists", "`textgym envs` lists")
+        raise CLIError(message) from exc
     text_ids = text_env_ids()
     if env_id in text_ids:
         return env_id

@@ -22,6 +22,8 @@ def run(json_out: bool = False) -> None:
         print(json.dumps(rows, indent=2))
         return
     console = Console()
+    if not console.is_terminal:  # pipes and logs: no wrapping into narrow columns
+        console = Console(width=200)
     table = Table(title=f"{len(infos)} text envs", title_justify="left", expand=False)
     table.add_column("id", style="bold", no_wrap=True)
     table.add_column("short name", no_wrap=True)

@@ -99,3 +99,13 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
         if key in last:
             summary[f"last_{key}"] = last[key]
     return summary
+
+
+def with_stderr(result: dict[str, Any]) -> dict[str, Any]:
+    """Add ``return_stderr`` to a trainer evaluation, whose ``return_std`` is numpy's
+    population std (ddof=0): the standard error of the mean is then ``std / sqrt(n - 1)``."""
+    n = int(result.get("episodes") or 0)
+    std = result.get("return_std")
+    if "return_stderr" not in result and isinstance(std, (int, float)):
+        result = {**result, "return_stderr": std / math.sqrt(n - 1) if n > 1 else 0.0}
+    return result

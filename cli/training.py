@@ -22,6 +22,7 @@ from textgym.cli import runs
 from textgym.cli.display import LiveDisplay
 from textgym.cli.envtools import resolve_env
 from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
+from textgym.cli.runs import with_stderr
 
 #: Per-env defaults of ``textgym train`` (below the config file and flags). Chosen so that the
 #: default model (smollm2-135m, score mode, LoRA) visibly learns within minutes on a 2-core CPU.
@@ -33,15 +34,12 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
 
-# Fields of RunConfig that fix what is being trained: a resumed run cannot change them.
-_FIXED_ON_RESUME = ("env", "algo", "model", "mode", "lora", "env_kwargs")
+# What a resumed run may change: its budget and how it reports. Everything else (env, model,
+# algorithm and its settings) comes from the run's checkpoint.
+_CHANGEABLE_ON_RESUME = ("episodes", "plot_every", "sample_every", "eval_episodes")
 
 CONFIG_FILE = "config.toml"
 CHECKPOINT = "checkpoint"
-
-
-class _StopTraining(Exception):
-    """Raised from the trainer callback, after an update completed, to stop the run cleanly."""
 
 
 class _Interrupts:
@@ -100,11 +98,13 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
     given = {**file_layer, **{k: v for k, v in flags.items() if v is not None}}
     if given.get("env") is not None:
         given["env"] = resolve_env(given["env"])
-    for name in _FIXED_ON_RESUME:
-        if name in given and given[name] != saved.get(name):
+    defaults = run_config.RunConfig().to_dict()
+    for name, value in given.items():
+        if name not in _CHANGEABLE_ON_RESUME and value != saved.get(name, defaults[name]):
             raise CLIError(
-                f"cannot resume {run_dir} with {name}={given[name]!r}: the run was started with "
-                f"{name}={saved.get(name)!r}"
+                f"cannot resume {run_dir} with {name.replace('_', '-')}={value!r}: the run was "
+                f"started with {saved.get(name, defaults[name])!r} (a resumed run may only change "
+                f"{', '.join(_CHANGEABLE_ON_RESUME)})"
             )
     cfg = run_config.resolve(saved, file_layer, flags)
     cfg.env = saved["env"]
@@ -132,34 +132,19 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def _load_policy(cfg: run_config.RunConfig) -> Any:
+def build_policy(model_name: str, mode: str) -> Any:
+    """Check the model name, load it and wrap it in a ``textgym.Policy`` (errors -> CLIError)."""
     from textgym.cli.modelcheck import check_model
 
-    check_model(cfg.model)
+    check_model(model_name)
     import textgym
     from textgym import models
 
     try:
-        model, tokenizer = models.load(cfg.model)
+        model, tokenizer = models.load(model_name)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
-        raise CLIError(f"cannot load model {cfg.model!r}: {exc}") from exc
-    return textgym.Policy(model, tokenizer, mode=cfg.mode)
-
-
-def _episodes_done(trainer: Any) -> int:
-    for name in ("episodes_done", "total_episodes", "episodes"):
-        value = getattr(trainer, name, None)
-        if isinstance(value, int):
-            return value
-    return 0
-
-
-def _updates_done(trainer: Any) -> int:
-    for name in ("updates_done", "update_count", "updates", "step"):
-        value = getattr(trainer, name, None)
-        if isinstance(value, int):
-            return value
-    return 0
+        raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
+    return textgym.Policy(model, tokenizer, mode=mode)
 
 
 def _trim_metrics(run_dir: Path, updates_done: int) -> int:
@@ -214,13 +199,15 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
               f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
               f"run folder {run_dir}", flush=True)
-    policy = _load_policy(cfg)
+    policy = build_policy(cfg.model, cfg.mode)
 
     from textgym.trainers import make_trainer
 
     if resume is not None:
-        trainer = _resume_trainer(run_dir / CHECKPOINT, policy, cfg, run_dir)
-        dropped = _trim_metrics(run_dir, _updates_done(trainer))
+        trainer = _resume_trainer(run_dir / CHECKPOINT, policy, run_dir)
+        if cfg.episodes != run_config.load_toml(run_dir / CONFIG_FILE).get("episodes"):
+            (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+        dropped = _trim_metrics(run_dir, trainer.update_count)
         if dropped and not quiet:
             print(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
     else:
@@ -237,26 +224,24 @@ def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
     return {"env_kwargs": dict(cfg.env_kwargs)} if cfg.env_kwargs else {}
 
 
-def _resume_trainer(checkpoint: Path, policy: Any, cfg: run_config.RunConfig,
-                    run_dir: Path) -> Any:
+def _resume_trainer(checkpoint: Path, policy: Any, run_dir: Path) -> Any:
     from textgym.trainers import Trainer
 
     try:
-        trainer = Trainer.resume(checkpoint, policy=policy)
-    except FileNotFoundError as exc:
-        raise CLIError(f"cannot resume: {exc}") from exc
-    return trainer
+        return Trainer.resume(checkpoint, policy=policy, out_dir=run_dir)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
 
 
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
-    from textgym.trainers import sft
-
     if not quiet:
         print(f"textgym: supervised warm-up on {cfg.sft}", flush=True)
     try:
-        sft.train_on_file(trainer.policy, cfg.sft)
-    except (ValueError, KeyError) as exc:
+        losses = trainer.warm_start(cfg.sft)
+    except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"bad SFT file {cfg.sft}: {exc}") from exc
+    if not quiet and losses:
+        print(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}", flush=True)
 
 
 def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
@@ -264,7 +249,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     from textgym.cli.plotting import plot_runs
 
     total = int(cfg.episodes or 0)
-    done = _episodes_done(trainer)
+    done = trainer.episodes_seen
     updates_this_session = 0
     started = time.monotonic()
     status = "complete"
@@ -279,7 +264,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
     with display, _Interrupts(display) as interrupts:
 
-        def callback(metrics: dict[str, Any]) -> None:
+        def callback(metrics: dict[str, Any]) -> bool:
+            # Called after each update (its metrics written); returning False stops the run.
             nonlocal updates_this_session
             updates_this_session += 1
             display.update(metrics)
@@ -287,14 +273,12 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
                 interrupts.request()
-            if interrupts.requested:
-                raise _StopTraining
+            return not interrupts.requested
 
         remaining = total - done
         if remaining > 0:
-            try:
-                trainer.train(episodes=remaining, callback=callback)
-            except _StopTraining:
+            trainer.train(episodes=remaining, callback=callback)
+            if interrupts.requested:
                 status = "interrupted"
         else:
             display.log(f"the run already has {done} of {total} episodes")
@@ -318,7 +302,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     }
     if status == "complete" and cfg.eval_episodes:
         display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
-        summary["eval"] = trainer.evaluate(episodes=cfg.eval_episodes)
+        summary["eval"] = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
     runs.write_json(run_dir / "summary.json", summary)
     if status == "interrupted":
         if not quiet:

@@ -1,0 +1,127 @@
+"""``textgym eval``: greedy evaluation of a checkpoint (or a bare model) on held-out seeds, with
+the random and scripted baselines beside it.
+
+Reports, per policy: mean return +- its standard error, mean episode length and the
+invalid-answer rate (invalid answers per decision).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+from textgym.cli import config as run_config
+from textgym.cli.envtools import make_env, resolve_env
+from textgym.cli.errors import CLIError
+from textgym.cli.runs import with_stderr
+
+
+def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
+    """``(checkpoint folder, run folder or None)`` for a run folder or a checkpoint folder."""
+    from textgym.trainers.checkpoint import checkpoint_dir
+
+    if not path.exists():
+        raise CLIError(f"checkpoint {path} does not exist")
+    if (path / "checkpoint").exists() or (path / "checkpoint.old").exists():
+        candidate, run = path / "checkpoint", path  # a run folder
+    else:
+        candidate, run = path, (path.parent if path.name == "checkpoint" else None)
+    try:
+        folder = checkpoint_dir(candidate)
+    except FileNotFoundError:
+        folder = None
+    if folder is not None:
+        if run is not None and not (run / "config.toml").is_file():
+            run = None
+        return folder, run
+    raise CLIError(f"no checkpoint in {path} (expected {path}/checkpoint/trainer_state.json or "
+                   f"{path}/trainer_state.json)")
+
+
+def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
+                      episodes: int, num_envs: int, seed: int) -> tuple[str, dict[str, Any]]:
+    from textgym.cli.training import build_policy
+    from textgym.trainers import make_trainer
+    from textgym.trainers.checkpoint import read_state
+
+    state: dict[str, Any] = {}
+    saved: dict[str, Any] = {}
+    if checkpoint is not None:
+        folder, run = find_checkpoint(checkpoint)
+        state = read_state(folder)
+        if run is None and state.get("out_dir") and Path(state["out_dir"], "config.toml").is_file():
+            run = Path(state["out_dir"])
+        if run is not None:
+            saved = run_config.load_toml(run / "config.toml")
+        model = model or saved.get("model")
+        if model is None:
+            raise CLIError(f"which base model does {checkpoint} fine-tune? give --model "
+                           f"(its run folder has no config.toml)")
+    mode = mode or saved.get("mode") or "score"
+    policy = build_policy(model, mode)
+    trainer_config = dict(state.get("config", {}))
+    algorithm = trainer_config.pop("algorithm", state.get("algorithm", "reinforce"))
+    # A bare model gets a fresh LoRA adapter, which starts as the identity (B = 0).
+    trainer = make_trainer(algorithm, policy, env=env_id, config=trainer_config or None,
+                           out_dir=None, env_kwargs=state.get("env_kwargs"))
+    if checkpoint is not None:
+        try:
+            trainer.load_state(folder)
+        except (ValueError, FileNotFoundError, KeyError) as exc:
+            raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
+    label = "checkpoint" if checkpoint is not None else model
+    result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+    return label, with_stderr(result)
+
+
+def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
+        baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool) -> None:
+    env_id = resolve_env(env)
+    if checkpoint is None and model is None and not baselines:
+        raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
+    if checkpoint is not None:
+        find_checkpoint(checkpoint)  # fail before loading a model
+    results: dict[str, dict[str, Any] | None] = {}
+    if checkpoint is not None or model is not None:
+        label, result = _model_evaluation(env_id, checkpoint, model, mode, episodes, num_envs,
+                                          seed)
+        results[label] = result
+    if baselines:
+        from textgym.cli.baselines import evaluate_baseline
+
+        game = make_env(env_id)
+        try:
+            for kind in dict.fromkeys(baselines):
+                results[kind] = evaluate_baseline(game, kind, episodes, seed)
+        finally:
+            game.close()
+    if json_out:
+        print(json.dumps({"env": env_id, "episodes": episodes, "seed": seed, "results": results},
+                         indent=2, default=float))
+        return
+    _print_table(env_id, episodes, seed, results)
+
+
+def _print_table(env_id: str, episodes: int, seed: int,
+                 results: dict[str, dict[str, Any] | None]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=max(Console().width, 100))
+    console.print(f"[bold]{env_id}[/]: {episodes} episodes per policy on held-out seeds from "
+                  f"{seed} (models act greedily)", highlight=False)
+    table = Table()
+    table.add_column("policy", style="bold")
+    table.add_column("return (mean ± s.e.)", justify="right")
+    table.add_column("length", justify="right")
+    table.add_column("invalid", justify="right")
+    for name, result in results.items():
+        if result is None:
+            table.add_row(name, "(no scripted policy for this env)", "", "")
+            continue
+        stderr = result.get("return_stderr", math.nan)
+        table.add_row(name, f"{result['return_mean']:.3f} ± {stderr:.3f}",
+                      f"{result['length_mean']:.1f}", f"{result['invalid_rate']:.1%}")
+    console.print(table)
