@@ -1,0 +1,127 @@
+"""Registry: gym.make after import, short names, close-match errors, metadata, register()."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import gymnasium as gym
+import pytest
+
+import textgym
+from textgym import registry
+
+SHORT_NAMES = {
+    "cartpole": "textgym/CartPole-v1",
+    "mountaincar": "textgym/MountainCar-v0",
+    "acrobot": "textgym/Acrobot-v1",
+    "blackjack": "textgym/Blackjack-v1",
+    "frozenlake": "textgym/FrozenLake-v1",
+    "taxi": "textgym/Taxi-v4",
+    "cliffwalking": "textgym/CliffWalking-v1",
+    "bandit": "textgym/Bandit-v0",
+}
+
+
+@pytest.fixture
+def restore_registry():
+    saved_gym, saved_infos, saved_origins = dict(gym.registry), dict(registry._INFOS), dict(registry._ORIGINS)
+    yield
+    gym.registry.clear()
+    gym.registry.update(saved_gym)
+    registry._INFOS.clear()
+    registry._INFOS.update(saved_infos)
+    registry._ORIGINS.clear()
+    registry._ORIGINS.update(saved_origins)
+
+
+def test_gym_make_works_right_after_import_textgym_in_a_fresh_process():
+    code = ("import gymnasium as gym, textgym, sys\n"
+            "env = gym.make('textgym/CartPole-v1')\n"
+            "obs, info = env.reset(seed=0)\n"
+            "print(info['valid_actions'], obs.startswith('Cart '), 'torch' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "['LEFT', 'RIGHT'] True False"
+
+
+@pytest.mark.parametrize("short, full", sorted(SHORT_NAMES.items()))
+def test_short_names_resolve_case_insensitively(short, full):
+    assert registry.resolve_id(short) == full
+    assert registry.resolve_id(short.upper()) == full
+    assert registry.resolve_id(full.lower()) == full
+    assert registry.resolve_id(full.split("/")[1].lower()) == full    # "cartpole-v1"
+
+
+def test_exact_gymnasium_ids_stay_themselves():
+    assert registry.resolve_id("CartPole-v1") == "CartPole-v1"
+    assert registry.resolve_id("CartPole") == "textgym/CartPole-v1"  # a short name: the text env
+    assert registry.resolve_id("Pendulum") == "Pendulum-v1"          # unversioned Gymnasium id: newest
+    env = textgym.make("CartPole-v1", max_episode_steps=5)
+    assert isinstance(env.reset(seed=0)[0], type(gym.make("CartPole-v1").reset(seed=0)[0]))
+    assert env.spec.max_episode_steps == 5
+
+
+def test_make_accepts_short_names():
+    env = textgym.make("bandit")
+    assert env.spec.id == "textgym/Bandit-v0"
+    assert env.reset(seed=0)[1]["valid_actions"] == ["cat", "dog"]
+
+
+def test_unknown_id_names_close_matches():
+    with pytest.raises(registry.UnknownEnvError) as error:
+        textgym.make("textgym/CartPol-v1")
+    assert "no env registered as 'textgym/CartPol-v1'" in str(error.value)
+    assert "Did you mean: textgym/CartPole-v1" in str(error.value)
+    assert isinstance(error.value, gym.error.Error)
+
+    with pytest.raises(registry.UnknownEnvError, match="textgym/FrozenLake-v1"):
+        registry.resolve_id("frozenlak")
+    with pytest.raises(registry.UnknownEnvError, match=r"no env registered as 'zzzz'\. textgym"):
+        textgym.make("zzzz")
+
+
+def test_list_envs_reports_metadata():
+    infos = {info.id: info for info in textgym.list_envs()}
+    assert set(SHORT_NAMES.values()) <= set(infos)
+    cartpole = infos["textgym/CartPole-v1"]
+    assert cartpole.action_names == ("LEFT", "RIGHT")
+    assert cartpole.source == "textgym" and cartpole.short_name == "cartpole"
+    assert "pole" in cartpole.description.lower()
+    assert infos["textgym/Taxi-v4"].action_names[-2:] == ("PICKUP", "DROPOFF")
+    assert [info.id for info in textgym.list_envs()] == sorted(infos)
+
+
+def test_register_keeps_metadata_and_passes_env_kwargs(restore_registry):
+    textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit",
+                     description="Four colors", action_names=["cat", "dog", "fox", "owl"],
+                     num_cues=4, num_arms=4, kwargs={"max_episode_steps": None})
+    info = {i.id: i for i in textgym.list_envs()}["mine/Colors-v0"]
+    assert (info.source, info.description, info.short_name) == ("test_registry", "Four colors", "colors")
+    env = textgym.make("colors")
+    assert env.reset(seed=0)[1]["valid_actions"] == ["cat", "dog", "fox", "owl"]
+    assert gym.spec("mine/Colors-v0").kwargs == {"max_episode_steps": None, "num_cues": 4, "num_arms": 4}
+
+    # The same source may register again (e.g. a re-run notebook cell): it replaces quietly.
+    textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit", num_cues=2)
+    assert gym.spec("mine/Colors-v0").kwargs == {"num_cues": 2}
+
+
+def test_register_rejects_an_id_from_another_source(restore_registry):
+    with pytest.raises(registry.DuplicateEnvError,
+                       match=r"'textgym/Bandit-v0' is registered twice: first by package 'textgym', "
+                             r"then by package 'someone'"):
+        textgym.register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit", source="someone")
+    with pytest.raises(registry.DuplicateEnvError, match="already in Gymnasium's registry"):
+        textgym.register("CartPole-v1", "textgym.envs.classic:make_cartpole")
+    assert gym.spec("CartPole-v1").entry_point.endswith("CartPoleEnv")
+
+
+def test_make_vec_builds_independent_seeded_sub_envs():
+    venv = textgym.make_vec("cartpole", num_envs=3, seed=10)
+    assert isinstance(venv, textgym.TextVectorEnv) and venv.num_envs == 3
+    obs, infos = venv.reset()
+    expected = [textgym.make("textgym/CartPole-v1").reset(seed=10 + i)[0] for i in range(3)]
+    assert obs == expected
+    with pytest.raises(ValueError, match="num_envs"):
+        textgym.make_vec("cartpole", num_envs=0)
