@@ -148,6 +148,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.action_space = TextSpace(max_length=max_length)
 
         self._legal = [True] * len(self._names)
+        self._mask_from_attr = False
         self._invalid_count = 0
         self._retries = 0
         self._last_obs: Any = None
@@ -254,6 +255,8 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         return obs, info
 
     def step(self, action: Any):
+        if self._mask_from_attr:  # a live mask attribute may have changed since the last step
+            self._update_legal({})
         raw = _as_text(action)
         result, error = self._parse(raw)
         index = result.action_index if result is not None else None
@@ -366,6 +369,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def _find_mask(self, info: dict):
         mask = info.get("action_mask") if isinstance(info, dict) else None
+        self._mask_from_attr = False
         if mask is None:
             attr = getattr(self.env.unwrapped, "action_mask", None)
             if attr is None:
@@ -376,6 +380,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 except TypeError:  # e.g. Taxi's action_mask(state): it puts the mask in info instead
                     return None
             mask = attr
+            self._mask_from_attr = True
         try:
             mask = np.asarray(mask).reshape(-1)
         except Exception:  # noqa: BLE001

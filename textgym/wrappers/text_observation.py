@@ -32,7 +32,7 @@ def _number(x: Any, decimals: int) -> str:
         return str(x)
     if not math.isfinite(f):
         return str(f)
-    if f != 0 and (abs(f) >= 1e6 or abs(f) < 10 ** -(decimals + 2)):
+    if abs(f) >= 1e6:
         return format(f, f".{max(decimals, 1) + 1}g")
     text = format(f, f".{decimals}f")
     if "." in text:
@@ -46,8 +46,8 @@ def _array(a: np.ndarray, decimals: int, max_items: int) -> str:
             return (f"array of shape {a.shape}: min {_number(a.min(), decimals)}, "
                     f"mean {_number(a.mean(), decimals)}, max {_number(a.max(), decimals)}")
         return f"array of shape {a.shape}"
-    if a.ndim == 0:
-        return _number(a.item(), decimals)
+    if a.ndim == 0 or (a.ndim == 1 and a.size == 1):
+        return _number(a.reshape(-1)[0].item(), decimals)
     if a.ndim == 1:
         return "[" + ", ".join(_number(v, decimals) for v in a.tolist()) + "]"
     return "[" + ", ".join(_array(row, decimals, max_items) for row in a) + "]"
