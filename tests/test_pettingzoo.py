@@ -1,0 +1,242 @@
+"""wrap_pettingzoo (AEC and parallel), the board-game renderers, and the single-agent game views."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+
+from gymnasium.utils.env_checker import check_env  # noqa: E402
+from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3  # noqa: E402
+from pettingzoo.test import api_test, parallel_api_test  # noqa: E402
+
+import textgym  # noqa: E402
+from textgym.envs import games  # noqa: E402
+from textgym.envs.pettingzoo import wrap_pettingzoo  # noqa: E402
+
+POLICIES = ["penalty", "default", "retry", "terminate"]
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # api_test's advice about Box/Discrete spaces
+        yield
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("make", [tictactoe_v3.env, connect_four_v3.env, rps_v2.env],
+                         ids=["tictactoe", "connect_four", "rps"])
+def test_aec_api_test_passes(make, policy):
+    # api_test answers with random strings: every move is illegal, so this also drives the policy
+    api_test(wrap_pettingzoo(make(), invalid=policy), num_cycles=100)
+
+
+@pytest.mark.parametrize("policy", ["penalty", "default", "terminate"])
+def test_parallel_api_test_passes(policy):
+    parallel_api_test(wrap_pettingzoo(rps_v2.parallel_env(), invalid=policy), num_cycles=50)
+
+
+def test_parallel_retry_is_a_clear_error():
+    with pytest.raises(ValueError, match="needs turns"):
+        wrap_pettingzoo(rps_v2.parallel_env(), invalid="retry")
+    with pytest.raises(ValueError, match="choose one of"):
+        wrap_pettingzoo(tictactoe_v3.env(), invalid="ignore")
+    with pytest.raises(TypeError, match="AECEnv or ParallelEnv"):
+        wrap_pettingzoo(object())
+
+
+def test_tictactoe_text_and_parsing():
+    env = textgym.wrap_pettingzoo(tictactoe_v3.env())
+    env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.last()
+    assert obs["text"].splitlines()[0] == " 1 | 2 | 3"
+    assert info["valid_actions"] == [str(n) for n in range(1, 10)]
+    assert "as X" in info["system_prompt"]
+    env.step('{"action": "3"}')                         # top right
+    record = env.infos["player_1"]["parse"]
+    assert record == {"raw": '{"action": "3"}', "action": 6, "action_name": "3", "parser": "json",
+                      "valid": True, "invalid_count": 0, "policy": None}
+    obs, *_ , info = env.last()
+    assert env.agent_selection == "player_2"
+    assert obs["text"].splitlines()[0] == " 1 | 2 | X"
+    assert "You are O. Your move." in obs["text"] and "3" not in info["valid_actions"]
+    assert "as O" in info["system_prompt"]
+    env.step("Action: 7")
+    obs, *_ = env.last()
+    assert obs["text"].splitlines()[4] == " O | 8 | 9"
+
+
+def test_connect_four_and_rps_text():
+    env = wrap_pettingzoo(connect_four_v3.env())
+    env.reset(seed=0)
+    env.step("4")
+    obs, *_ = env.last()
+    lines = obs["text"].splitlines()
+    assert lines[0] == "1 2 3 4 5 6 7" and lines[6] == ". . . X . . ."
+    assert lines[-1] == "You are O. Your move. Open columns: 1, 2, 3, 4, 5, 6, 7."
+
+    par = wrap_pettingzoo(rps_v2.parallel_env(max_cycles=2))
+    obs, infos = par.reset(seed=0)
+    assert obs["player_0"]["text"] == "Round 1. Your move: ROCK, PAPER, SCISSORS."
+    obs, rewards, terms, truncs, infos = par.step({"player_0": "paper", "player_1": '{"move": "ROCK"}'})
+    assert rewards == {"player_0": 1.0, "player_1": -1.0}
+    assert obs["player_0"]["text"].startswith("Round 2. Your opponent last played ROCK.")
+    assert infos["player_1"]["parse"]["parser"] == "json"
+
+
+def test_illegal_moves_never_crash_and_follow_the_policy():
+    bad = ["", "5", "banana", "\x00" * 10, "x" * 100_000, '{"action": 99}', "🤖", None, 5]
+    rng = np.random.default_rng(0)
+    for policy in POLICIES:
+        for seed in range(3):
+            env = wrap_pettingzoo(tictactoe_v3.env(), invalid=policy, penalty=-0.5)
+            env.reset(seed=seed)
+            env.step("5")                                        # now "5" is taken
+            for agent in env.agent_iter(200):
+                obs, reward, terminated, truncated, info = env.last()
+                if terminated or truncated:
+                    env.step(None)
+                    continue
+                answer = bad[int(rng.integers(len(bad)))] if rng.random() < 0.5 else \
+                    str(rng.choice(info["valid_actions"]))
+                before = env.game_returns[agent]
+                env.step(answer)
+                record = env.infos.get(agent, {}).get("parse") or env._last_parse[agent]
+                if answer is None or answer not in info["valid_actions"]:
+                    allowed = ("retry", "penalty") if policy == "retry" else (policy,)  # retry falls back
+                    assert record["valid"] is False and record["policy"] in allowed
+                    if record["policy"] == "penalty":       # a random legal move was played, plus the penalty
+                        assert record["action"] is not None
+                        game_reward = env.game_returns[agent] - before
+                        assert env.rewards[agent] == pytest.approx(-0.5 + game_reward)
+                    if policy == "terminate":
+                        assert all(env.terminations.values()) and env.rewards[agent] == -0.5
+                else:
+                    assert record["valid"] is True and record["action_name"] == answer
+            assert not env.agents                                    # every game finished
+
+
+def test_retry_keeps_the_turn_then_falls_back():
+    env = wrap_pettingzoo(tictactoe_v3.env(), invalid="retry", max_retries=2, penalty=-0.25)
+    env.reset(seed=0)
+    for attempt in (1, 2):
+        env.step("no idea")
+        assert env.agent_selection == "player_1"
+        obs, reward, *_ , info = env.last()
+        assert obs["text"].startswith("'no idea' is not a legal move. Legal moves: 1, 2, 3")
+        assert info["parse"]["policy"] == "retry" and reward == 0.0
+    env.step("no idea")                       # third in a row: penalty, a random legal move
+    assert env.agent_selection == "player_2"
+    assert env.infos["player_1"]["parse"]["policy"] == "penalty"
+    assert env.rewards["player_1"] == -0.25
+    obs, reward, *_ = env.last()
+    assert "is not a legal move" not in obs["text"]
+
+
+def test_terminate_ends_the_game_as_a_forfeit():
+    env = wrap_pettingzoo(tictactoe_v3.env(), invalid="terminate", penalty=-1.0)
+    env.reset(seed=0)
+    env.step("5")
+    env.step("5")                             # player_2 names a taken square
+    assert all(env.terminations.values())
+    assert env.rewards == {"player_1": 0.0, "player_2": -1.0}
+    assert env.outcome("player_2") == "loss" and env.outcome("player_1") == "win"
+    for agent in env.agent_iter():
+        env.step(None)
+    assert env.agents == []
+
+
+def test_generic_renderer_for_other_envs():
+    from textgym.envs.pettingzoo import generic_text_game
+
+    env = wrap_pettingzoo(tictactoe_v3.env(), game=generic_text_game("tictactoe"))
+    env.reset(seed=0)
+    obs, *_, info = env.last()
+    assert obs["text"].startswith("Observation: [0,0,0,")
+    assert info["valid_actions"] == [str(i) for i in range(9)]
+    env.step("I play 4")
+    assert env.infos["player_1"]["parse"]["action"] == 4
+    api_test(env, num_cycles=20)
+
+
+# -- single-agent views ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textgym/ConnectFour-v3"])
+@pytest.mark.parametrize("opponent", ["random", "scripted", "callable"])
+def test_views_pass_check_env(env_id, opponent):
+    games.register_envs()
+    opp = (lambda text, valid: valid[-1]) if opponent == "callable" else opponent
+    env = textgym.make(env_id, opponent=opp)
+    check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert info["valid_actions"] and info["seat"] in ("first", "second")
+
+
+def _play(env, seeds, rng):
+    counts = {"win": 0, "draw": 0, "loss": 0}
+    for seed in seeds:
+        obs, info = env.reset(seed=seed)
+        terminated = truncated = False
+        while not (terminated or truncated):
+            obs, reward, terminated, truncated, info = env.step(str(rng.choice(info["valid_actions"])))
+        counts[info["outcome"]] += 1
+        assert reward == {"win": 1.0, "draw": 0.0, "loss": -1.0}[info["outcome"]]
+        assert info["episode"]["return"] == reward
+    return counts
+
+
+def test_scripted_opponent_beats_random_play():
+    rng = np.random.default_rng(0)
+    vs_random = _play(games.make_tictactoe(opponent="random"), range(60), rng)
+    vs_scripted = _play(games.make_tictactoe(opponent="scripted"), range(60), rng)
+    # a random player wins often against a random opponent and almost never against the script
+    assert vs_random["win"] >= 20
+    assert vs_scripted["win"] <= 5 and vs_scripted["loss"] >= 45
+    c4 = _play(games.make_connect_four(opponent="scripted"), range(10), rng)
+    assert c4["loss"] >= 8
+
+
+def test_scripted_tictactoe_wins_and_blocks():
+    # PettingZoo cells are column-major: cell = col * 3 + row
+    def obs(mine, theirs):
+        planes = np.zeros((3, 3, 2), np.int8)
+        for c in mine:
+            planes[c // 3, c % 3, 0] = 1
+        for c in theirs:
+            planes[c // 3, c % 3, 1] = 1
+        mask = np.array([0 if c in mine or c in theirs else 1 for c in range(9)], np.int8)
+        return {"observation": planes, "action_mask": mask}
+
+    rng = np.random.default_rng(0)
+    assert games.scripted_tictactoe(obs([0, 1], [4, 8]), rng) == 2        # completes its column
+    assert games.scripted_tictactoe(obs([0], [4, 5]), rng) == 3           # blocks the middle row
+    assert games.scripted_tictactoe(obs([], []), rng) == 4                # takes the centre
+
+
+def test_views_seat_policy_opponent_and_invalid_answers():
+    calls = []
+
+    class FakePolicy:                                  # textgym.Policy's act() signature
+        def act(self, observations, system_prompts, valid_actions, greedy=False):
+            calls.append((observations[0], system_prompts[0]))
+            return [type("D", (), {"text": valid_actions[0][0]})()]
+
+    env = games.TwoPlayerGameEnv("tictactoe", opponent=FakePolicy(), seat="second")
+    obs, info = env.reset(seed=0)
+    assert info["seat"] == "second" and len(info["valid_actions"]) == 8
+    assert calls and "as X" in calls[0][1]               # the opponent got its own system prompt
+    assert " X | 2 | 3" in obs                           # it took square 1
+    obs, reward, terminated, truncated, info = env.step("I'd rather not play")
+    assert info["parse"]["valid"] is False and info["parse"]["policy"] == "penalty"
+    assert reward == -1.0 or terminated
+    with pytest.raises(ValueError, match="seat"):
+        games.TwoPlayerGameEnv("tictactoe", seat="middle")
+    with pytest.raises(ValueError, match="opponent"):
+        games.TwoPlayerGameEnv("tictactoe", opponent="genius")
+    with pytest.raises(ValueError, match="unknown game"):
+        games.TwoPlayerGameEnv("chess")
