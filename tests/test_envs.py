@@ -262,3 +262,22 @@ def test_bandit_options():
         CueBanditEnv(num_arms=9)
     with pytest.raises(ValueError, match="mapping"):
         CueBanditEnv(num_cues=2, num_arms=2, mapping=[0, 5])
+
+
+# --------------------------------------------------------------------------- example
+
+def test_stack_wrappers_example_runs_and_prints_the_parse_records():
+    import pathlib
+    import subprocess
+    import sys
+
+    script = pathlib.Path(__file__).parent.parent / "examples" / "stack_wrappers.py"
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    parsed = [line for line in lines if line.startswith("PARSED:")]
+    assert [p.split()[2] for p in parsed] == ["name=LEFT", "name=RIGHT", "name=None", "name=LEFT", "name=RIGHT"]
+    assert "parser=json" in parsed[0] and "parser=regex" in parsed[1]
+    assert "valid=False policy=penalty reward=+0.00" in parsed[2]
+    assert "Your action: 'uhh, banana?' (invalid)" in out.stdout       # History shows the bad answer
+    assert lines[-1] == "EPISODE: {'return': 4.0, 'length': 5, 'invalid_count': 1}"
