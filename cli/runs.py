@@ -32,12 +32,14 @@ def looks_like_run(path: Path) -> bool:
     return any((path / name).exists() for name in RUN_FILES)
 
 
-def prepare_new(path: Path, force: bool) -> Path:
-    """Create an empty run folder. An existing one is an error unless ``force`` (then it is
-    emptied, but only if it looks like a run folder: --force never deletes unrelated files)."""
+def check_new(path: Path, force: bool) -> None:
+    """Raise CLIError unless a new run may start in ``path`` (nothing is changed on disk).
+
+    An existing non-empty folder needs ``force``, and even then only a textgym run folder may
+    be emptied: --force never deletes unrelated files."""
     if path.exists() and not path.is_dir():
         raise CLIError(f"{path} exists and is not a folder")
-    if path.exists() and any(path.iterdir()):
+    if path.is_dir() and any(path.iterdir()):
         if not force:
             raise CLIError(
                 f"run folder {path} already exists; use --resume {path} to continue it "
@@ -45,6 +47,12 @@ def prepare_new(path: Path, force: bool) -> Path:
             )
         if not looks_like_run(path):
             raise CLIError(f"--force refuses to empty {path}: it is not a textgym run folder")
+
+
+def prepare_new(path: Path, force: bool) -> Path:
+    """Create an empty run folder (emptying an old run folder when ``force``)."""
+    check_new(path, force)
+    if path.is_dir() and any(path.iterdir()):
         shutil.rmtree(path)
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -191,8 +191,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     else:
         cfg = _new_config(file_layer, flags)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
-        if run_dir.exists() and any(run_dir.iterdir()) and not force:
-            runs.prepare_new(run_dir, force=False)  # raises the "already exists" error
+        runs.check_new(run_dir, force)  # before the slow model load; nothing touched yet
     trainer_config = _trainer_config(cfg)
 
     if not quiet:

@@ -167,3 +167,134 @@ def test_plot_missing_run(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     line = one_error_line(cli("plot", tmp_path / "empty"))
     assert "metrics.jsonl does not exist" in line
+
+
+# --- envs, play, baselines -------------------------------------------------------------------
+
+
+def test_envs_lists_builtins_with_actions_and_package(cli):
+    result = cli("envs", "--json")
+    assert result.exit_code == 0, result.output
+    rows = {row["id"]: row for row in json.loads(result.stdout)}
+    assert rows["textgym/CartPole-v1"]["action_names"] == ["LEFT", "RIGHT"]
+    assert rows["textgym/CartPole-v1"]["source"] == "textgym"
+    assert rows["textgym/Bandit-v0"]["description"]
+    table = cli("envs")
+    assert table.exit_code == 0
+    assert "textgym/Blackjack-v1" in table.stdout and "STICK, HIT" in table.stdout
+
+
+def test_envs_includes_a_plugin_with_its_package(cli, monkeypatch):
+    import textgym
+    from textgym import registry
+
+    textgym.register("cliplugin/Coin-v0", "textgym.envs.bandit:make_bandit",
+                     description="Heads or tails from a plugin", action_names=["cat", "dog"],
+                     source="cli-plugin-pkg")
+    try:
+        rows = {row["id"]: row for row in json.loads(cli("envs", "--json").stdout)}
+        assert rows["cliplugin/Coin-v0"]["source"] == "cli-plugin-pkg"
+        assert rows["cliplugin/Coin-v0"]["description"] == "Heads or tails from a plugin"
+    finally:
+        registry._INFOS.pop("cliplugin/Coin-v0", None)
+        import gymnasium as gym
+
+        gym.registry.pop("cliplugin/Coin-v0", None)
+
+
+def test_play_shows_the_prompt_and_parses_piped_answers(cli):
+    result = cli("play", "cartpole", "--seed", "0", input='LEFT\nI push it right\n{"action": "LEFT"}\nbanana\n')
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Answer with one word: LEFT or RIGHT." in out  # the system prompt the model sees
+    assert "Cart " in out and "Pole " in out                # the observation text
+    parses = [json.loads(line[len("parse: "):]) for line in out.splitlines()
+              if line.startswith("parse: ")]
+    assert [(p["action_name"], p["valid"]) for p in parses] == [
+        ("LEFT", True), ("RIGHT", True), ("LEFT", True), (None, False)]
+    assert parses[2]["parser"] == "json" and parses[3]["parser"] is None
+    assert parses[-1]["invalid_count"] == 1
+    assert "reward: 1" in out
+    assert "end of input" in out
+
+
+def test_play_a_whole_bandit_episode(cli):
+    result = cli("play", "bandit", "--seed", "1", "--episodes", "2", input="cat\ncat\n")
+    assert result.exit_code == 0, result.output
+    colors = [line for line in result.stdout.splitlines() if line.startswith("Color: ")]
+    rewards = [line.split()[1] for line in result.stdout.splitlines() if line.startswith("reward:")]
+    assert len(colors) == len(rewards) == 2
+    for color, reward in zip(colors, rewards):
+        assert reward == ("1" if color == "Color: red." else "0")   # red -> cat, green -> dog
+    assert result.stdout.count("episode over") == 2
+
+
+def test_play_unknown_env(cli):
+    line = one_error_line(cli("play", "blackjak"))
+    assert "Blackjack" in line
+
+
+def test_eval_baselines(cli):
+    result = cli("eval", "cartpole", "--baseline", "random", "--baseline", "scripted",
+                 "--episodes", "10", "--json")
+    assert result.exit_code == 0, result.output
+    results = json.loads(result.stdout)["results"]
+    assert results["scripted"]["return_mean"] == 500.0      # the PD controller balances it
+    assert results["random"]["return_mean"] < 60
+    assert results["random"]["return_stderr"] > 0
+    assert results["random"]["invalid_rate"] == 0.0
+    table = cli("eval", "bandit", "--baseline", "scripted", "--episodes", "5")
+    assert table.exit_code == 0 and "1.000 ± 0.000" in table.stdout
+
+
+def test_eval_needs_something_to_evaluate(cli):
+    line = one_error_line(cli("eval", "cartpole"))
+    assert "nothing to evaluate" in line
+
+
+def test_eval_missing_checkpoint(cli, tmp_path):
+    line = one_error_line(cli("eval", "bandit", "--checkpoint", tmp_path / "nope"))
+    assert "does not exist" in line
+    (tmp_path / "empty").mkdir()
+    line = one_error_line(cli("eval", "bandit", "--checkpoint", tmp_path / "empty"))
+    assert "no checkpoint in" in line
+
+
+def test_missing_model(cli, tmp_path):
+    line = one_error_line(cli("eval", "bandit", "--model", "smollm-135"))
+    assert "unknown model 'smollm-135'" in line and "smollm2-135m" in line
+    line = one_error_line(cli("train", "bandit", "--model", tmp_path / "no_model",
+                              "--out", tmp_path / "run"))
+    assert "does not exist" in line
+    assert not (tmp_path / "run").exists()
+
+
+# --- run folders -----------------------------------------------------------------------------
+
+
+def test_existing_run_folder_is_not_touched(cli, tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"update": 1}\n')
+    (run / "config.toml").write_text('env = "textgym/Bandit-v0"\n')
+    before = {p.name: p.read_bytes() for p in run.iterdir()}
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--out", run))
+    assert "already exists" in line and "--resume" in line and "--force" in line
+    assert {p.name: p.read_bytes() for p in run.iterdir()} == before
+
+
+def test_force_refuses_to_empty_a_folder_that_is_not_a_run(cli, tmp_path):
+    folder = tmp_path / "precious"
+    folder.mkdir()
+    (folder / "notes.txt").write_text("keep me")
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--out", folder, "--force"))
+    assert "not a textgym run folder" in line
+    assert (folder / "notes.txt").read_text() == "keep me"
+
+
+def test_resume_bad_folders(cli, tmp_path):
+    line = one_error_line(cli("train", "--resume", tmp_path / "nope"))
+    assert "does not exist" in line
+    (tmp_path / "plain").mkdir()
+    line = one_error_line(cli("train", "--resume", tmp_path / "plain"))
+    assert "not a textgym run folder" in line
