@@ -49,3 +49,8 @@ register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit",
 from textgym.envs import games as _games  # noqa: E402
 
 _games.register_envs()
+
+# TextWorld adventures (textworld itself is imported on make).
+from textgym.envs import textworld as _textworld  # noqa: E402
+
+_textworld.register_envs()
