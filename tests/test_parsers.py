@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import string
 import time
 
@@ -15,8 +16,8 @@ from textgym.wrappers.parsers import (
     JSONParser,
     KeywordParser,
     Parser,
-    ParseResult,
     ParserChain,
+    ParseResult,
     RegexParser,
     _normalize,
     as_parser,
@@ -144,7 +145,7 @@ def test_regex_custom_patterns():
     assert p("option 1", LR).action_name == "RIGHT"  # a captured number is an index
     p = RegexParser(["pick=(?P<action>{actions})"])
     assert p("PICK=Left", LR).action_name == "LEFT"
-    with pytest.raises(Exception):
+    with pytest.raises(re.error):
         RegexParser(["(unclosed"])
 
 

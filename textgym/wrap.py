@@ -8,7 +8,7 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-__all__ = ["wrap", "POLICY_KEYS"]
+__all__ = ["POLICY_KEYS", "wrap"]
 
 #: The keyword arguments of :func:`wrap` that go to :class:`~textgym.wrappers.ParseAction`.
 POLICY_KEYS = ("invalid_policy", "invalid_penalty", "default_action", "max_retries",

@@ -7,15 +7,20 @@ Stacked inner -> outer as :func:`textgym.wrap` does it::
 
 from textgym.wrappers.episode_stats import EpisodeStats
 from textgym.wrappers.history import History
-from textgym.wrappers.parse_action import DEFAULT_FEEDBACK, INVALID_POLICIES, ParseAction, env_action_names
+from textgym.wrappers.parse_action import (
+    DEFAULT_FEEDBACK,
+    INVALID_POLICIES,
+    ParseAction,
+    env_action_names,
+)
 from textgym.wrappers.parsers import (
     DEFAULT_REGEX_PATTERNS,
     FunctionParser,
     JSONParser,
     KeywordParser,
     Parser,
-    ParseResult,
     ParserChain,
+    ParseResult,
     RegexParser,
     as_parser,
     default_parser,
@@ -35,10 +40,33 @@ from textgym.wrappers.shape_reward import (
 from textgym.wrappers.text_observation import DEFAULT_SYSTEM_PROMPT, TextObservation, describe
 
 __all__ = [
-    "TextObservation", "ParseAction", "EpisodeStats", "ShapeReward", "History",
-    "ParseResult", "Parser", "JSONParser", "RegexParser", "KeywordParser", "ParserChain",
-    "FunctionParser", "as_parser", "default_parser", "DEFAULT_REGEX_PATTERNS",
-    "RewardTerm", "Scale", "Clip", "FormatBonus", "RewardFn",
-    "Constant", "LinearDecay", "ExponentialDecay", "as_schedule",
-    "describe", "env_action_names", "DEFAULT_SYSTEM_PROMPT", "DEFAULT_FEEDBACK", "INVALID_POLICIES",
+    "DEFAULT_FEEDBACK",
+    "DEFAULT_REGEX_PATTERNS",
+    "DEFAULT_SYSTEM_PROMPT",
+    "INVALID_POLICIES",
+    "Clip",
+    "Constant",
+    "EpisodeStats",
+    "ExponentialDecay",
+    "FormatBonus",
+    "FunctionParser",
+    "History",
+    "JSONParser",
+    "KeywordParser",
+    "LinearDecay",
+    "ParseAction",
+    "ParseResult",
+    "Parser",
+    "ParserChain",
+    "RegexParser",
+    "RewardFn",
+    "RewardTerm",
+    "Scale",
+    "ShapeReward",
+    "TextObservation",
+    "as_parser",
+    "as_schedule",
+    "default_parser",
+    "describe",
+    "env_action_names",
 ]

@@ -14,7 +14,7 @@ from gymnasium import logger, spaces
 from textgym.spaces import TextSpace
 from textgym.wrappers.parsers import ParseResult, ParserLike, as_parser
 
-__all__ = ["ParseAction", "INVALID_POLICIES", "DEFAULT_FEEDBACK", "env_action_names", "MAX_MULTIBINARY"]
+__all__ = ["DEFAULT_FEEDBACK", "INVALID_POLICIES", "MAX_MULTIBINARY", "ParseAction", "env_action_names"]
 
 #: The invalid-answer policies.
 INVALID_POLICIES = ("penalty", "default", "retry", "terminate")

@@ -24,19 +24,19 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Union
+from typing import Any
 
 __all__ = [
+    "DEFAULT_REGEX_PATTERNS",
+    "FunctionParser",
+    "JSONParser",
+    "KeywordParser",
     "ParseResult",
     "Parser",
-    "JSONParser",
-    "RegexParser",
-    "KeywordParser",
     "ParserChain",
-    "FunctionParser",
+    "RegexParser",
     "as_parser",
     "default_parser",
-    "DEFAULT_REGEX_PATTERNS",
 ]
 
 
@@ -450,7 +450,7 @@ class KeywordParser(Parser):
 # --------------------------------------------------------------------------- composition
 
 
-ParserLike = Union[Parser, Callable[[str, Sequence[str]], Any]]
+ParserLike = Parser | Callable[[str, Sequence[str]], Any]
 
 
 class FunctionParser(Parser):

@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Union
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
 __all__ = [
-    "ShapeReward",
+    "Clip",
+    "Constant",
+    "ExponentialDecay",
+    "FormatBonus",
+    "LinearDecay",
+    "RewardFn",
     "RewardTerm",
     "Scale",
-    "Clip",
-    "FormatBonus",
-    "RewardFn",
-    "Constant",
-    "LinearDecay",
-    "ExponentialDecay",
+    "ShapeReward",
     "as_schedule",
 ]
 
@@ -243,7 +243,7 @@ class RewardFn(RewardTerm):
 # --------------------------------------------------------------------------- wrapper
 
 
-TermLike = Union[RewardTerm, Callable[[Any, Any, float, dict], float]]
+TermLike = RewardTerm | Callable[[Any, Any, float, dict], float]
 
 
 class ShapeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):

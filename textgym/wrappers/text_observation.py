@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -12,12 +12,12 @@ from gymnasium import logger, spaces
 
 from textgym.spaces import TextSpace
 
-__all__ = ["TextObservation", "describe", "DEFAULT_SYSTEM_PROMPT", "Formatter"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Formatter", "TextObservation", "describe"]
 
 #: The system prompt used when none is given.
 DEFAULT_SYSTEM_PROMPT = "You control an agent in an environment. Each message describes the current state."
 
-Formatter = Union[str, Callable[[Any], str], None]
+Formatter = str | Callable[[Any], str] | None
 
 
 def _number(x: Any, decimals: int) -> str:
@@ -113,6 +113,16 @@ def _describe(obs, space, names, decimals, max_items, top) -> str:
     return str(obs)[: max_items * 16]
 
 
+class _Describe:
+    """:func:`describe` bound to a space (a class, not a lambda, so that envs pickle)."""
+
+    def __init__(self, space: spaces.Space, names: Sequence[str] | None, decimals: int):
+        self.space, self.names, self.decimals = space, names, decimals
+
+    def __call__(self, obs: Any) -> str:
+        return describe(obs, self.space, self.names, self.decimals)
+
+
 class _FormatString:
     """``str.format`` over an observation: ``{obs}``, positional ``{0}``.. for the items of a
     sequence, and ``{key}`` for the keys of a dict."""
@@ -181,8 +191,7 @@ class TextObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         self.observation_names = list(observation_names) if observation_names is not None else None
         self.decimals = int(decimals)
         if formatter is None:
-            self.formatter: Callable[[Any], str] = lambda obs: describe(
-                obs, inner_space, self.observation_names, self.decimals)
+            self.formatter: Callable[[Any], str] = _Describe(inner_space, self.observation_names, self.decimals)
         elif isinstance(formatter, str):
             self.formatter = _FormatString(formatter)
             self._check_format_string(formatter, inner_space)
