@@ -125,3 +125,13 @@ def test_make_vec_builds_independent_seeded_sub_envs():
     assert obs == expected
     with pytest.raises(ValueError, match="num_envs"):
         textgym.make_vec("cartpole", num_envs=0)
+
+
+@pytest.mark.parametrize("module", ["textgym.registry", "textgym.vector", "textgym.envs.classic",
+                                    "textgym.envs.bandit"])
+def test_docstring_examples_run(module, restore_registry):
+    import doctest
+    import importlib
+
+    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
+    assert result.attempted > 0 and result.failed == 0

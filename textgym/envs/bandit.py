@@ -76,8 +76,8 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
         >>> env = textgym.make("textgym/Bandit-v0")
         >>> obs, info = env.reset(seed=1)
         >>> obs, info["valid_actions"]
-        ('Color: green.', ['cat', 'dog'])
-        >>> env.step("dog")[1]
+        ('Color: red.', ['cat', 'dog'])
+        >>> env.step("cat")[1]
         1.0
 
     Args:

@@ -127,7 +127,7 @@ class AcrobotText(_Renderer):
     Example:
         >>> import math
         >>> AcrobotText()([math.cos(3.0), math.sin(3.0), 1.0, 0.0, 0.5, 0.0])
-        'Upper link +3.00 rad, lower +0.00 rad; speeds +0.50, +0.00. Tip height +1.98, falling.'
+        'Upper link +3.00 rad, lower +0.00 rad; speeds +0.50, +0.00. Tip height +1.98, rising.'
     """
 
     def __call__(self, obs: Sequence[float]) -> str:
