@@ -135,3 +135,9 @@ def test_docstring_examples_run(module, restore_registry):
 
     result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
     assert result.attempted > 0 and result.failed == 0
+
+
+def test_module_prefixed_id_imports_the_module_first():
+    assert registry.resolve_id("textgym.envs.bandit:textgym/Bandit-v0") == "textgym/Bandit-v0"
+    with pytest.raises(ModuleNotFoundError):
+        registry.resolve_id("no_such_module_xyz:Foo-v0")

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import importlib.metadata
 import sys
 import threading
@@ -117,10 +118,11 @@ def register(
 
     Example:
         >>> import textgym
-        >>> textgym.register("mine/Coin-v0", "textgym.envs.bandit:make_bandit",
-        ...                  description="Heads or tails", action_names=["CAT", "DOG"], num_cues=2)
-        >>> "mine/Coin-v0" in [info.id for info in textgym.list_envs()]
-        True
+        >>> textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit",
+        ...                  description="Four colors, four animals",
+        ...                  action_names=["cat", "dog", "fox", "owl"], num_cues=4, num_arms=4)
+        >>> textgym.make("mine/Colors-v0").reset(seed=0)[1]["valid_actions"]
+        ['cat', 'dog', 'fox', 'owl']
 
     Args:
         id: ``namespace/Name-vN``. Built-ins use ``textgym/``; a plugin uses its own namespace.
@@ -264,6 +266,9 @@ def resolve_id(name: str) -> str:
     """
     if not isinstance(name, str):
         raise TypeError(f"env id must be a str, got {type(name).__name__}")
+    if ":" in name:      # Gymnasium's "module:Env-v0": import the module, which registers the env
+        module, name = name.split(":", 1)
+        importlib.import_module(module)
     load_plugins()
     if name in gym.registry:
         return name

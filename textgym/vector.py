@@ -28,7 +28,7 @@ class TextVectorEnv(VectorEnv):
         >>> from textgym.vector import TextVectorEnv
         >>> venv = TextVectorEnv([lambda: textgym.make("textgym/Bandit-v0")] * 3, seed=0)
         >>> obs, infos = venv.reset()                     # sub-env i seeded 0 + i
-        >>> obs, rewards, terminated, truncated, infos = venv.step(["CAT", "DOG", "CAT"])
+        >>> obs, rewards, terminated, truncated, infos = venv.step(["cat", "dog", "cat"])
         >>> bool(terminated.all()), "final_info" in infos[0]     # one-step episodes, reset at once
         (True, True)
 
