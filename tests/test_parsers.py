@@ -103,6 +103,18 @@ def test_json_wrong_types_are_no_match():
         assert result is None or result.action_name in LR
 
 
+def test_adversarial_numbers_and_nesting():
+    digits = [str(i) for i in range(3)]
+    for text in ['{"action": ' + "9" * 5000 + "}", '{"action": "' + "9" * 5000 + '"}',
+                 "Action: " + "1" * 5000, '{"action": 1e400}', '{"action": NaN}']:
+        assert default_parser()(text, LR) is None, text[:30]
+        assert default_parser()(text, digits) is None, text[:30]
+    # an object too deep for the decoder is skipped; the regex still reads its action
+    deep = '{"action": "LEFT", "x": ' + "[" * 100_000 + "}"
+    assert JSONParser()(deep, LR) is None
+    assert default_parser()(deep, LR).action_name == "LEFT"
+
+
 def test_json_last_object_with_an_action_decides():
     assert JSONParser()('{"action": "LEFT"} {"note": 1}', LR).action_name == "LEFT"
     # the last object with an action key names an unknown action: no JSON match
