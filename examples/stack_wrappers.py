@@ -5,8 +5,15 @@ Run: python examples/stack_wrappers.py   (textgym.wrap(env, ...) builds the same
 
 import gymnasium as gym
 
-from textgym.wrappers import (EpisodeStats, FormatBonus, History, ParseAction, Scale,
-                              ShapeReward, TextObservation)
+from textgym.wrappers import (
+    EpisodeStats,
+    FormatBonus,
+    History,
+    ParseAction,
+    Scale,
+    ShapeReward,
+    TextObservation,
+)
 
 env = gym.make("CartPole-v1", max_episode_steps=5)               # a short episode for the demo
 env = TextObservation(env, formatter="Pole angle {2:+.3f} rad, spin {3:+.2f}.",

@@ -40,7 +40,8 @@ def test_gym_make_works_right_after_import_textgym_in_a_fresh_process():
             "env = gym.make('textgym/CartPole-v1')\n"
             "obs, info = env.reset(seed=0)\n"
             "print(info['valid_actions'], obs.startswith('Cart '), 'torch' in sys.modules)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         check=False)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['LEFT', 'RIGHT'] True False"
 
@@ -120,7 +121,7 @@ def test_register_rejects_an_id_from_another_source(restore_registry):
 def test_make_vec_builds_independent_seeded_sub_envs():
     venv = textgym.make_vec("cartpole", num_envs=3, seed=10)
     assert isinstance(venv, textgym.TextVectorEnv) and venv.num_envs == 3
-    obs, infos = venv.reset()
+    obs, _ = venv.reset()
     expected = [textgym.make("textgym/CartPole-v1").reset(seed=10 + i)[0] for i in range(3)]
     assert obs == expected
     with pytest.raises(ValueError, match="num_envs"):

@@ -40,10 +40,10 @@ def test_sub_env_i_is_seeded_seed_plus_i_and_later_resets_continue_its_rng():
         later = [env.reset()[0] for _ in range(4)]
         expected.append([first] + later)
 
-    obs, infos = venv.reset()
+    obs, _ = venv.reset()
     seen = [[o] for o in obs]
     for _ in range(4):                     # each step ends every one-step episode: autoreset
-        obs, rewards, terminated, truncated, infos = venv.step(["cat"] * 3)
+        obs, _, terminated, _, _ = venv.step(["cat"] * 3)
         assert terminated.all()
         for i, o in enumerate(obs):
             seen[i].append(o)

@@ -28,8 +28,9 @@ import importlib.metadata
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import parse_env_id

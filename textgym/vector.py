@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -38,7 +38,7 @@ class TextVectorEnv(VectorEnv):
             seed; later resets continue each sub-env's own random generator.
     """
 
-    metadata: dict[str, Any] = {"autoreset_mode": AutoresetMode.SAME_STEP}
+    metadata: ClassVar[dict[str, Any]] = {"autoreset_mode": AutoresetMode.SAME_STEP}
 
     def __init__(self, env_fns: Sequence[Callable[[], gym.Env] | gym.Env], seed: int | None = None):
         if len(env_fns) == 0:

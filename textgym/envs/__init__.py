@@ -46,11 +46,11 @@ register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit",
          action_names=ANIMALS[:2], source="textgym", kwargs={"max_episode_steps": None})
 
 # PettingZoo board games as single-agent text envs (PettingZoo itself is imported on make).
-from textgym.envs import games as _games  # noqa: E402
+from textgym.envs import games as _games
 
 _games.register_envs()
 
 # TextWorld adventures (textworld itself is imported on make).
-from textgym.envs import textworld as _textworld  # noqa: E402
+from textgym.envs import textworld as _textworld
 
 _textworld.register_envs()

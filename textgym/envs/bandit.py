@@ -9,13 +9,14 @@ The mapping is learned by trial unless ``hint=True`` states it in the system pro
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["COLORS", "ANIMALS", "CueBanditEnv", "make_bandit"]
+__all__ = ["ANIMALS", "COLORS", "CueBanditEnv", "make_bandit"]
 
 # Every word here is a single token for common LLM tokenizers, with and without a leading space.
 COLORS = ("red", "green", "blue", "yellow", "purple", "orange", "brown", "black", "white")
@@ -37,7 +38,7 @@ class CueBanditEnv(gym.Env[int, int]):
         mapping: the right arm index of each cue; default ``cue % num_arms``.
     """
 
-    metadata = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
 
     def __init__(self, num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | None = None):
         if not 1 <= num_cues <= len(COLORS):

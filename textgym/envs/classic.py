@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
