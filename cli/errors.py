@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -63,6 +64,10 @@ class TextgymGroup(TyperGroup):
             # Accept --debug anywhere; the group callback declares it so that --help lists it.
             debug = True
             args = ["--debug", *(a for a in args if a != "--debug")]
+        if not debug:
+            # Library deprecation chatter (transformers, peft) is noise for a CLI user.
+            warnings.filterwarnings("ignore", category=FutureWarning)
+            warnings.filterwarnings("ignore", category=DeprecationWarning)
         try:
             result = super().main(
                 args=args,

@@ -100,10 +100,18 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
         given["env"] = resolve_env(given["env"])
     defaults = run_config.RunConfig().to_dict()
     for name, value in given.items():
-        if name not in _CHANGEABLE_ON_RESUME and value != saved.get(name, defaults[name]):
+        if name in _CHANGEABLE_ON_RESUME:
+            continue
+        was = saved.get(name, defaults[name])
+        if isinstance(value, dict):  # a table: only the keys given must match
+            changes = [(f"{name}.{k}", v, (was or {}).get(k)) for k, v in value.items()
+                       if (was or {}).get(k) != v]
+        else:
+            changes = [(name, value, was)] if value != was else []
+        for key, new_value, old_value in changes:
             raise CLIError(
-                f"cannot resume {run_dir} with {name.replace('_', '-')}={value!r}: the run was "
-                f"started with {saved.get(name, defaults[name])!r} (a resumed run may only change "
+                f"cannot resume {run_dir} with {key.replace('_', '-')}={new_value!r}: the run "
+                f"was started with {old_value!r} (a resumed run may only change "
                 f"{', '.join(_CHANGEABLE_ON_RESUME)})"
             )
     cfg = run_config.resolve(saved, file_layer, flags)
@@ -116,17 +124,25 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
     from textgym.trainers import config as trainer_configs
 
     fields = {
+        **cfg.trainer,
         "num_envs": cfg.num_envs,
         "seed": cfg.seed,
         "use_lora": cfg.lora,
         "checkpoint_every": cfg.checkpoint_every,
         **({"lr": cfg.lr} if cfg.lr is not None else {}),
-        **cfg.trainer,
     }
     try:
         return trainer_configs.config_for(cfg.algo, fields)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"invalid {cfg.algo} settings: {exc}") from exc
+
+
+def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
+    """Write the algorithm's resolved settings into the run config (saved as config.toml)."""
+    cfg.lr = trainer_config.lr
+    top_level = {"num_envs", "seed", "use_lora", "checkpoint_every", "lr", "algorithm"}
+    cfg.trainer = {k: v for k, v in trainer_config.to_dict().items()
+                   if k not in top_level and v is not None}
 
 
 # --- the heavy part ----------------------------------------------------------------------------
@@ -193,6 +209,9 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
         runs.check_new(run_dir, force)  # before the slow model load; nothing touched yet
     trainer_config = _trainer_config(cfg)
+    _fill_from_trainer(cfg, trainer_config)
+    if cfg.sft and resume is None:
+        _check_demonstrations(cfg.sft)
 
     if not quiet:
         print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
@@ -230,6 +249,15 @@ def _resume_trainer(checkpoint: Path, policy: Any, run_dir: Path) -> Any:
         return Trainer.resume(checkpoint, policy=policy, out_dir=run_dir)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
+
+
+def _check_demonstrations(path: str) -> None:
+    from textgym.trainers.sft import load_demonstrations
+
+    try:
+        load_demonstrations(path)
+    except (ValueError, OSError, UnicodeDecodeError) as exc:
+        raise CLIError(f"bad SFT file: {exc}") from exc
 
 
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:

@@ -298,3 +298,130 @@ def test_resume_bad_folders(cli, tmp_path):
     (tmp_path / "plain").mkdir()
     line = one_error_line(cli("train", "--resume", tmp_path / "plain"))
     assert "not a textgym run folder" in line
+
+
+# --- train, eval of its checkpoint, interrupted and resumed runs ---------------------------------
+
+# Small and fast: the tiny random model on the one-step bandit, 8 episodes per update.
+FAST = '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n'
+
+
+@pytest.fixture
+def fast_config(tmp_path):
+    path = tmp_path / "fast.toml"
+    path.write_text('model = "tiny"\nnum_envs = 4\nepisodes = 8\n' + FAST)
+    return path
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path, fast_config):
+    run = tmp_path / "run"
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text(json.dumps({"observation": "Color: red.", "action": "cat"}) + "\n"
+                     + json.dumps({"observation": "Color: green.", "action": "dog"}) + "\n")
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", "16", "--lr", "3e-4",
+                 "--sft", demos, "--out", run)
+    assert result.exit_code == 0, result.output
+    assert "supervised warm-up" in result.stdout and "done: 2 updates, 16 episodes" in result.stdout
+
+    # the resolved config: file values, flags over them, the trainer's settings filled in
+    import tomllib
+
+    saved = tomllib.loads((run / "config.toml").read_text())
+    assert saved["env"] == "textgym/Bandit-v0" and saved["model"] == "tiny"
+    assert saved["episodes"] == 16 and saved["num_envs"] == 4 and saved["lr"] == 3e-4
+    assert saved["trainer"]["episodes_per_update"] == 8 and saved["trainer"]["baseline"] == "batch"
+    assert saved["sft"] == str(demos)
+
+    metrics = lines_of(run / "metrics.jsonl")
+    assert [m["update"] for m in metrics] == [1, 2]
+    assert [m["episodes"] for m in metrics] == [8, 16]
+    assert all(0.0 <= m["return_mean"] <= 1.0 and m["samples"] for m in metrics)
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == 2 and state["episodes_seen"] == 16
+    assert (run / "checkpoint" / "adapter").is_dir()
+    assert (run / "curve.png").read_bytes()[:4] == b"\x89PNG"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["updates"] == 2
+    assert summary["episodes"] == 16 and summary["env"] == "textgym/Bandit-v0"
+
+    # eval of the checkpoint (run folder or checkpoint folder), beside the baselines
+    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", "8", "--num-envs", "4",
+                 "--baseline", "random", "--baseline", "scripted", "--json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    model = report["results"]["checkpoint"]
+    assert model["episodes"] == 8 and model["length_mean"] == 1.0
+    assert 0.0 <= model["return_mean"] <= 1.0 and model["return_stderr"] >= 0.0
+    assert model["invalid_rate"] == 0.0                     # score mode always answers validly
+    assert report["results"]["scripted"]["return_mean"] == 1.0
+    table = cli("eval", "bandit", "--checkpoint", run / "checkpoint", "--episodes", "4",
+                "--num-envs", "4")
+    assert table.exit_code == 0, table.output
+    assert "checkpoint" in table.stdout and "±" in table.stdout
+
+    # the run folder exists now: a second train into it is refused, files untouched
+    before = (run / "metrics.jsonl").read_bytes()
+    line = one_error_line(cli("train", "bandit", "--config", fast_config, "--out", run))
+    assert "already exists" in line
+    assert (run / "metrics.jsonl").read_bytes() == before
+
+    # --force starts over in a run folder
+    result = cli("train", "bandit", "--config", fast_config, "--out", run, "--force", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == ""
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1]
+
+
+def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
+    run = tmp_path / "run"
+    # --stop-after 1 acts as a Ctrl-C after the first update
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", "24", "--out", run,
+                 "--stop-after", "1")
+    assert result.exit_code == 130, result.output
+    assert f"textgym train --resume {run}" in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["updates"] == 1
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == 1 and state["episodes_seen"] == 8
+
+    # a resumed run cannot change what it trains
+    line = one_error_line(cli("train", "--resume", run, "--algo", "grpo"))
+    assert "cannot resume" in line and "algo" in line and "reinforce" in line
+
+    result = cli("train", "--resume", run)
+    assert result.exit_code == 0, result.output
+    metrics = lines_of(run / "metrics.jsonl")
+    assert [m["update"] for m in metrics] == [1, 2, 3]          # nothing repeated, nothing lost
+    assert [m["episodes"] for m in metrics] == [8, 16, 24]
+    assert metrics[2]["wall_time"] >= metrics[0]["wall_time"]
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == 3 and state["episodes_seen"] == 24
+    assert json.loads((run / "summary.json").read_text())["status"] == "complete"
+
+    # resuming a finished run with a bigger budget continues it
+    result = cli("train", "--resume", run, "--episodes", "32", "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2, 3, 4]
+    import tomllib
+
+    assert tomllib.loads((run / "config.toml").read_text())["episodes"] == 32
+
+
+def test_bad_trainer_setting_and_bad_sft_file(cli, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('model = "tiny"\n[trainer]\nepisodes_per_update = 0\n')
+    line = one_error_line(cli("train", "bandit", "--config", cfg, "--out", tmp_path / "r1"))
+    assert "episodes_per_update must be >= 1" in line
+    cfg.write_text('model = "tiny"\n[trainer]\nbatch_sise = 4\n')
+    line = one_error_line(cli("train", "bandit", "--config", cfg, "--out", tmp_path / "r1"))
+    assert "batch_sise" in line
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("not json\n")
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--sft", demos,
+                              "--out", tmp_path / "r2"))
+    assert "bad SFT file" in line and "demos.jsonl:1" in line
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
