@@ -1,0 +1,78 @@
+"""Shared fixtures: the seeded tiny model (built once per session), a fresh tiny policy per test,
+and a minimal hand-written text env that follows the text-env contract (docs/design.md §1)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from textgym.spaces import TextSpace
+
+
+@pytest.fixture(scope="session")
+def tiny_model_and_tokenizer():
+    """``(model, tokenizer)`` of ``textgym.models.load("tiny")``, shared by the session: do not
+    train it in place (use ``tiny_policy`` or ``copy.deepcopy`` the model)."""
+    from textgym import models
+
+    return models.load("tiny", device="cpu")
+
+
+@pytest.fixture
+def tiny_policy(tiny_model_and_tokenizer):
+    """A score-mode :class:`textgym.Policy` on a private copy of the tiny model (safe to train), seed 0."""
+    from textgym.policy import Policy
+
+    model, tokenizer = tiny_model_and_tokenizer
+    return Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0, name="tiny")
+
+
+class CountdownTextEnv(gym.Env):
+    """A tiny text env: each episode lasts ``1 + seed % max_length`` steps (random length when
+    reset without a seed); answering ``"GOOD"`` earns 1, ``"BAD"`` 0, anything else is invalid
+    and earns -1."""
+
+    metadata: dict[str, Any] = {"render_modes": []}
+    system_prompt = "Count down to zero. Answer with one word: GOOD or BAD."
+    action_names = ["GOOD", "BAD"]
+
+    def __init__(self, max_length: int = 4):
+        self.observation_space = TextSpace(256)
+        self.action_space = TextSpace(256)
+        self.max_length = max_length
+        self.remaining = 0
+        self.invalid = 0
+
+    def _obs(self) -> str:
+        return f"{self.remaining} steps left."
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.remaining = 1 + seed % self.max_length
+        else:
+            self.remaining = 1 + int(self.np_random.integers(self.max_length))
+        self.invalid = 0
+        return self._obs(), {"system_prompt": self.system_prompt, "valid_actions": list(self.action_names)}
+
+    def step(self, action: str):
+        name = action.strip().upper()
+        valid = name in self.action_names
+        self.invalid += not valid
+        reward = 1.0 if name == "GOOD" else 0.0 if valid else -1.0
+        self.remaining -= 1
+        info = {"valid_actions": list(self.action_names),
+                "parse": {"raw": action, "action": name if valid else None,
+                          "action_name": name if valid else None, "parser": "keyword" if valid else None,
+                          "valid": valid, "invalid_count": self.invalid,
+                          "policy": None if valid else "penalty"}}
+        return self._obs(), reward, self.remaining <= 0, False, info
+
+
+@pytest.fixture
+def countdown_env_cls():
+    """The :class:`CountdownTextEnv` class (episode length ``1 + seed % max_length``)."""
+    return CountdownTextEnv

@@ -1,0 +1,273 @@
+"""Policy: exact ids and log-probs (checked against a fresh unpadded forward pass), padding,
+prefix-cache reuse and invalidation, evaluate() == act(), reference(), seeds, save/load."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+import torch
+
+from textgym.policy import Decision, Policy
+
+SYSTEM = "You balance a pole on a cart. Answer with one word: LEFT or RIGHT."
+OBSERVATIONS = [
+    "Pole leans left.",
+    "The cart is far to the right of the center and moving fast; the pole is falling over.",
+    "x",
+]
+ACTIONS = ["LEFT", "RIGHT", "WAIT A MOMENT"]
+
+
+def full_forward_logprobs(model, prompt: list[int], continuation: list[int]) -> list[float]:
+    """Log-probs of ``continuation`` after ``prompt`` from one plain forward pass (no cache, no padding)."""
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + continuation])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return [logp[len(prompt) - 1 + j, t].item() for j, t in enumerate(continuation)]
+
+
+def test_prompt_ids_come_from_the_tokenizer_chat_template(tiny_policy):
+    tok = tiny_policy.tokenizer
+    messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": OBSERVATIONS[0]}]
+    expected = tok(tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False),
+                   add_special_tokens=False)["input_ids"]
+    assert tiny_policy.prompt_ids(SYSTEM, OBSERVATIONS[0]) == expected
+    text = tok.decode(expected)
+    assert SYSTEM in text and OBSERVATIONS[0] in text and text.endswith("assistant\n")
+
+
+def test_score_mode_ids_and_logprobs_match_a_full_forward_pass(tiny_policy):
+    policy = tiny_policy
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3)
+    assert len({len(d.prompt_ids) for d in decisions}) == 3  # different prompt lengths in one batch
+    for obs, d in zip(OBSERVATIONS, decisions):
+        assert d.text in ACTIONS and d.text == ACTIONS[d.action_index]
+        assert d.prompt_ids == policy.prompt_ids(SYSTEM, obs)
+        assert d.answer_ids == d.candidates[d.action_index]
+        assert d.answer_ids[-1] == policy.tokenizer.eos_token_id  # scored up to the end of turn
+        # every candidate's score, recomputed from scratch, gives the recorded softmax log-prob
+        scores = torch.tensor([sum(full_forward_logprobs(policy.model, d.prompt_ids, c))
+                               for c in d.candidates])
+        expected = torch.log_softmax(scores, dim=0)[d.action_index].item()
+        assert d.logprob == pytest.approx(expected, abs=1e-4)
+        assert d.token_logprobs == pytest.approx(
+            full_forward_logprobs(policy.model, d.prompt_ids, d.answer_ids), abs=1e-4)
+
+
+def test_a_batch_gives_the_same_logprobs_as_each_prompt_alone(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    batched = Policy(model, tok, seed=0).act(OBSERVATIONS, [SYSTEM, SYSTEM, "Other rules."], [ACTIONS] * 3,
+                                             greedy=True)
+    for obs, system, d in zip(OBSERVATIONS, [SYSTEM, SYSTEM, "Other rules."], batched):
+        [alone] = Policy(model, tok, seed=0).act([obs], [system], [ACTIONS], greedy=True)
+        assert alone.prompt_ids == d.prompt_ids and alone.text == d.text
+        assert alone.logprob == pytest.approx(d.logprob, abs=1e-4)
+        assert alone.token_logprobs == pytest.approx(d.token_logprobs, abs=1e-4)
+
+
+def test_shared_prefix_is_computed_once_and_reused(tiny_policy):
+    policy = tiny_policy
+    policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3)
+    assert policy.counters["prefix_misses"] == 1
+    before = dict(policy.counters)
+    decisions = policy.act(OBSERVATIONS[::-1], [SYSTEM] * 3, [ACTIONS] * 3)
+    assert policy.counters["prefix_misses"] == 1  # cache hit
+    prefix = len(policy._system_prefix(SYSTEM))
+    assert prefix > 10
+    new_prompt_tokens = policy.counters["prompt_tokens"] - before["prompt_tokens"]
+    assert new_prompt_tokens == sum(len(d.prompt_ids) - prefix for d in decisions)
+
+
+def test_prefix_cache_is_invalidated_when_the_weights_change(tiny_policy):
+    policy = tiny_policy
+    [first] = policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS], greedy=True)
+    optimizer = torch.optim.SGD(policy.parameters_to_train(), lr=1.0)
+    ev = policy.evaluate([first])
+    ev.logprobs.sum().backward()
+    optimizer.step()
+    [second] = policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS], greedy=True)
+    assert policy.counters["prefix_misses"] == 2
+    assert second.token_logprobs == pytest.approx(
+        full_forward_logprobs(policy.model, second.prompt_ids, second.answer_ids), abs=1e-4)
+    assert second.token_logprobs != pytest.approx(first.token_logprobs, abs=1e-4)
+
+
+@pytest.mark.parametrize("normalization", ["token", "word"])
+def test_normalizations_divide_the_summed_logprob(tiny_model_and_tokenizer, normalization):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, normalization=normalization, seed=0)
+    [d] = policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS])
+    sums = torch.tensor([sum(full_forward_logprobs(model, d.prompt_ids, c)) for c in d.candidates])
+    sizes = torch.tensor([len(c) for c in d.candidates] if normalization == "token"
+                         else [len(a.split()) for a in ACTIONS], dtype=torch.float32)
+    expected = torch.log_softmax(sums / sizes, dim=0)[d.action_index].item()
+    assert d.logprob == pytest.approx(expected, abs=1e-4)
+
+
+def test_greedy_takes_the_best_candidate_and_temperature_flattens(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    [d] = Policy(model, tok).act([OBSERVATIONS[1]], [SYSTEM], [ACTIONS], greedy=True)
+    scores = [sum(full_forward_logprobs(model, d.prompt_ids, c)) for c in d.candidates]
+    assert d.action_index == max(range(len(scores)), key=scores.__getitem__)
+    [hot] = Policy(model, tok, temperature=1e6).act([OBSERVATIONS[1]], [SYSTEM], [ACTIONS], greedy=True)
+    assert hot.logprob == pytest.approx(-math.log(3), abs=1e-3)
+
+
+def test_sampling_is_reproducible_with_a_seed(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, temperature=0.01)  # the tiny model's scores differ by ~0.1: near-argmax
+    runs = []
+    for _ in range(2):
+        policy.seed(7)
+        runs.append([d.text for d in policy.act(OBSERVATIONS * 4, [SYSTEM] * 12, [ACTIONS] * 12)])
+    assert runs[0] == runs[1]
+    uniform = Policy(model, tok, temperature=1e6, seed=1)
+    picks = {d.text for d in uniform.act(OBSERVATIONS * 10, [SYSTEM] * 30, [ACTIONS] * 30)}
+    assert picks == set(ACTIONS)  # sampling, not argmax
+
+
+def test_generate_mode_ids_and_logprobs_match_a_full_forward_pass(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, mode="generate", max_new_tokens=6, temperature=0.7, seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3)
+    for d in decisions:
+        assert 1 <= len(d.answer_ids) <= 6
+        assert d.text == tok.decode(d.answer_ids, skip_special_tokens=True)
+        assert d.candidates is None and d.action_index is None
+        with torch.no_grad():
+            logits = model(torch.tensor([d.prompt_ids + d.answer_ids])).logits[0].float()
+        logp = torch.log_softmax(logits / 0.7, dim=-1)
+        expected = [logp[len(d.prompt_ids) - 1 + j, t].item() for j, t in enumerate(d.answer_ids)]
+        assert d.token_logprobs == pytest.approx(expected, abs=1e-4)
+        assert d.logprob == pytest.approx(sum(expected), abs=1e-4)
+    again = Policy(model, tok, mode="generate", max_new_tokens=6, temperature=0.7, seed=0)
+    assert [d.answer_ids for d in again.act(OBSERVATIONS, [SYSTEM] * 3)] == [d.answer_ids for d in decisions]
+
+
+def test_generate_mode_greedy_equals_argmax_decoding(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, mode="generate", max_new_tokens=5)
+    [d] = policy.act([OBSERVATIONS[0]], [SYSTEM], greedy=True)
+    ids = list(d.prompt_ids)
+    with torch.no_grad():
+        for _ in range(5):
+            ids.append(int(model(torch.tensor([ids])).logits[0, -1].argmax()))
+    assert d.answer_ids == ids[len(d.prompt_ids):]
+
+
+def test_generation_stops_at_stop_strings_and_the_end_token(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    free = Policy(model, tok, mode="generate", max_new_tokens=8, seed=3).act(OBSERVATIONS, [SYSTEM] * 3)
+    # a stop string taken from the middle of an unconstrained answer cuts that answer there
+    row = max(range(3), key=lambda i: len(free[i].answer_ids))
+    stop_text = tok.decode(free[row].answer_ids[:3], skip_special_tokens=True)[-2:]
+    stopped = Policy(model, tok, mode="generate", max_new_tokens=8, seed=3,
+                     stop=[stop_text]).act(OBSERVATIONS, [SYSTEM] * 3)
+    assert stop_text in stopped[row].text and len(stopped[row].answer_ids) <= 3
+    assert stopped[row].answer_ids == free[row].answer_ids[:len(stopped[row].answer_ids)]
+    # with the end-of-turn token forced, every answer is that one token
+    with torch.no_grad():
+        model.lm_head.bias = torch.nn.Parameter(torch.zeros(model.config.vocab_size))
+        model.lm_head.bias[tok.eos_token_id] = 100.0
+    try:
+        ended = Policy(model, tok, mode="generate", max_new_tokens=8).act(OBSERVATIONS, [SYSTEM] * 3)
+    finally:
+        model.lm_head.bias = None
+    assert all(d.answer_ids == [tok.eos_token_id] and d.text == "" for d in ended)
+
+
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_evaluate_recomputes_the_acting_logprobs_with_grad(tiny_model_and_tokenizer, mode):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode=mode, max_new_tokens=5, temperature=0.8, seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM, "Other rules.", SYSTEM],
+                           [ACTIONS] * 3 if mode == "score" else None)
+    ev = policy.evaluate(decisions)
+    width = 1 if mode == "score" else max(len(d.answer_ids) for d in decisions)
+    assert ev.logprobs.shape == ev.mask.shape == ev.old_logprobs.shape == (3, width)
+    assert ev.entropy.shape == (3,) and ev.hidden.shape == (3, model.config.hidden_size)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=1e-4)
+    assert ev.mask.sum().item() == (3 if mode == "score" else sum(len(d.answer_ids) for d in decisions))
+    assert (ev.entropy > 0).all()
+    params = policy.parameters_to_train()
+    (ev.logprobs[ev.mask].sum() + ev.hidden.sum()).backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
+
+
+def test_evaluate_entropy_over_candidates(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, temperature=1e6)  # near-uniform over the 3 candidates
+    ev = policy.evaluate(policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS]))
+    assert ev.entropy.item() == pytest.approx(math.log(3), abs=1e-3)
+
+
+def test_reference_disables_the_lora_adapter(tiny_model_and_tokenizer):
+    pytest.importorskip("peft")
+    from textgym.policy import _wrap_lora
+
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(_wrap_lora(copy.deepcopy(model), r=4, alpha=8, dropout=0.0,
+                               targets=("q_proj", "v_proj")), tok, seed=0)
+    assert policy.is_lora
+    params = policy.parameters_to_train()
+    assert params and all("lora" in n for n, p in policy.model.named_parameters() if p.requires_grad)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3)
+    with policy.reference(), torch.no_grad():
+        ref = policy.evaluate(decisions)
+    assert torch.allclose(ref.logprobs, policy.evaluate(decisions).logprobs, atol=1e-5)  # KL 0 at start
+    optimizer = torch.optim.Adam(params, lr=0.01)
+    for _ in range(3):
+        optimizer.zero_grad()
+        (-policy.evaluate(decisions).logprobs.sum()).backward()
+        optimizer.step()
+    trained = policy.evaluate(decisions).logprobs
+    with policy.reference(), torch.no_grad():
+        ref_after = policy.evaluate(decisions).logprobs
+        acted = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
+    assert trained.sum() > ref_after.sum() + 1e-2  # the adapter moved the chosen actions up
+    assert torch.allclose(ref_after, ref.logprobs, atol=1e-5)  # the reference did not move
+    for d in acted:  # acting under reference() uses the base weights, not a stale cache
+        assert d.token_logprobs == pytest.approx(full_forward_logprobs(model, d.prompt_ids, d.answer_ids),
+                                                 abs=1e-4)
+
+
+def test_reference_without_lora_is_a_frozen_snapshot(tiny_policy):
+    policy = tiny_policy
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3)
+    optimizer = torch.optim.SGD(policy.parameters_to_train(), lr=0.5)
+    (-policy.evaluate(decisions).logprobs.sum()).backward()
+    optimizer.step()
+    with policy.reference(), torch.no_grad():
+        ref = policy.evaluate(decisions)
+    assert torch.allclose(ref.logprobs, ref.old_logprobs, atol=1e-4)
+    assert not torch.allclose(policy.evaluate(decisions).logprobs, ref.logprobs, atol=1e-3)
+
+
+def test_save_and_load_a_lora_policy(tmp_path):
+    pytest.importorskip("peft")
+    policy = Policy.from_pretrained("tiny", lora=True, lora_r=4, temperature=0.5, seed=0)
+    with torch.no_grad():
+        for p in policy.parameters_to_train():
+            p.add_(0.01)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
+    policy.save(tmp_path / "ckpt")
+    assert (tmp_path / "ckpt" / "adapter" / "adapter_model.safetensors").is_file()
+    loaded = Policy.load(tmp_path / "ckpt")
+    assert loaded.is_lora and loaded.temperature == 0.5 and loaded.mode == "score"
+    again = loaded.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
+    assert [d.logprob for d in again] == pytest.approx([d.logprob for d in decisions], abs=1e-5)
+
+
+def test_bad_input_gives_clear_errors(tiny_policy, tiny_model_and_tokenizer):
+    with pytest.raises(ValueError, match="no valid actions"):
+        tiny_policy.act(["obs"], [SYSTEM], [[]])
+    with pytest.raises(ValueError, match="same length"):
+        tiny_policy.act(["a", "b"], [SYSTEM], [ACTIONS])
+    with pytest.raises(ValueError, match="mode"):
+        Policy(*tiny_model_and_tokenizer, mode="chat")
+    with pytest.raises(ValueError, match="temperature"):
+        Policy(*tiny_model_and_tokenizer, temperature=0)
+    assert tiny_policy.act([], [], []) == []
+    assert isinstance(tiny_policy.act([""], [""], [["A"]])[0], Decision)  # empty texts are fine
