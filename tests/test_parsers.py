@@ -209,12 +209,13 @@ HUGE = [
 
 @pytest.mark.parametrize("text", HUGE, ids=[f"huge{i}" for i in range(len(HUGE))])
 def test_one_megabyte_answers_are_bounded(text):
-    # A catastrophic backtrack would take minutes; the bound is generous on purpose.
+    # Not a speed test (bench/ measures speed): a catastrophic regex backtrack on these
+    # inputs runs for hours, so a bound this loose only catches that, even on a loaded machine.
     start = time.perf_counter()
     for parser in (JSONParser(), RegexParser(), KeywordParser(), default_parser()):
         result = parser(text, LR)
         assert result is None or result.action_name in LR
-    assert time.perf_counter() - start < 5.0
+    assert time.perf_counter() - start < 60.0
 
 
 def test_one_megabyte_answer_still_parses_its_action():
