@@ -1,0 +1,62 @@
+"""End to end with the real SmolLM2-135M-Instruct model, offline (slow: loads 135M parameters)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def smollm2():
+    from textgym import models
+
+    try:
+        return models.load("smollm2-135m", device="cpu")
+    except RuntimeError as error:  # not installed here: the error says how to get it
+        pytest.skip(str(error))
+
+
+def test_loads_offline_in_a_fresh_process():
+    code = ("from textgym import models; m, t = models.load('smollm2-135m'); "
+            "print(models.num_parameters(m), t.eos_token)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["134515008", "<|im_end|>"]
+
+
+def test_the_real_model_plays_blackjack_in_both_modes(smollm2):
+    import textgym
+    from textgym.policy import Policy
+    from textgym.rollout import collect
+
+    model, tokenizer = smollm2
+    venv = textgym.make_vec("textgym/Blackjack-v1", num_envs=4, seed=0)
+    policy = Policy(model, tokenizer, mode="score", seed=0)
+    rollout = collect(policy, venv, episodes=4, seed=0)
+    assert len(rollout.episodes) == 4
+    for step in rollout.steps:
+        assert step.decision.text in ("STICK", "HIT") and step.parse["valid"]
+    # the recorded log-probs are those of the real model (checked on one decision)
+    d = rollout.steps[0].decision
+    with torch.no_grad():
+        logits = model(torch.tensor([d.prompt_ids + d.answer_ids])).logits[0]
+    logp = torch.log_softmax(logits.float(), -1)
+    expected = [logp[len(d.prompt_ids) - 1 + j, t].item() for j, t in enumerate(d.answer_ids)]
+    assert d.token_logprobs == pytest.approx(expected, abs=1e-4)
+    # the instruct model knows the two words: the chosen answer is far likelier than random text
+    assert sum(d.token_logprobs) > -15
+    # the prefix cache: each decision ran only its observation, not the system prompt again
+    assert rollout.stats["prompt_tokens"] < 0.7 * rollout.stats["prompt_tokens_total"]
+
+    generator = Policy(model, tokenizer, mode="generate", max_new_tokens=8, seed=0)
+    rollout = collect(generator, venv, episodes=2, seed=0)
+    assert len(rollout.episodes) == 2
+    for step in rollout.steps:
+        assert 1 <= len(step.decision.answer_ids) <= 8 and step.parse["raw"] == step.decision.text
