@@ -1,0 +1,134 @@
+"""Self-play: one policy in every seat, per-role baselines, evaluation against fixed opponents."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+pytest.importorskip("pettingzoo")
+
+from textgym.selfplay import SelfPlay, SelfPlayConfig, evaluate_vs, play_selfplay_games  # noqa: E402
+
+
+@dataclass
+class FakeDecision:
+    text: str
+
+
+class ScriptedPolicy:
+    """A stand-in with textgym.Policy's act() signature: a seeded random legal move (or garbage)."""
+
+    def __init__(self, garbage_rate: float = 0.0):
+        self.rng = np.random.default_rng(0)
+        self.garbage_rate = garbage_rate
+        self.calls = 0
+
+    def seed(self, seed):
+        self.rng = np.random.default_rng(seed)
+
+    def act(self, observations, system_prompts, valid_actions, greedy=False):
+        self.calls += 1
+        assert len(observations) == len(system_prompts) == len(valid_actions)
+        out = []
+        for valid in valid_actions:
+            assert valid, "the acting seat always has legal moves"
+            if self.rng.random() < self.garbage_rate:
+                out.append(FakeDecision("I refuse to play"))
+            else:
+                out.append(FakeDecision(str(self.rng.choice(valid))))
+        return out
+
+
+def test_selfplay_games_credit_each_seat():
+    policy = ScriptedPolicy()
+    records, stats = play_selfplay_games(policy, "tictactoe", games=12, num_games=4, seed=0)
+    assert len(records) == 12 and stats["episodes"] == 24
+    assert policy.calls < stats["decisions"]          # one act() call serves several games
+    for record in records:
+        first, second = record.episodes["first"], record.episodes["second"]
+        assert len(first.steps) in (len(second.steps), len(second.steps) + 1)
+        # zero-sum game, no invalid answers: the returns are +1/-1 or 0/0, matching the outcomes
+        assert first.return_ + second.return_ == 0
+        expected = {"win": 1.0, "draw": 0.0, "loss": -1.0}
+        assert first.return_ == expected[record.outcomes["first"]]
+        assert second.return_ == expected[record.outcomes["second"]]
+        assert first.steps[-1].terminated and second.steps[-1].terminated
+        assert all(s.reward == 0 for s in first.steps[:-1])   # only the last move is credited
+        assert "as X" in first.system_prompt and "as O" in second.system_prompt
+        assert all(s.parse["valid"] for s in first.steps + second.steps)
+    # the same seed replays the same games
+    again, _ = play_selfplay_games(ScriptedPolicy(), "tictactoe", games=12, num_games=4, seed=0)
+    assert [r.outcomes for r in again] == [r.outcomes for r in records]
+
+
+def test_garbage_answers_never_crash_selfplay():
+    records, _ = play_selfplay_games(ScriptedPolicy(garbage_rate=0.5), "connect_four", games=4,
+                                     num_games=2, seed=1, invalid="penalty", penalty=-0.5)
+    assert len(records) == 4
+    invalid = [s for r in records for ep in r.episodes.values() for s in ep.steps if not s.parse["valid"]]
+    assert invalid and all(s.parse["policy"] == "penalty" for s in invalid)
+    for record in records:
+        for role, episode in record.episodes.items():
+            penalties = -0.5 * sum(1 for s in episode.steps if not s.parse["valid"])
+            game = {"win": 1.0, "draw": 0.0, "loss": -1.0}[record.outcomes[role]]
+            assert episode.return_ == pytest.approx(game + penalties)
+
+
+class CapturingTrainer:
+    """Records what SelfPlay hands to trainer.update()."""
+
+    def __init__(self):
+        self.batches = []
+
+    def update(self, episodes, stats=None):
+        self.batches.append(list(episodes))
+        return {"update": len(self.batches), "loss": 0.0}
+
+
+def test_per_role_baseline_centres_each_seat():
+    trainer = CapturingTrainer()
+    run = SelfPlay(ScriptedPolicy(), config=SelfPlayConfig(num_games=4, games_per_update=16, eval_games=0),
+                   trainer=trainer)
+    metrics = run.update()
+    episodes = trainer.batches[0]
+    assert len(episodes) == 32
+    first = [ep.return_ for ep in episodes if ep.info["role"] == "first"]
+    second = [ep.return_ for ep in episodes if ep.info["role"] == "second"]
+    assert episodes[0].info["role"] == "first" and episodes[-1].info["role"] == "second"  # grouped by role
+    assert abs(np.mean(first)) < 1e-9 and abs(np.mean(second)) < 1e-9
+    assert metrics["first/baseline"] == pytest.approx(metrics["first/return_mean"])
+    assert metrics["first/win_rate"] + metrics["first/draw_rate"] + metrics["first/loss_rate"] == pytest.approx(1)
+    assert metrics["first/win_rate"] == metrics["second/loss_rate"]
+
+
+def test_evaluate_vs_fixed_opponents():
+    result = evaluate_vs(ScriptedPolicy(), "tictactoe", "scripted", games=10, num_envs=4)
+    assert result["win_rate"] + result["draw_rate"] + result["loss_rate"] == pytest.approx(1)
+    assert result["loss_rate"] >= 0.6                    # random play loses to the script
+    assert {"first/win_rate", "second/loss_rate"} <= set(result)
+
+
+def test_short_selfplay_run_with_tiny_model(tmp_path):
+    import torch
+
+    import textgym
+
+    policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
+    run = SelfPlay(policy, "reinforce",
+                   # the tiny model's games can all end alike: a per-role baseline would leave no
+                   # signal, so this run uses the trainer's batch normalisation alone
+                   SelfPlayConfig(num_games=4, games_per_update=4, eval_games=2, role_baseline="none"),
+                   trainer_config={"lr": 1e-2, "num_envs": 1}, out_dir=tmp_path)
+    trained = list(run.trainer.trainable_parameters())   # the LoRA weights the trainer added
+    before = [p.detach().clone() for p in trained]
+    history = run.train(updates=1)
+    metrics = history[-1]
+    for key in ("first/win_rate", "second/win_rate", "first/baseline", "vs_random/win_rate",
+                "vs_scripted/loss_rate", "vs_random/first/win_rate", "policy_loss"):
+        assert key in metrics, key
+    assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trained)), "the update changed the weights"
+    logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert logged[-1]["first/win_rate"] == metrics["first/win_rate"]

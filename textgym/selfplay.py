@@ -1,0 +1,328 @@
+"""Self-play on two-player PettingZoo board games: one policy plays every seat.
+
+Each update plays ``games_per_update`` games of tic-tac-toe (or connect four) in which the same
+:class:`textgym.Policy` answers for both seats, ``num_games`` games at a time with one
+``policy.act`` call per turn across them. Every seat's decisions become one episode; the reward
+of a decision is what its seat received until its next turn (the game's +1/-1/0, plus the
+invalid-answer penalty). The first player wins more often whatever it does, so returns are
+centred by a **baseline per role** (first or second player) before the trainer's own update
+(any :func:`textgym.trainers.make_trainer` algorithm). After each update the policy plays
+greedily against a random and a scripted opponent from both seats, and the win/draw/loss
+rates are logged with the trainer's metrics.
+
+Example:
+    >>> import textgym
+    >>> from textgym.selfplay import SelfPlay, SelfPlayConfig
+    >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
+    >>> run = SelfPlay(policy, "reinforce", SelfPlayConfig(num_games=4, games_per_update=4, eval_games=4),
+    ...                trainer_config={"lr": 1e-3})
+    >>> metrics = run.train(updates=1)[-1]
+    >>> sorted(k for k in metrics if k.startswith("first/"))[:2]
+    ['first/draw_rate', 'first/loss_rate']
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+__all__ = ["SelfPlayConfig", "SelfPlay", "play_selfplay_games", "evaluate_vs"]
+
+ROLES = ("first", "second")
+_GAME_IDS = {"tictactoe": "textgym/TicTacToe-v0", "connect_four": "textgym/ConnectFour-v3"}
+
+
+@dataclass
+class SelfPlayConfig:
+    """Settings of a self-play run (the learning algorithm's own settings go in its trainer config)."""
+
+    game: str = "tictactoe"
+    """``"tictactoe"`` or ``"connect_four"``."""
+    num_games: int = 8
+    """Games played at once (one ``policy.act`` call per turn across them)."""
+    games_per_update: int = 16
+    """Games per update; each gives one episode per seat, so twice as many episodes."""
+    role_baseline: str = "mean"
+    """Per-role baseline subtracted from each seat's return: ``"mean"`` (this batch's mean return of
+    that role), ``"ema"`` (an exponential moving average per role) or ``"none"``."""
+    ema_decay: float = 0.9
+    """Decay of the per-role EMA baseline."""
+    eval_games: int = 20
+    """Greedy games per opponent in each evaluation, half from each seat (0: no evaluation)."""
+    eval_every: int = 1
+    """Evaluate every this many updates (and after the last one)."""
+    eval_opponents: tuple[str, ...] = ("random", "scripted")
+    """Opponents of the evaluation."""
+    invalid: str = "penalty"
+    """Invalid-answer policy of the games (see :func:`textgym.wrap_pettingzoo`)."""
+    penalty: float = -1.0
+    """Reward added to an invalid answer."""
+    seed: int = 0
+    """Seed of the self-play games (update ``u`` plays seeds ``seed * 10**9 + u * 10**4 + i``)."""
+    eval_seed: int = 1_000_000
+    """First seed of the evaluation games (the same every evaluation, so they compare)."""
+
+    def __post_init__(self) -> None:
+        if self.game not in _GAME_IDS:
+            raise ValueError(f"game={self.game!r}: choose one of {', '.join(_GAME_IDS)}")
+        if self.role_baseline not in ("mean", "ema", "none"):
+            raise ValueError(f"role_baseline must be 'mean', 'ema' or 'none', got {self.role_baseline!r}")
+        if self.num_games < 1 or self.games_per_update < 1:
+            raise ValueError("num_games and games_per_update must be >= 1")
+        self.eval_opponents = tuple(self.eval_opponents)
+
+
+@dataclass
+class GameRecord:
+    """One finished self-play game: an episode per seat and each seat's outcome."""
+
+    episodes: dict[str, Any] = field(default_factory=dict)  # role -> textgym.rollout.Episode
+    outcomes: dict[str, str] = field(default_factory=dict)  # role -> "win" | "draw" | "loss"
+    seed: int | None = None
+
+
+def play_selfplay_games(policy: Any, game: str, games: int, num_games: int = 8,
+                        seed: int | None = None, greedy: bool = False, invalid: str = "penalty",
+                        penalty: float = -1.0) -> tuple[list[GameRecord], dict[str, float]]:
+    """Play ``games`` games in which ``policy`` answers for every seat.
+
+    Returns the games (an episode per seat, in :class:`textgym.rollout.Episode` form, ready for
+    ``trainer.update``) and rollout stats (decisions, seconds, tokens).
+    """
+    from textgym.envs.games import make_pettingzoo_game
+    from textgym.envs.pettingzoo import wrap_pettingzoo
+    from textgym.rollout import Episode, Step
+
+    envs = [wrap_pettingzoo(make_pettingzoo_game(game), invalid=invalid, penalty=penalty)
+            for _ in range(min(num_games, games))]
+    if seed is not None and hasattr(policy, "seed"):
+        policy.seed(int(seed))
+    counters = getattr(policy, "counters", {})
+    start_counters = dict(counters)
+    started = time.perf_counter()
+    records: list[GameRecord] = []
+    next_game = 0
+    # per env: its game's seed, and per agent the episode being built
+    state: list[dict[str, Any] | None] = [None] * len(envs)
+
+    def start(i: int) -> None:
+        nonlocal next_game
+        if next_game >= games:
+            state[i] = None
+            return
+        game_seed = None if seed is None else int(seed) + next_game
+        next_game += 1
+        env = envs[i]
+        env.reset(seed=game_seed)
+        state[i] = {"seed": game_seed,
+                    "episodes": {a: Episode(seed=game_seed, system_prompt=env.system_prompt(a))
+                                 for a in env.possible_agents}}
+
+    def finish(i: int) -> None:
+        env, st = envs[i], state[i]
+        record = GameRecord(seed=st["seed"])
+        for role, agent in zip(ROLES, env.possible_agents):
+            episode = st["episodes"][agent]
+            if episode.steps:
+                last = episode.steps[-1]
+                # everything the seat received since its last move, that move's own reward included
+                last.reward = float(env._cumulative_rewards.get(agent, 0.0))
+                last.terminated = bool(env.terminations.get(agent, True))
+                last.truncated = bool(env.truncations.get(agent, False)) and not last.terminated
+            episode.info = {"outcome": env.outcome(agent), "role": role}
+            record.episodes[role] = episode
+            record.outcomes[role] = env.outcome(agent)
+        records.append(record)
+
+    for i in range(len(envs)):
+        start(i)
+    while any(st is not None for st in state):
+        batch = []
+        for i, st in enumerate(state):
+            if st is None:
+                continue
+            env = envs[i]
+            if any(env.terminations.values()) or any(env.truncations.values()):
+                finish(i)
+                start(i)
+                if state[i] is None:
+                    continue
+                env = envs[i]
+            batch.append(i)
+        if not batch:
+            break
+        observations, prompts, valid = [], [], []
+        for i in batch:
+            env = envs[i]
+            agent = env.agent_selection
+            observations.append(env.observe(agent)["text"])
+            prompts.append(env.system_prompt(agent))
+            valid.append(env.infos[agent]["valid_actions"])
+        decisions = policy.act(observations, prompts, valid, greedy=greedy)
+        for i, obs_text, decision in zip(batch, observations, decisions):
+            env, st = envs[i], state[i]
+            agent = env.agent_selection
+            episode = st["episodes"][agent]
+            if episode.steps:
+                # PettingZoo's cumulative reward: all the seat received since its previous move
+                episode.steps[-1].reward = float(env._cumulative_rewards.get(agent, 0.0))
+            env.step(decision.text)
+            episode.steps.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
+                                      parse=env._last_parse.get(agent), observation=obs_text, env_index=i))
+    stats = {"decisions": sum(len(ep.steps) for r in records for ep in r.episodes.values()),
+             "episodes": 2 * len(records), "seconds": time.perf_counter() - started}
+    for key in ("prompt_tokens", "answer_tokens"):
+        if key in counters:
+            stats[key] = counters[key] - start_counters.get(key, 0)
+    return records, stats
+
+
+def evaluate_vs(policy: Any, game: str = "tictactoe", opponent: Any = "random", games: int = 20,
+                seed: int = 1_000_000, num_envs: int = 8, invalid: str = "penalty") -> dict[str, float]:
+    """Greedy games of ``policy`` against ``opponent``, half from each seat.
+
+    Returns ``win_rate``, ``draw_rate``, ``loss_rate`` overall and per seat (``first/win_rate``...).
+    """
+    from textgym.envs.games import TwoPlayerGameEnv
+    from textgym.rollout import collect
+
+    result: dict[str, float] = {}
+    totals = {"win": 0, "draw": 0, "loss": 0}
+    for role in ROLES:
+        n = games // 2 if role == "first" else games - games // 2
+        if n == 0:
+            continue
+        envs = [TwoPlayerGameEnv(game, opponent=opponent, seat=role, invalid=invalid)
+                for _ in range(min(num_envs, n))]
+        rollout = collect(policy, envs, episodes=n, seed=seed + (0 if role == "first" else 100_000),
+                          greedy=True)
+        counts = {"win": 0, "draw": 0, "loss": 0}
+        for ep in rollout.episodes:
+            counts[ep.info.get("outcome", "loss")] += 1
+        for k, v in counts.items():
+            result[f"{role}/{k}_rate"] = v / n
+            totals[k] += v
+    played = sum(totals.values())
+    for k, v in totals.items():
+        result[f"{k}_rate"] = v / max(1, played)
+    return result
+
+
+class SelfPlay:
+    """Self-play training: the same policy in every seat, a baseline per role, evaluation vs fixed opponents.
+
+    Args:
+        policy: a :class:`textgym.Policy`.
+        algorithm: the trainer's algorithm (``"reinforce"``, ``"ppo"``, ``"grpo"``), used when
+            ``trainer`` is not given.
+        config: :class:`SelfPlayConfig` (or a dict of its fields).
+        trainer_config: the trainer's config (or a dict of its fields).
+        out_dir: where ``metrics.jsonl`` (trainer metrics + self-play metrics per update) goes.
+        trainer: an existing trainer (from :func:`textgym.trainers.make_trainer`) to drive.
+    """
+
+    def __init__(self, policy: Any, algorithm: str = "reinforce", config: SelfPlayConfig | dict | None = None,
+                 trainer_config: Any = None, out_dir: str | Path | None = None, trainer: Any = None):
+        from textgym.trainers import make_trainer
+        from textgym.trainers.metrics import MetricsWriter
+
+        if isinstance(config, dict):
+            config = SelfPlayConfig(**config)
+        self.config = config or SelfPlayConfig()
+        self.policy = policy
+        if trainer is None:
+            # The trainer's own env is only used by trainer.evaluate(); self-play collects itself.
+            trainer = make_trainer(algorithm, policy, env=_GAME_IDS[self.config.game], config=trainer_config,
+                                   env_kwargs={"opponent": "random"})
+        self.trainer = trainer
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.writer = MetricsWriter(self.out_dir, tensorboard=False)
+        self.updates = 0
+        self.games_played = 0
+        self._ema: dict[str, float | None] = {role: None for role in ROLES}
+
+    # -- one update ----------------------------------------------------------------------------
+    def collect(self) -> tuple[list[GameRecord], dict[str, float]]:
+        cfg = self.config
+        seed = cfg.seed * 10**9 + self.updates * 10**4
+        return play_selfplay_games(self.policy, cfg.game, cfg.games_per_update, cfg.num_games, seed=seed,
+                                   invalid=cfg.invalid, penalty=cfg.penalty)
+
+    def _baselines(self, returns: dict[str, list[float]]) -> dict[str, float]:
+        cfg = self.config
+        out = {}
+        for role in ROLES:
+            values = returns[role]
+            mean = float(np.mean(values)) if values else 0.0
+            if cfg.role_baseline == "none":
+                out[role] = 0.0
+            elif cfg.role_baseline == "mean":
+                out[role] = mean
+            else:
+                previous = self._ema[role]
+                out[role] = mean if previous is None else previous
+                self._ema[role] = mean if previous is None else cfg.ema_decay * previous + (1 - cfg.ema_decay) * mean
+        return out
+
+    def update(self) -> dict[str, Any]:
+        """Play a batch of self-play games, update the policy once, evaluate; returns the metrics."""
+        records, stats = self.collect()
+        returns = {role: [r.episodes[role].return_ for r in records if role in r.episodes] for role in ROLES}
+        baselines = self._baselines(returns)
+        episodes = []
+        for role in ROLES:  # grouped by role, so GRPO's groups never mix seats
+            for record in records:
+                episode = record.episodes.get(role)
+                if episode is None or not episode.steps:
+                    continue
+                centred = dataclasses.replace(episode, steps=[dataclasses.replace(s) for s in episode.steps])
+                # all rewards come at the end of a game, so shifting the last one shifts every
+                # decision's return-to-go by the role's baseline
+                centred.steps[-1].reward -= baselines[role]
+                episodes.append(centred)
+        metrics = self.trainer.update(episodes, stats)
+        metrics.pop("samples", None)
+        self.updates += 1
+        self.games_played += len(records)
+        metrics["selfplay_games"] = self.games_played
+        for role in ROLES:
+            outcomes = [r.outcomes[role] for r in records]
+            metrics[f"{role}/return_mean"] = float(np.mean(returns[role])) if returns[role] else 0.0
+            metrics[f"{role}/baseline"] = baselines[role]
+            for k in ("win", "draw", "loss"):
+                metrics[f"{role}/{k}_rate"] = outcomes.count(k) / max(1, len(outcomes))
+        return metrics
+
+    def evaluate(self) -> dict[str, float]:
+        """Greedy win/draw/loss rates against each evaluation opponent, keys ``vs_<opponent>/...``."""
+        cfg = self.config
+        out: dict[str, float] = {}
+        for opponent in cfg.eval_opponents:
+            result = evaluate_vs(self.policy, cfg.game, opponent, cfg.eval_games, seed=cfg.eval_seed,
+                                 num_envs=cfg.num_games, invalid=cfg.invalid)
+            out.update({f"vs_{opponent}/{k}": v for k, v in result.items()})
+        return out
+
+    def train(self, updates: int, callback: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
+        """Run ``updates`` updates; evaluates every ``eval_every`` updates and after the last one."""
+        history = []
+        for u in range(updates):
+            metrics = self.update()
+            last = u == updates - 1
+            if self.config.eval_games and (last or (self.config.eval_every and self.updates % self.config.eval_every == 0)):
+                metrics.update(self.evaluate())
+            self.writer.write(metrics)
+            history.append(metrics)
+            if callback is not None and callback(metrics) is False:
+                break
+        return history
+
+
+def _summary(metrics: dict[str, Any], keys: Sequence[str] = ("vs_random/win_rate", "vs_scripted/win_rate",
+                                                              "first/win_rate", "second/win_rate")) -> str:
+    return " ".join(f"{k}={metrics[k]:.2f}" for k in keys if k in metrics)
