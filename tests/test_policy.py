@@ -46,7 +46,6 @@ def test_score_mode_ids_and_logprobs_match_a_full_forward_pass(tiny_policy):
         assert d.text in ACTIONS and d.text == ACTIONS[d.action_index]
         assert d.prompt_ids == policy.prompt_ids(SYSTEM, obs)
         assert d.answer_ids == d.candidates[d.action_index]
-        assert d.answer_ids[-1] == policy.tokenizer.eos_token_id  # scored up to the end of turn
         # every candidate's score, recomputed from scratch, gives the recorded softmax log-prob
         scores = torch.tensor([sum(full_forward_logprobs(policy.model, d.prompt_ids, c))
                                for c in d.candidates])
@@ -54,6 +53,18 @@ def test_score_mode_ids_and_logprobs_match_a_full_forward_pass(tiny_policy):
         assert d.logprob == pytest.approx(expected, abs=1e-4)
         assert d.token_logprobs == pytest.approx(
             full_forward_logprobs(policy.model, d.prompt_ids, d.answer_ids), abs=1e-4)
+
+
+def test_end_token_is_scored_only_when_candidates_are_not_prefix_free(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    end = tok.eos_token_id
+    auto = Policy(model, tok)
+    assert all(c[-1] != end for c in auto.candidate_set(["LEFT", "RIGHT"]))
+    assert all(c[-1] == end for c in auto.candidate_set(["1", "10"]))  # "1" is a prefix of "10"
+    assert all(c[-1] == end for c in Policy(model, tok, score_end=True).candidate_set(["LEFT", "RIGHT"]))
+    [d] = auto.act(["Pick a number."], [SYSTEM], [["1", "10", "2"]])
+    assert d.answer_ids == d.candidates[d.action_index] and d.answer_ids[-1] == end
+    assert d.token_logprobs == pytest.approx(full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
 
 
 def test_a_batch_gives_the_same_logprobs_as_each_prompt_alone(tiny_model_and_tokenizer):

@@ -119,8 +119,10 @@ class Policy:
             :meth:`evaluate`, so recorded and recomputed log-probs agree.
         normalization: score mode: how a candidate's token log-probs become its score: ``"sum"``,
             ``"token"`` (mean per token) or ``"word"`` (sum divided by the number of words).
-        score_end: score mode: append the end-of-turn token to every candidate, so that an action
-            that is a prefix of another (``"1"`` vs ``"10"``) is not favoured.
+        score_end: score mode: append the end-of-turn token to the candidates: ``True`` always,
+            ``False`` never, ``"auto"`` (default) only for an env whose candidates are not prefix-free
+            (``"1"`` and ``"10"``: without the end token ``"1"`` would score at least as high as
+            ``"10"``). Prefix-free single-token actions (``LEFT``/``RIGHT``) then need no extra pass.
         top_p: generate mode: nucleus sampling threshold. The recorded log-probs are those of
             ``softmax(logits / temperature)`` without the top-p cut (what :meth:`evaluate` computes).
         max_new_tokens: generate mode: the answer length limit.
@@ -136,12 +138,14 @@ class Policy:
     """
 
     def __init__(self, model: Any, tokenizer: Any, mode: str = "score", *, temperature: float = 1.0,
-                 normalization: str = "sum", score_end: bool = True, top_p: float = 1.0,
+                 normalization: str = "sum", score_end: bool | str = "auto", top_p: float = 1.0,
                  max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None,
                  device: str | torch.device | None = None, chat_template: str | None = None,
                  prefix_cache_size: int = 4, candidate_chunk: int = 256, name: str | None = None):
         if mode not in ("score", "generate"):
             raise ValueError(f"mode must be 'score' or 'generate', got {mode!r}")
+        if score_end not in (True, False, "auto"):
+            raise ValueError(f"score_end must be True, False or 'auto', got {score_end!r}")
         if normalization not in _NORMALIZATIONS:
             raise ValueError(f"normalization must be one of {_NORMALIZATIONS}, got {normalization!r}")
         if temperature <= 0:
@@ -362,17 +366,30 @@ class Policy:
             self._system_prefix_ids[system_prompt] = ids
         return ids
 
-    def candidate_ids(self, action: str) -> list[int]:
-        """Token ids an action is scored by (with the end-of-turn token when ``score_end``)."""
+    def candidate_ids(self, action: str, end: bool | None = None) -> list[int]:
+        """Token ids an action is scored by (followed by the end-of-turn token when ``end``;
+        default: when ``score_end is True``)."""
         ids = self._candidate_ids.get(action)
         if ids is None:
             ids = self.tokenizer(action, add_special_tokens=False)["input_ids"]
-            if self.score_end:
-                ids = ids + [self.tokenizer.eos_token_id]
-            if not ids:
-                raise ValueError(f"action {action!r} has no tokens")
             self._candidate_ids[action] = ids
-        return ids
+        if end is None:
+            end = self.score_end is True
+        if end:
+            return ids + [self.tokenizer.eos_token_id]
+        if not ids:
+            raise ValueError(f"action {action!r} has no tokens (score_end=False)")
+        return list(ids)
+
+    def candidate_set(self, actions: Sequence[str]) -> list[list[int]]:
+        """Token ids of one env's valid actions, as scored (see ``score_end``)."""
+        if self.score_end != "auto":
+            return [self.candidate_ids(a) for a in actions]
+        bare = [self.candidate_ids(a, end=False) if a else [] for a in actions]
+        prefix_free = all(bare) and not any(
+            i != j and len(a) <= len(b) and b[:len(a)] == a
+            for i, a in enumerate(bare) for j, b in enumerate(bare))
+        return bare if prefix_free else [self.candidate_ids(a, end=True) for a in actions]
 
     # ------------------------------------------------------------------ model plumbing
     def _weights_version(self) -> tuple:
@@ -563,7 +580,7 @@ class Policy:
         return decisions
 
     def _act_score(self, batch: _Batch, prompts, valid_actions, greedy) -> list[Decision]:
-        candidates = [[self.candidate_ids(a) for a in actions] for actions in valid_actions]
+        candidates = [self.candidate_set(actions) for actions in valid_actions]
         per_row = self._score_candidates(batch, candidates)
         decisions = []
         for i, (actions, token_lps) in enumerate(zip(valid_actions, per_row)):
