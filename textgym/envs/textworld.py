@@ -175,7 +175,7 @@ def clean_feedback(text: str) -> str:
     """A game's reply without the banner art, the prompt/status line and end-of-game boilerplate.
 
     Example:
-        >>> clean_feedback("\\n  __|__\\n  $$ $$\\n\\nYou close the box.\\n\\n\\n>  -= Studio =-0/2")
+        >>> clean_feedback("\\n ________  ________\\n | $$$$$$ | $$$$$$$$\\n\\nYou close the box.\\n\\n\\n>  -= Studio =-0/2")
         'You close the box.'
     """
     text = _STATUS_PROMPT.sub("", text.replace("\r", ""))
