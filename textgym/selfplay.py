@@ -173,7 +173,8 @@ def play_selfplay_games(policy: Any, game: str, games: int, num_games: int = 8,
                 episode.steps[-1].reward = float(env._cumulative_rewards.get(agent, 0.0))
             env.step(decision.text)
             episode.steps.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
-                                      parse=env._last_parse.get(agent), observation=obs_text, env_index=i))
+                                      parse=env.infos.get(agent, {}).get("parse"), observation=obs_text,
+                                      env_index=i))
     stats = {"decisions": sum(len(ep.steps) for r in records for ep in r.episodes.values()),
              "episodes": 2 * len(records), "seconds": time.perf_counter() - started}
     for key in ("prompt_tokens", "answer_tokens"):

@@ -357,6 +357,15 @@ class TwoPlayerGameEnv(gym.Env):
     def system_prompt(self) -> str:
         return self.aec.system_prompt(self._learner)
 
+    @property
+    def learner(self) -> str:
+        """The PettingZoo agent id of the learner's seat in the current game."""
+        return self._learner
+
+    def raw_observation(self) -> Any:
+        """The learner's PettingZoo observation (``{"observation", "action_mask"}``), e.g. for a scripted baseline."""
+        return self.aec.env.observe(self._learner)
+
     def _opponent_move(self) -> None:
         agent = self.aec.agent_selection
         raw = self.aec.env.observe(agent)
