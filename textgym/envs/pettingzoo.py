@@ -143,14 +143,16 @@ class _AgentText:
 
     def parse(self, answer: Any, mask: np.ndarray) -> tuple[int | None, str | None, str | None]:
         """(action index, action name, parser name) of a legal move named in ``answer``."""
-        if not isinstance(answer, str):
-            return None, None, None
+        text = answer if isinstance(answer, str) else str(answer)  # as ParseAction does
         legal_idx = self.legal_indices(mask)
         names = [self.action_names[i] for i in legal_idx]
         if not names:
             return None, None, None
-        found = self.parser(answer, names)
-        if found is None or found.action_index is None:
+        try:
+            found = self.parser(text, names)
+        except Exception:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
+            found = None
+        if found is None or found.action_index is None or not 0 <= found.action_index < len(names):
             return None, None, None
         return legal_idx[found.action_index], names[found.action_index], found.parser
 

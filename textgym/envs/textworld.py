@@ -385,8 +385,11 @@ class TextWorldEnv(gym.Env):
         valid = self._valid()
         if not valid:
             return None, None
-        found = self.parser(answer, valid)
-        if found is None or found.action_index is None:
+        try:
+            found = self.parser(answer, valid)
+        except Exception:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
+            found = None
+        if found is None or found.action_index is None or not 0 <= found.action_index < len(valid):
             return None, None
         return valid[found.action_index], found.parser
 
