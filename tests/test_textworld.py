@@ -181,3 +181,16 @@ def test_import_does_not_load_textworld():
             "print('textworld' in sys.modules, 'pettingzoo' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+def test_progress_reward_follows_the_walkthrough(game_dir):
+    env = make(game_dir, progress_reward=0.5)
+    obs, info = env.reset(seed=0)
+    obs, reward, *_ , info = env.step("inventory")          # no progress
+    assert info["progress"] == 0 and reward == 0.0
+    total = 0.0
+    for command in env.unwrapped.walkthrough:
+        obs, reward, terminated, truncated, info = env.step(command)
+        assert info["progress"] == 1
+        total += reward
+    assert terminated and total == pytest.approx(info["max_score"] + 0.5 * len(env.unwrapped.walkthrough))

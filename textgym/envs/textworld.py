@@ -236,6 +236,9 @@ class TextWorldEnv(gym.Env):
             game, not per step), else only into the first observation.
         cache_dir: folder for generated games (default ``$TEXTGYM_HOME/textworld/<parameters>``).
         max_length: observation and answer length limit.
+        progress_reward: weight of TextWorld's progress signal (``info["progress"]``: +1 for a command
+            that brings the game closer to a win, -1 for one that undoes progress, else 0) added to
+            the reward. 0 (default): the reward is the score alone (1 point at the end of a quest).
     """
 
     metadata = {"render_modes": ["ansi"]}
@@ -247,7 +250,7 @@ class TextWorldEnv(gym.Env):
                  invalid_penalty: float = -0.1, max_retries: int = 2, parser: Any = None,
                  list_commands: bool = True, task_in_system_prompt: bool = True,
                  cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
-                 render_mode: str | None = None):
+                 render_mode: str | None = None, progress_reward: float = 0.0):
         import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
         from textgym.wrappers.parsers import as_parser
 
@@ -269,6 +272,7 @@ class TextWorldEnv(gym.Env):
         self.max_retries = int(max_retries)
         self.parser = as_parser(parser)
         self.list_commands, self.task_in_system_prompt = list_commands, task_in_system_prompt
+        self.progress_reward = float(progress_reward)
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length)
         self.action_space = TextSpace(max_length)
@@ -317,7 +321,8 @@ class TextWorldEnv(gym.Env):
         env = self._open.pop(game_file, None)
         if env is None:
             infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
-                                       max_score=True, objective=True, moves=True)
+                                       max_score=True, objective=True, moves=True,
+                                       intermediate_reward=True)
             with warnings.catch_warnings():
                 # Jericho warns that it cannot track score in TextWorld games; TextWorld tracks it.
                 warnings.filterwarnings("ignore", message=".*is not fully supported.*")
@@ -438,12 +443,15 @@ class TextWorldEnv(gym.Env):
             record["action"] = None
             text = "You say nothing."
         score = int(self._state.get("score") or 0)
-        reward = float(score - self._score) + penalty
+        # TextWorld's progress signal: +1 a step closer to winning, -1 a step away, else 0
+        progress = int(self._state.get("intermediate_reward") or 0) if record["action"] else 0
+        reward = float(score - self._score) + penalty + self.progress_reward * progress
         self._score = score
         terminated = self._done()
         self._obs = self._observation(text)
         info = self._info()
         info["parse"] = record
+        info["progress"] = progress
         return self._obs, reward, terminated, self._truncate(count=True) and not terminated, info
 
     def _truncate(self, count: bool) -> bool:
