@@ -49,6 +49,9 @@ def main() -> None:
     parser.add_argument("--nb-objects", type=int, default=3)
     parser.add_argument("--quest-length", type=int, default=2)
     parser.add_argument("--max-steps", type=int, default=8, help="commands per episode")
+    parser.add_argument("--progress-reward", type=float, default=0.5,
+                        help="weight of TextWorld's progress signal in the training reward (win rates "
+                             "are measured by the game's own win flag)")
     parser.add_argument("--out-dir", default=None, help="metrics.jsonl and checkpoints go here")
     parser.add_argument("--quick", action="store_true", help="tiny random model, 1 update, 2 games")
     args = parser.parse_args()
@@ -64,7 +67,7 @@ def main() -> None:
     # score mode ranks the admissible commands itself: listing them in the prompt would only cost tokens
     game = dict(world_size=args.world_size, nb_objects=args.nb_objects, quest_length=args.quest_length,
                 max_episode_steps=args.max_steps, list_commands=False)
-    train_games = dict(game, games=args.games, first_game=0)
+    train_games = dict(game, games=args.games, first_game=0, progress_reward=args.progress_reward)
     test_games = dict(game, games=args.test_games, first_game=1000)
 
     started = time.time()
