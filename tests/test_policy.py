@@ -271,6 +271,18 @@ def test_save_and_load_a_lora_policy(tmp_path):
     assert [d.logprob for d in again] == pytest.approx([d.logprob for d in decisions], abs=1e-5)
 
 
+def test_save_and_load_a_full_policy(tmp_path, tiny_policy):
+    decisions = tiny_policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
+    tiny_policy.save(tmp_path / "ckpt")
+    tiny_policy.save(tmp_path / "ckpt")  # overwriting an earlier save works
+    loaded = Policy.load(tmp_path / "ckpt")
+    assert not loaded.is_lora and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt"]
+    again = loaded.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
+    assert [d.logprob for d in again] == pytest.approx([d.logprob for d in decisions], abs=1e-5)
+    with pytest.raises(FileNotFoundError, match="not a saved policy"):
+        Policy.load(tmp_path)
+
+
 def test_bad_input_gives_clear_errors(tiny_policy, tiny_model_and_tokenizer):
     with pytest.raises(ValueError, match="no valid actions"):
         tiny_policy.act(["obs"], [SYSTEM], [[]])

@@ -267,14 +267,18 @@ class Policy:
         """Save the adapter (LoRA) or the full model, the tokenizer and the policy settings.
 
         Written to ``<directory>.tmp`` and renamed, so a crash leaves any previous save intact.
-        Layout: ``adapter/`` (PEFT, safetensors) or ``model/``, ``tokenizer/``, ``policy.json``.
+        Layout: ``adapter/`` (PEFT, safetensors) or ``model/`` (a full model folder with its
+        tokenizer), ``tokenizer/``, ``policy.json``.
         """
         target = Path(directory)
         tmp = target.with_name(target.name + ".tmp")
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
-        self.model.save_pretrained(tmp / ("adapter" if self.is_lora else "model"))
+        weights = tmp / ("adapter" if self.is_lora else "model")
+        self.model.save_pretrained(weights)
         self.tokenizer.save_pretrained(tmp / "tokenizer")
+        if not self.is_lora:  # a full model folder loads by itself (textgym.models.load(folder))
+            self.tokenizer.save_pretrained(weights)
         settings = dict(name=self.name, lora=self.is_lora, mode=self.mode, temperature=self.temperature,
                         normalization=self.normalization, score_end=self.score_end, top_p=self.top_p,
                         max_new_tokens=self.max_new_tokens, stop=list(self.stop),
@@ -303,7 +307,9 @@ class Policy:
         if lora:
             if name is None:
                 raise ValueError(f"{folder}: the adapter's base model name was not recorded")
-            model, tokenizer = _models.load(name, device=device, dtype=dtype)
+            model, _ = _models.load(name, device=device, dtype=dtype)
+            from transformers import AutoTokenizer
+            tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
             from peft import PeftModel  # lazy: importing peft takes seconds
             model = PeftModel.from_pretrained(model, folder / "adapter", is_trainable=True)
         else:

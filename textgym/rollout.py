@@ -55,6 +55,13 @@ class Episode:
         return float(sum(s.reward for s in self.steps))
 
     @property
+    def env_return(self) -> float:
+        """The env's own return (``EpisodeStats``' ``info["episode"]["return"]``: before reward
+        shaping), or :attr:`return_` when the env does not record it."""
+        record = self.info.get("episode") if self.info else None
+        return float(record["return"]) if record and "return" in record else self.return_
+
+    @property
     def length(self) -> int:
         return len(self.steps)
 
