@@ -48,6 +48,9 @@ class RunConfig:
     """``score``: pick the most likely valid action name; ``generate``: sample free text."""
     episodes: int | None = None
     """Total training episodes (None: the env's default from cli/defaults)."""
+    minutes: float | None = None
+    """Time budget of one training session in minutes (None: none); the run stops cleanly when
+    it is spent and ``--resume`` continues it."""
     num_envs: int | None = None
     """Envs stepped together (one forward pass per vector step)."""
     lr: float | None = None
@@ -115,6 +118,8 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
             raise CLIError(f"{where}: {name.replace('_', '-')} must be at least 1, got {value}")
     if config.eval_episodes < 0:
         raise CLIError(f"{where}: eval-episodes must be >= 0, got {config.eval_episodes}")
+    if config.minutes is not None and not (config.minutes > 0 and math.isfinite(config.minutes)):
+        raise CLIError(f"{where}: minutes must be a positive number, got {config.minutes}")
     if config.lr is not None and not (config.lr > 0 and math.isfinite(config.lr)):
         raise CLIError(f"{where}: lr must be a positive number, got {config.lr}")
     if config.sft is not None and not Path(config.sft).is_file():

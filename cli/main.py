@@ -75,6 +75,10 @@ def train(
     num_envs: Optional[int] = typer.Option(
         None, "--num-envs", min=1, help="Envs stepped together.", show_default="per env"
     ),
+    minutes: Optional[float] = typer.Option(
+        None, help="Time budget of this session; the run stops cleanly when it is spent.",
+        show_default="per env",
+    ),
     lr: Optional[float] = typer.Option(None, help="Learning rate.", show_default="the algorithm's"),
     seed: Optional[int] = typer.Option(None, help="Random seed.", show_default="0"),
     lora: Optional[bool] = typer.Option(
@@ -108,6 +112,7 @@ def train(
         "model": model,
         "mode": mode.value if mode else None,
         "episodes": episodes,
+        "minutes": minutes,
         "num_envs": num_envs,
         "lr": lr,
         "seed": seed,

@@ -36,7 +36,7 @@ GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
 
 # What a resumed run may change: its budget and how it reports. Everything else (env, model,
 # algorithm and its settings) comes from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("episodes", "plot_every", "sample_every", "eval_episodes")
+_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes")
 
 CONFIG_FILE = "config.toml"
 CHECKPOINT = "checkpoint"
@@ -303,15 +303,44 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             return not interrupts.requested
 
         remaining = total - done
+        seconds = cfg.minutes * 60 if cfg.minutes else None
         if remaining > 0:
-            trainer.train(episodes=remaining, callback=callback)
+            try:
+                trainer.train(episodes=remaining, seconds=seconds, callback=callback)
+            except Exception as exc:
+                # The last periodic checkpoint stays; say so in the summary, then fail.
+                _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
+                raise
             if interrupts.requested:
                 status = "interrupted"
+            elif trainer.episodes_seen < total:
+                status = "time_limit"
         else:
             display.log(f"the run already has {done} of {total} episodes")
         trainer.save_checkpoint(run_dir / CHECKPOINT)
         redraw()
 
+    summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display)
+    if status in ("interrupted", "time_limit"):
+        if not quiet:
+            why = "stopped" if status == "interrupted" else f"time budget of {cfg.minutes:g} min spent"
+            print(f"textgym: {why} after update {summary.get('updates')} "
+                  f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
+                  f"Continue with: textgym train --resume {run_dir}", flush=True)
+        if status == "interrupted":
+            raise typer.Exit(EXIT_INTERRUPTED)
+        return
+    if not quiet:
+        first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
+        trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
+        print(f"textgym: done: {summary.get('updates')} updates, {summary.get('episodes')} "
+              f"episodes{trend}. Run folder: {run_dir}", flush=True)
+
+
+def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
+                   trainer: Any = None, display: LiveDisplay | None = None) -> dict[str, Any]:
+    """Write ``summary.json``: the run's outcome, from metrics.jsonl (and a final greedy
+    evaluation when ``eval_episodes`` is set and the run is complete)."""
     from textgym.cli.plotting import read_metrics
 
     records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
@@ -322,24 +351,14 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         "model": cfg.model,
         "mode": cfg.mode,
         "lora": cfg.lora,
-        "episodes_planned": total,
+        "episodes_planned": cfg.episodes,
         **runs.summarize_metrics(records),
         "session_seconds": round(time.monotonic() - started, 3),
         "checkpoint": str(run_dir / CHECKPOINT),
     }
-    if status == "complete" and cfg.eval_episodes:
-        display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
+    if status == "complete" and cfg.eval_episodes and trainer is not None:
+        if display is not None:
+            display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
         summary["eval"] = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
     runs.write_json(run_dir / "summary.json", summary)
-    if status == "interrupted":
-        if not quiet:
-            print(f"textgym: stopped after update {summary.get('updates')}; checkpoint saved. "
-                  f"Continue with: textgym train --resume {run_dir}", flush=True)
-        raise typer.Exit(EXIT_INTERRUPTED)
-    if not quiet:
-        first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
-        trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
-        print(f"textgym: done: {summary.get('updates')} updates, {summary.get('episodes')} "
-              f"episodes{trend}. Run folder: {run_dir}", flush=True)
-
-
+    return summary

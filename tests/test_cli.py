@@ -309,7 +309,7 @@ FAST = '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n'
 @pytest.fixture
 def fast_config(tmp_path):
     path = tmp_path / "fast.toml"
-    path.write_text('model = "tiny"\nnum_envs = 4\nepisodes = 8\n' + FAST)
+    path.write_text('model = "tiny"\nnum_envs = 8\nepisodes = 8\n' + FAST)
     return path
 
 
@@ -332,7 +332,7 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
 
     saved = tomllib.loads((run / "config.toml").read_text())
     assert saved["env"] == "textgym/Bandit-v0" and saved["model"] == "tiny"
-    assert saved["episodes"] == 16 and saved["num_envs"] == 4 and saved["lr"] == 3e-4
+    assert saved["episodes"] == 16 and saved["num_envs"] == 8 and saved["lr"] == 3e-4
     assert saved["trainer"]["episodes_per_update"] == 8 and saved["trainer"]["baseline"] == "batch"
     assert saved["sft"] == str(demos)
 
@@ -349,7 +349,7 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
     assert summary["episodes"] == 16 and summary["env"] == "textgym/Bandit-v0"
 
     # eval of the checkpoint (run folder or checkpoint folder), beside the baselines
-    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", "8", "--num-envs", "4",
+    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", "8", "--num-envs", "8",
                  "--baseline", "random", "--baseline", "scripted", "--json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -392,9 +392,14 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     line = one_error_line(cli("train", "--resume", run, "--algo", "grpo"))
     assert "cannot resume" in line and "algo" in line and "reinforce" in line
 
+    # a hard kill between a metrics line and its checkpoint: that update is redone, once
+    with open(run / "metrics.jsonl", "a") as f:
+        f.write(json.dumps({"update": 2, "episodes": 16, "return_mean": 9.9}) + "\n")
     result = cli("train", "--resume", run)
     assert result.exit_code == 0, result.output
+    assert "1 metrics lines after the checkpoint will be redone" in result.stdout
     metrics = lines_of(run / "metrics.jsonl")
+    assert all(m["return_mean"] != 9.9 for m in metrics)
     assert [m["update"] for m in metrics] == [1, 2, 3]          # nothing repeated, nothing lost
     assert [m["episodes"] for m in metrics] == [8, 16, 24]
     assert metrics[2]["wall_time"] >= metrics[0]["wall_time"]
@@ -402,13 +407,15 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     assert state["update_count"] == 3 and state["episodes_seen"] == 24
     assert json.loads((run / "summary.json").read_text())["status"] == "complete"
 
-    # resuming a finished run with a bigger budget continues it
-    result = cli("train", "--resume", run, "--episodes", "32", "--quiet")
+    # a finished run continues with a bigger budget; a time budget stops it cleanly
+    result = cli("train", "--resume", run, "--episodes", "48", "--minutes", "0.001")
     assert result.exit_code == 0, result.output
+    assert "time budget of 0.001 min spent after update 4 (32 of 48 episodes)" in result.stdout
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2, 3, 4]
+    assert json.loads((run / "summary.json").read_text())["status"] == "time_limit"
     import tomllib
 
-    assert tomllib.loads((run / "config.toml").read_text())["episodes"] == 32
+    assert tomllib.loads((run / "config.toml").read_text())["episodes"] == 48
 
 
 def test_bad_trainer_setting_and_bad_sft_file(cli, tmp_path):
@@ -425,3 +432,56 @@ def test_bad_trainer_setting_and_bad_sft_file(cli, tmp_path):
                               "--out", tmp_path / "r2"))
     assert "bad SFT file" in line and "demos.jsonl:1" in line
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+
+
+# --- the live display ----------------------------------------------------------------------------
+
+
+def _metrics(update: int, episodes: int) -> dict:
+    return {"update": update, "episodes": episodes, "return_mean": 0.25 * update,
+            "length_mean": 1.0, "invalid_rate": 0.125, "decisions_per_s": 12.5,
+            "samples": [{"prompt": "Color: red.", "answer": "cat", "reward": 1.0}]}
+
+
+def test_live_display_on_a_terminal_shows_progress_stats_and_samples():
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.display import LiveDisplay
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=200)
+    with LiveDisplay(total=40, quiet=False, sample_every=2, console=console) as display:
+        assert display.live
+        for update in (1, 2, 3, 4):
+            display.update(_metrics(update, 10 * update))
+    out = buffer.getvalue()
+    assert "40/40" in out and "episodes" in out
+    assert "return 1" in out and "invalid 12.5%" in out and "12.5 dec/s" in out
+    assert "update 2 sample:" in out and "'Color: red.' -> 'cat' (reward 1)" in out
+    assert "update 1 sample:" not in out
+
+
+def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.display import LiveDisplay
+
+    plain = LiveDisplay(total=100, console=Console(file=io.StringIO(), force_terminal=False))
+    quiet = LiveDisplay(total=100, quiet=True,
+                        console=Console(file=io.StringIO(), force_terminal=True))
+    assert not plain.live and not quiet.live
+    for display in (plain, quiet):
+        with display:
+            for update in range(1, 51):          # 2 episodes per update
+                display.update(_metrics(update, 2 * update))
+            display.log("a message")
+    lines = capsys.readouterr().out.splitlines()
+    progress = [line for line in lines if line.startswith("update ")]
+    assert len(progress) == 10                    # one line per tenth of the run, not 50
+    assert progress[0].startswith("update 5: 10/100 episodes | return 1.25 |")
+    assert progress[-1].startswith("update 50: 100/100 episodes")
+    assert lines.count("a message") == 1          # from the plain display; the quiet one is silent
