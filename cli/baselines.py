@@ -14,7 +14,8 @@ the same parser as a model's answer), so their numbers are comparable with a mod
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import numpy as np
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
-from typing import Optional
 
 import typer
 
@@ -58,47 +57,48 @@ def _root(
 
 @app.command()
 def train(
-    env: Optional[str] = typer.Argument(
+    env: str | None = typer.Argument(
         None, help="Env short name (cartpole, blackjack, frozenlake, bandit, ...) or id.",
         show_default=False,
     ),
-    algo: Optional[Algo] = typer.Option(None, help="RL algorithm.", show_default="reinforce"),
-    model: Optional[str] = typer.Option(
+    algo: Algo | None = typer.Option(None, help="RL algorithm.", show_default="reinforce"),
+    model: str | None = typer.Option(
         None, help="Model registry name, hub id or local folder.", show_default="smollm2-135m"
     ),
-    mode: Optional[Mode] = typer.Option(
-        None, help="score: pick the likeliest valid action; generate: free text.", show_default="score"
+    mode: Mode | None = typer.Option(
+        None, help="score: pick the likeliest valid action; generate: free text.",
+        show_default="score",
     ),
-    episodes: Optional[int] = typer.Option(
+    episodes: int | None = typer.Option(
         None, min=1, help="Training episodes in total.", show_default="per env"
     ),
-    num_envs: Optional[int] = typer.Option(
+    num_envs: int | None = typer.Option(
         None, "--num-envs", min=1, help="Envs stepped together.", show_default="per env"
     ),
-    minutes: Optional[float] = typer.Option(
+    minutes: float | None = typer.Option(
         None, help="Time budget of this session; the run stops cleanly when it is spent.",
         show_default="per env",
     ),
-    lr: Optional[float] = typer.Option(None, help="Learning rate.", show_default="the algorithm's"),
-    seed: Optional[int] = typer.Option(None, help="Random seed.", show_default="0"),
-    lora: Optional[bool] = typer.Option(
+    lr: float | None = typer.Option(None, help="Learning rate.", show_default="the algorithm's"),
+    seed: int | None = typer.Option(None, help="Random seed.", show_default="0"),
+    lora: bool | None = typer.Option(
         None, "--lora/--full", help="Train a LoRA adapter or all weights.", show_default="lora"
     ),
-    sft: Optional[Path] = typer.Option(
+    sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
-    out: Optional[Path] = typer.Option(
+    out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>"
     ),
-    config: Optional[Path] = typer.Option(
+    config: Path | None = typer.Option(
         None, "--config", help="TOML config file; flags override it."
     ),
-    resume: Optional[Path] = typer.Option(
+    resume: Path | None = typer.Option(
         None, help="Continue the run in this folder from its last checkpoint."
     ),
     force: bool = typer.Option(False, "--force", help="Start over in an existing --out folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display."),
-    stop_after: Optional[int] = typer.Option(
+    stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,
         help="Act as if Ctrl-C was pressed after N updates (tests of resume).",
     ),
@@ -128,13 +128,13 @@ def train(
 @app.command("eval")
 def evaluate(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False),
-    checkpoint: Optional[Path] = typer.Option(
+    checkpoint: Path | None = typer.Option(
         None, help="Checkpoint folder, or a run folder (its latest checkpoint)."
     ),
-    model: Optional[str] = typer.Option(
+    model: str | None = typer.Option(
         None, help="Model to evaluate without a checkpoint, or the base model of an adapter."
     ),
-    mode: Optional[Mode] = typer.Option(None, help="score or generate.", show_default="the run's"),
+    mode: Mode | None = typer.Option(None, help="score or generate.", show_default="the run's"),
     baseline: list[Baseline] = typer.Option(
         [], "--baseline", help="Also evaluate a reference policy (repeatable)."
     ),
@@ -168,7 +168,7 @@ def envs(
 @app.command()
 def play(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False),
-    seed: Optional[int] = typer.Option(None, help="Seed of the first episode."),
+    seed: int | None = typer.Option(None, help="Seed of the first episode."),
     episodes: int = typer.Option(1, min=1, help="Episodes to play."),
 ) -> None:
     """Play a text env yourself: see the exact prompt, type answers (Ctrl-D quits)."""

@@ -50,6 +50,10 @@ def read_metrics(run: str | Path) -> list[dict[str, Any]]:
     return records
 
 
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def _label(run: Path) -> str:
     run = Path(run)
     return (run.parent if run.name == "metrics.jsonl" else run).name or str(run)
@@ -73,10 +77,8 @@ def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None)
             ax = axes[row][col]
             drawn = False
             for label, records in series:
-                points = [
-                    (r[x_key], r[key]) for r in records
-                    if isinstance(r.get(x_key), (int, float)) and isinstance(r.get(key), (int, float))
-                ]
+                points = [(r[x_key], r[key]) for r in records
+                          if _is_number(r.get(x_key)) and _is_number(r.get(key))]
                 if points:
                     xs, ys = zip(*points)
                     ax.plot(xs, ys, marker="." if len(points) < 30 else None, label=label)

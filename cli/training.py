@@ -78,7 +78,8 @@ class _Interrupts:
 def _new_config(file_layer: dict[str, Any], flags: dict[str, Any]) -> run_config.RunConfig:
     merged = run_config.resolve(file_layer, flags)
     if not merged.env:
-        raise CLIError("missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
+        raise CLIError(
+            "missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
     env_id = resolve_env(merged.env)
     defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
     cfg = run_config.resolve(defaults, file_layer, flags)
@@ -323,7 +324,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display)
     if status in ("interrupted", "time_limit"):
         if not quiet:
-            why = "stopped" if status == "interrupted" else f"time budget of {cfg.minutes:g} min spent"
+            why = ("stopped" if status == "interrupted"
+                   else f"time budget of {cfg.minutes:g} min spent")
             print(f"textgym: {why} after update {summary.get('updates')} "
                   f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
                   f"Continue with: textgym train --resume {run_dir}", flush=True)

@@ -7,7 +7,6 @@ installed console script (or ``python -m textgym.cli``) in a subprocess, as a us
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -203,7 +202,8 @@ def test_envs_includes_a_plugin_with_its_package(cli, monkeypatch):
 
 
 def test_play_shows_the_prompt_and_parses_piped_answers(cli):
-    result = cli("play", "cartpole", "--seed", "0", input='LEFT\nI push it right\n{"action": "LEFT"}\nbanana\n')
+    answers = 'LEFT\nI push it right\n{"action": "LEFT"}\nbanana\n'
+    result = cli("play", "cartpole", "--seed", "0", input=answers)
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Answer with one word: LEFT or RIGHT." in out  # the system prompt the model sees
