@@ -485,3 +485,33 @@ def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
     assert progress[0].startswith("update 5: 10/100 episodes | return 1.25 |")
     assert progress[-1].startswith("update 50: 100/100 episodes")
     assert lines.count("a message") == 1          # from the plain display; the quiet one is silent
+
+
+def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_config):
+    """A real SIGINT to the console script while it trains."""
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
+    process = subprocess.Popen(
+        [*command, "train", "bandit", "--config", str(fast_config), "--episodes", "100000",
+         "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+            assert process.poll() is None, process.communicate()
+            assert time.monotonic() < deadline, "no update within 120 s"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGINT)
+        stdout, stderr = process.communicate(timeout=120)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    assert process.returncode == 130, stderr
+    assert "Stopping after this update" in stdout and "--resume" in stdout
+    assert "Traceback" not in stderr
+    updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
+    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
