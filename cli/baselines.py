@@ -118,7 +118,7 @@ def scripted_policy(env: Any) -> ScriptedPolicy | None:
         from textgym.envs.games import SCRIPTED
 
         return _board_game(env) if getattr(base, "game_name", None) in SCRIPTED else None
-    if isinstance(getattr(base, "P", None), dict) and hasattr(base, "s"):
+    if isinstance(getattr(base, "P", None), dict):  # toy-text MDP; the state is base.s
         return _tabular(env)
     return None
 

@@ -63,8 +63,8 @@ class RunConfig:
     """JSONL file of {"prompt", "answer"} pairs for a supervised warm-up before RL."""
     checkpoint_every: int = 10
     """Save a checkpoint every this many updates (and always at the end or on Ctrl-C)."""
-    plot_every: int = 5
-    """Redraw curve.png every this many updates."""
+    plot_every: int = 1
+    """Redraw curve.png every this many updates (at most every 10 s; always at the end)."""
     sample_every: int = 5
     """Show a sample answer in the live display every this many updates."""
     eval_episodes: int = 0

@@ -41,7 +41,9 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
 
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
-                      episodes: int, num_envs: int, seed: int) -> tuple[str, dict[str, Any]]:
+                      episodes: int, num_envs: int, seed: int
+                      ) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``."""
     from textgym.cli.training import build_policy
     from textgym.trainers import make_trainer
     from textgym.trainers.checkpoint import read_state
@@ -73,7 +75,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
     label = "checkpoint" if checkpoint is not None else model
     result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
-    return label, with_stderr(result)
+    return label, with_stderr(result), dict(state.get("env_kwargs") or {})
 
 
 def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
@@ -84,14 +86,15 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     if checkpoint is not None:
         find_checkpoint(checkpoint)  # fail before loading a model
     results: dict[str, dict[str, Any] | None] = {}
+    env_kwargs: dict[str, Any] = {}
     if checkpoint is not None or model is not None:
-        label, result = _model_evaluation(env_id, checkpoint, model, mode, episodes, num_envs,
-                                          seed)
+        label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
+                                                      num_envs, seed)
         results[label] = result
     if baselines:
         from textgym.cli.baselines import evaluate_baseline
 
-        game = make_env(env_id)
+        game = make_env(env_id, **env_kwargs)  # the same env settings as the run
         try:
             for kind in dict.fromkeys(baselines):
                 results[kind] = evaluate_baseline(game, kind, episodes, seed)

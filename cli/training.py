@@ -9,6 +9,7 @@ update and episode counters carry on and ``metrics.jsonl`` grows.
 
 from __future__ import annotations
 
+import json
 import signal
 import threading
 import time
@@ -37,6 +38,9 @@ GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
 # What a resumed run may change: its budget and how it reports. Everything else (env, model,
 # algorithm and its settings) comes from the run's checkpoint.
 _CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes")
+
+#: curve.png is redrawn at most this often (drawing takes about a second).
+MIN_PLOT_SECONDS = 10.0
 
 CONFIG_FILE = "config.toml"
 CHECKPOINT = "checkpoint"
@@ -171,8 +175,6 @@ def _trim_metrics(run_dir: Path, updates_done: int) -> int:
     if not path.is_file():
         return 0
     kept, dropped = [], 0
-    import json
-
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
             record = json.loads(line)
@@ -218,14 +220,18 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
               f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
               f"run folder {run_dir}", flush=True)
+    loading = time.monotonic()
     policy = build_policy(cfg.model, cfg.mode)
+    if not quiet:
+        print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s", flush=True)
 
     from textgym.trainers import make_trainer
 
     if resume is not None:
         trainer = _resume_trainer(run_dir / CHECKPOINT, policy, run_dir)
-        if cfg.episodes != run_config.load_toml(run_dir / CONFIG_FILE).get("episodes"):
-            (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+        resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
+        if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+            (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
         dropped = _trim_metrics(run_dir, trainer.update_count)
         if dropped and not quiet:
             print(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
@@ -285,7 +291,11 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     display = LiveDisplay(total=total, done=done, quiet=quiet, sample_every=cfg.sample_every,
                           description=cfg.env.split("/")[-1])
 
+    last_plot = time.monotonic()
+
     def redraw() -> None:
+        nonlocal last_plot
+        last_plot = time.monotonic()
         if (run_dir / "metrics.jsonl").is_file():
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
@@ -297,7 +307,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             nonlocal updates_this_session
             updates_this_session += 1
             display.update(metrics)
-            if updates_this_session % cfg.plot_every == 0:
+            if (updates_this_session % cfg.plot_every == 0
+                    and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
                 interrupts.request()

@@ -515,3 +515,63 @@ def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_con
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
     assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+
+
+# --- pieces: config files, baselines -------------------------------------------------------------
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path):
+    from textgym.cli import config
+
+    cfg = config.RunConfig(env="textgym/Taxi-v4", algo="ppo", episodes=12, minutes=2.5,
+                           lr=3e-5, lora=False, sft='demos "x".jsonl',
+                           trainer={"gamma": 0.99, "lora_target_modules": ["q_proj", "v_proj"],
+                                    "target_kl": float("inf")},
+                           env_kwargs={"max_episode_steps": 50})
+    path = tmp_path / "config.toml"
+    path.write_text(config.dumps(cfg))
+    assert config.resolve(config.load_toml(path)) == cfg
+    # flags override the file, tables merge key by key
+    merged = config.resolve(config.load_toml(path), {"episodes": 99, "lr": None,
+                                                     "trainer": {"gamma": 0.9}})
+    assert merged.episodes == 99 and merged.lr == 3e-5
+    assert merged.trainer["gamma"] == 0.9 and merged.trainer["lora_target_modules"] == [
+        "q_proj", "v_proj"]
+
+
+@pytest.mark.parametrize("env, episodes", [
+    ("cartpole", 5), ("bandit", 20), ("frozenlake", 30), ("taxi", 5), ("cliffwalking", 2),
+    ("mountaincar", 3), ("tictactoe", 10),
+])
+def test_scripted_baseline_beats_random(env, episodes):
+    import textgym
+    from textgym.cli.baselines import evaluate_baseline
+
+    game = textgym.make(env)
+    random = evaluate_baseline(game, "random", episodes, seed=0)
+    scripted = evaluate_baseline(game, "scripted", episodes, seed=0)
+    assert scripted["return_mean"] > random["return_mean"] + 0.2
+    assert scripted["invalid_rate"] == random["invalid_rate"] == 0.0
+    assert random["episodes"] == scripted["episodes"] == episodes
+
+
+def test_an_env_without_a_scripted_policy_says_so(cli, countdown_env_cls):
+    import gymnasium as gym
+
+    import textgym
+    from textgym import registry
+
+    textgym.register("clitest/Countdown-v0", countdown_env_cls, description="test env",
+                     action_names=["GOOD", "BAD"], source="clitest")
+    try:
+        result = cli("eval", "clitest/Countdown-v0", "--baseline", "scripted", "--baseline",
+                     "random", "--episodes", "4", "--json")
+        assert result.exit_code == 0, result.output
+        results = json.loads(result.stdout)["results"]
+        assert results["scripted"] is None                  # said, not faked
+        assert results["random"]["episodes"] == 4
+        table = cli("eval", "clitest/Countdown-v0", "--baseline", "scripted", "--episodes", "2")
+        assert "no scripted policy for this env" in table.stdout
+    finally:
+        registry._INFOS.pop("clitest/Countdown-v0", None)
+        gym.registry.pop("clitest/Countdown-v0", None)
