@@ -59,7 +59,7 @@ def test_tictactoe_text_and_parsing():
     env.step('{"action": "3"}')                         # top right
     record = env.infos["player_1"]["parse"]
     assert record == {"raw": '{"action": "3"}', "action": 6, "action_name": "3", "parser": "json",
-                      "valid": True, "invalid_count": 0, "policy": None}
+                      "valid": True, "invalid_count": 0, "policy": None, "retries": 0}
     obs, *_ , info = env.last()
     assert env.agent_selection == "player_2"
     assert obs["text"].splitlines()[0] == " 1 | 2 | X"
@@ -129,6 +129,7 @@ def test_retry_keeps_the_turn_then_falls_back():
         obs, reward, *_ , info = env.last()
         assert obs["text"].startswith("'no idea' is not a legal move. Legal moves: 1, 2, 3")
         assert info["parse"]["policy"] == "retry" and reward == 0.0
+        assert info["parse"]["retries"] == attempt
     env.step("no idea")                       # third in a row: penalty, a random legal move
     assert env.agent_selection == "player_2"
     assert env.infos["player_1"]["parse"]["policy"] == "penalty"
@@ -148,6 +149,18 @@ def test_terminate_ends_the_game_as_a_forfeit():
     for agent in env.agent_iter():
         env.step(None)
     assert env.agents == []
+
+
+def test_a_raising_user_parser_counts_as_unreadable():
+    def broken(text, names):
+        raise RuntimeError("parser bug")
+
+    env = wrap_pettingzoo(tictactoe_v3.env(), parser=broken, invalid="default")
+    env.reset(seed=0)
+    env.step("5")
+    record = env.infos["player_1"]["parse"]
+    assert record["valid"] is False and record["policy"] == "default"
+    assert "parser bug" in record["error"] and record["action"] is not None
 
 
 def test_generic_renderer_for_other_envs():

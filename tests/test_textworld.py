@@ -129,6 +129,7 @@ def test_retry_and_terminate_policies(game_dir):
     obs0, info = env.reset(seed=2)
     obs, reward, terminated, truncated, info = env.step("blah")
     assert info["parse"]["policy"] == "retry" and info["parse"]["action"] is None
+    assert info["parse"]["retries"] == 1
     assert obs.startswith(obs0) and "Reply with one of" in obs and reward == 0.0
     obs, reward, terminated, truncated, info = env.step("blah")   # retries used up -> penalty
     assert info["parse"]["policy"] == "penalty" and reward == pytest.approx(-0.1)
@@ -138,6 +139,15 @@ def test_retry_and_terminate_policies(game_dir):
     obs, reward, terminated, truncated, info = env.step("blah")
     assert terminated and reward == -1.0 and info["parse"]["policy"] == "terminate"
     assert info["episode"]["invalid_count"] == 1
+
+    def broken(text, names):
+        raise ValueError("parser bug")
+
+    env = make(game_dir, parser=broken)
+    env.reset(seed=2)
+    obs, reward, terminated, truncated, info = env.step("look")
+    assert "parser bug" in info["parse"]["error"] and info["parse"]["valid"] is False
+    assert info["parse"]["action"] == "look"            # sent as free text all the same
 
 
 def test_truncation_at_step_limit(game_dir):

@@ -119,6 +119,7 @@ class _AgentText:
         self.action_names = list(game.action_names(env))
         self.n = len(self.action_names)
         self.max_length = max_length
+        self.last_error: str | None = None  # repr of the exception a user parser raised, if any
         # legal moves are listed in reading order (tic-tac-toe's PettingZoo indices are column-major)
         numeric = all(n.isdigit() for n in self.action_names)
         self.display_order = sorted(range(self.n), key=lambda i: int(self.action_names[i])) \
@@ -148,10 +149,11 @@ class _AgentText:
         names = [self.action_names[i] for i in legal_idx]
         if not names:
             return None, None, None
+        self.last_error = None
         try:
             found = self.parser(text, names)
-        except Exception:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
-            found = None
+        except Exception as error:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
+            self.last_error, found = repr(error), None
         if found is None or found.action_index is None or not 0 <= found.action_index < len(names):
             return None, None, None
         return legal_idx[found.action_index], names[found.action_index], found.parser
@@ -165,10 +167,15 @@ class _AgentText:
 
 
 def _record(answer: Any, action: int | None, name: str | None, parser: str | None,
-            invalid_count: int, policy: str | None) -> dict[str, Any]:
-    return {"raw": answer if isinstance(answer, str) else repr(answer), "action": action,
-            "action_name": name, "parser": parser, "valid": name is not None,
-            "invalid_count": invalid_count, "policy": policy}
+            invalid_count: int, policy: str | None, retries: int = 0,
+            error: str | None = None) -> dict[str, Any]:
+    """The parse record of docs/design.md §1."""
+    record = {"raw": answer if isinstance(answer, str) else repr(answer), "action": action,
+              "action_name": name, "parser": parser, "valid": name is not None,
+              "invalid_count": invalid_count, "policy": policy, "retries": retries}
+    if error is not None:
+        record["error"] = error
+    return record
 
 
 @functools.lru_cache(maxsize=1)
@@ -325,13 +332,15 @@ def _classes() -> tuple[type, type]:
             if policy == "retry":
                 self._retries += 1
                 self._feedback[agent] = self.text.feedback(action, mask)
-                record = _record(action, None, None, None, count, "retry")
+                record = _record(action, None, None, None, count, "retry", self._retries,
+                                 self.text.last_error)
                 self._last_parse[agent] = record
                 self.rewards = {a: 0.0 for a in self.agents}
                 self.infos = {a: self._info(a, None) for a in self.agents}
                 return
             if policy == "terminate":
-                record = _record(action, None, None, None, count, "terminate")
+                record = _record(action, None, None, None, count, "terminate",
+                                 error=self.text.last_error)
                 self._last_parse[agent] = record
                 self._forced_end = True
                 self.game_returns[agent] -= 1.0  # a forfeit: the offender loses
@@ -349,7 +358,8 @@ def _classes() -> tuple[type, type]:
             self._retries = 0
             move = int(self._rng.choice(np.flatnonzero(mask)))
             extra = self.penalty if policy == "penalty" else 0.0
-            self._play(agent, move, _record(action, move, None, None, count, policy), extra)
+            self._play(agent, move, _record(action, move, None, None, count, policy,
+                                            error=self.text.last_error), extra)
 
         def _play(self, agent: str, move: int, record: dict[str, Any], extra: float) -> None:
             self._last_parse[agent] = record
@@ -451,10 +461,12 @@ def _classes() -> tuple[type, type]:
                 count = self._invalid_counts[agent]
                 if self.invalid == "terminate":
                     offenders.append(agent)
-                    parses[agent] = _record(answer, None, None, None, count, "terminate")
+                    parses[agent] = _record(answer, None, None, None, count, "terminate",
+                                            error=self.text.last_error)
                     continue
                 moves[agent] = int(self._rng.choice(np.flatnonzero(mask)))
-                parses[agent] = _record(answer, moves[agent], None, None, count, self.invalid)
+                parses[agent] = _record(answer, moves[agent], None, None, count, self.invalid,
+                                        error=self.text.last_error)
                 if self.invalid == "penalty":
                     extra[agent] = self.penalty
             if offenders:

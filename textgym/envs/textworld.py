@@ -387,13 +387,14 @@ class TextWorldEnv(gym.Env):
         return self._obs, self._info()
 
     def _parse(self, answer: str) -> tuple[str | None, str | None]:
+        self._parse_error = None
         valid = self._valid()
         if not valid:
             return None, None
         try:
             found = self.parser(answer, valid)
-        except Exception:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
-            found = None
+        except Exception as error:  # noqa: BLE001 - a user parser's bug counts as an unreadable answer
+            self._parse_error, found = repr(error), None
         if found is None or found.action_index is None or not 0 <= found.action_index < len(valid):
             return None, None
         return valid[found.action_index], found.parser
@@ -415,7 +416,9 @@ class TextWorldEnv(gym.Env):
         self._retries = self._retries + 1 if policy == "retry" else 0
         record = {"raw": answer, "action": command, "action_name": command, "parser": parser,
                   "valid": command is not None, "invalid_count": self._invalid_count,
-                  "policy": policy}
+                  "policy": policy, "retries": self._retries if policy == "retry" else 0}
+        if self._parse_error is not None:
+            record["error"] = self._parse_error
 
         if policy == "retry":
             feedback = f"Not a command here. Reply with one of: {', '.join(self._valid())}."
