@@ -4,12 +4,24 @@ and a minimal hand-written text env that follows the text-env contract (docs/des
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 import gymnasium as gym
 import pytest
 
 from textgym.spaces import TextSpace
+
+
+def pytest_configure(config):
+    # The tiny model's ops are too small to split across threads: with 2 threads on a busy machine
+    # every op waits at a barrier (measured: a rollout test 0.6 s with 1 thread, 3-28 s with 2).
+    # Tests of the real model raise it again (see test_e2e_smollm2.py). Override: TEXTGYM_TEST_THREADS.
+    try:
+        import torch
+    except ImportError:  # torch-free installs still run the env tests
+        return
+    torch.set_num_threads(int(os.environ.get("TEXTGYM_TEST_THREADS", "1")))
 
 
 @pytest.fixture(scope="session")

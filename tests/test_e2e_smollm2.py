@@ -16,10 +16,14 @@ pytestmark = pytest.mark.slow
 def smollm2():
     from textgym import models
 
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)  # conftest sets 1 thread for the tiny model
     try:
-        return models.load("smollm2-135m", device="cpu")
+        yield models.load("smollm2-135m", device="cpu")
     except RuntimeError as error:  # not installed here: the error says how to get it
         pytest.skip(str(error))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def test_converts_the_gguf_once_offline_then_loads_from_the_cache(tmp_path):
