@@ -38,6 +38,21 @@ def test_prompt_ids_come_from_the_tokenizer_chat_template(tiny_policy):
     assert SYSTEM in text and OBSERVATIONS[0] in text and text.endswith("assistant\n")
 
 
+def test_templates_without_a_system_role(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    no_system = ("{% for m in messages %}{% if m['role'] == 'system' %}"
+                 "{{ raise_exception('System role not supported') }}{% endif %}"
+                 "<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+                 "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    for policy in (Policy(model, tok, chat_template=no_system), Policy(model, tok, system_role=False)):
+        text = tok.decode(policy.prompt_ids(SYSTEM, OBSERVATIONS[0]))
+        assert f"user\n{SYSTEM}\n\n{OBSERVATIONS[0]}<|im_end|>" in text
+        assert len(policy._system_prefix(SYSTEM)) > len(tok(SYSTEM)["input_ids"])  # still cached
+        [d] = policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS])
+        assert d.token_logprobs == pytest.approx(
+            full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
+
+
 def test_score_mode_ids_and_logprobs_match_a_full_forward_pass(tiny_policy):
     policy = tiny_policy
     decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3)

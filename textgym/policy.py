@@ -134,6 +134,9 @@ class Policy:
         prefix_cache_size: how many shared-prefix KV caches to keep (one per distinct system prompt).
         candidate_chunk: score mode: candidate continuations run through the model at once
             (bounds memory when there are many long candidates).
+        system_role: whether the chat template takes a ``system`` message; if not, the system
+            prompt goes in front of the user message (also done automatically when the template
+            raises an error about the system role).
         name: the model name it was loaded from (recorded by :meth:`save`).
     """
 
@@ -141,7 +144,8 @@ class Policy:
                  normalization: str = "sum", score_end: bool | str = "auto", top_p: float = 1.0,
                  max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None,
                  device: str | torch.device | None = None, chat_template: str | None = None,
-                 prefix_cache_size: int = 4, candidate_chunk: int = 256, name: str | None = None):
+                 prefix_cache_size: int = 4, candidate_chunk: int = 256, system_role: bool = True,
+                 name: str | None = None):
         if mode not in ("score", "generate"):
             raise ValueError(f"mode must be 'score' or 'generate', got {mode!r}")
         if score_end not in (True, False, "auto"):
@@ -166,6 +170,7 @@ class Policy:
         self.chat_template = chat_template
         self.prefix_cache_size = prefix_cache_size
         self.candidate_chunk = candidate_chunk
+        self.system_role = system_role
         self.name = name
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
         if tokenizer.pad_token_id is None:
@@ -214,7 +219,9 @@ class Policy:
         if lora:
             model = _wrap_lora(model, r=lora_r, alpha=lora_alpha or 2 * lora_r, dropout=lora_dropout,
                                targets=tuple(lora_target_modules or entry.lora_target_modules))
-        defaults = {k: v for k, v in entry.generation.items() if k in ("top_p", "max_new_tokens")}
+        defaults = {k: v for k, v in entry.generation.items()
+                    if k in ("temperature", "top_p", "max_new_tokens")}
+        defaults["system_role"] = entry.system_role
         if entry.stop:
             defaults["stop"] = entry.stop
         return cls(model, tokenizer, mode, name=name_or_path, **{**defaults, **policy_kwargs})
@@ -282,7 +289,7 @@ class Policy:
         settings = dict(name=self.name, lora=self.is_lora, mode=self.mode, temperature=self.temperature,
                         normalization=self.normalization, score_end=self.score_end, top_p=self.top_p,
                         max_new_tokens=self.max_new_tokens, stop=list(self.stop),
-                        chat_template=self.chat_template)
+                        chat_template=self.chat_template, system_role=self.system_role)
         (tmp / _POLICY_FILE).write_text(json.dumps(settings, indent=2))
         if target.exists():
             old = target.with_name(target.name + ".old")
@@ -339,6 +346,8 @@ class Policy:
     def _messages(self, system_prompt: str, observation: str) -> list[dict[str, str]]:
         if not system_prompt:
             return [{"role": "user", "content": observation}]
+        if not self.system_role:
+            return [{"role": "user", "content": f"{system_prompt}\n\n{observation}"}]
         return [{"role": "system", "content": system_prompt}, {"role": "user", "content": observation}]
 
     def _render(self, messages: list[dict[str, str]]) -> str:
