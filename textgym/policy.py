@@ -719,7 +719,8 @@ class Policy:
         for i, (a, d) in enumerate(zip(answers, decisions)):
             targets[i, :len(a)] = torch.tensor(a, device=device)
             mask[i, :len(a)] = True
-            old[i, :len(a)] = torch.tensor(d.token_logprobs, device=device)
+            recorded = list(d.token_logprobs or [])[:len(a)]  # e.g. demonstrations record none
+            old[i, :len(recorded)] = torch.tensor(recorded, device=device, dtype=old.dtype)
         logprobs = logp.gather(-1, targets[..., None])[..., 0] * mask
         token_entropy = -(logp.exp() * logp).sum(-1)
         entropy = (token_entropy * mask).sum(-1) / mask.sum(-1)
