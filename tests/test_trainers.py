@@ -1,0 +1,249 @@
+"""Trainers: the shared interface, metrics, the NaN guard, KL control, minibatching, GRPO groups, SFT."""
+
+import copy
+import json
+import math
+
+import pytest
+import torch
+
+import textgym
+from textgym.trainers import GRPOConfig, PPOConfig, ReinforceConfig, make_trainer
+from textgym.trainers.base import lr_factor
+from textgym.trainers.metrics import read_metrics
+
+SMALL = dict(num_envs=4, episodes_per_update=8, minibatch_size=8, lr=1e-3)
+
+
+def _adapter_weights(trainer):
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+def _same(a, b):
+    return all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_make_trainer_rejects_unknown_algorithm_and_fields(tiny_policy):
+    with pytest.raises(ValueError, match="unknown algorithm 'dqn'"):
+        make_trainer("dqn", tiny_policy)
+    with pytest.raises(ValueError, match="no field"):
+        make_trainer("ppo", tiny_policy, config={"learning_rate": 1e-3})
+    with pytest.raises(ValueError, match="multiple of group_size"):
+        GRPOConfig(episodes_per_update=10, group_size=4)
+
+
+def test_shared_field_names_across_algorithms():
+    shared = {"lr", "gamma", "num_envs", "episodes_per_update", "minibatch_size", "epochs", "max_grad_norm",
+              "kl_coef", "target_kl", "entropy_coef", "use_lora", "lora_r", "seed"}
+    for cls in (ReinforceConfig, GRPOConfig, PPOConfig):
+        assert shared <= set(cls.__dataclass_fields__)
+    # A config of one algorithm converts to another keeping shared fields.
+    from textgym.trainers import config_for
+
+    assert config_for("ppo", GRPOConfig(lr=0.123, num_envs=4, episodes_per_update=8)).lr == 0.123
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_update_metrics_and_jsonl(algorithm, tiny_policy, tmp_path):
+    trainer = make_trainer(algorithm, tiny_policy, env="textgym/Bandit-v0", config=SMALL, out_dir=tmp_path)
+    before = _adapter_weights(trainer)
+    history = trainer.train(updates=2)
+    assert [m["update"] for m in history] == [1, 2]
+    m = history[-1]
+    for key in ("update", "episodes", "decisions", "wall_time", "return_mean", "length_mean", "invalid_rate",
+                "loss", "policy_loss", "kl", "entropy", "lr", "decisions_per_s", "tokens_per_s", "samples"):
+        assert key in m, key
+    assert m["episodes"] == 16 and m["decisions"] == 16  # one-step episodes
+    assert 0.0 <= m["return_mean"] <= 1.0 and m["length_mean"] == 1.0
+    assert ("value_loss" in m) == (algorithm == "ppo")       # omitted, never faked
+    assert ("clip_frac" in m) == (algorithm != "reinforce")
+    sample = m["samples"][0]
+    assert sample["prompt"].startswith("Color:") and sample["answer"] in ("cat", "dog")
+    assert not _same(before, _adapter_weights(trainer))        # the update changed the adapter
+    lines = read_metrics(tmp_path)
+    assert [line["update"] for line in lines] == [1, 2]
+    assert lines[1]["return_mean"] == pytest.approx(m["return_mean"])
+
+
+def test_nan_reward_skips_update_and_keeps_weights(tiny_policy, caplog):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    episodes = trainer.collect().episodes
+    episodes[0].steps[0].reward = float("nan")
+    before = _adapter_weights(trainer)
+    with caplog.at_level("WARNING", logger="textgym.trainers"):
+        metrics = trainer.update(episodes)
+    assert metrics["nonfinite"] is True
+    assert "non-finite" in caplog.text
+    assert _same(before, _adapter_weights(trainer))
+    assert trainer.nonfinite_updates == 1
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+def test_nan_loss_skips_update_and_keeps_weights(algorithm, tiny_policy, monkeypatch):
+    trainer = make_trainer(algorithm, tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    episodes = trainer.collect().episodes
+    real_evaluate = tiny_policy.evaluate
+
+    def poisoned(decisions):  # the model "diverged": its log-probs are NaN (with grad)
+        ev = real_evaluate(decisions)
+        ev.logprobs = ev.logprobs * float("nan")
+        return ev
+
+    monkeypatch.setattr(tiny_policy, "evaluate", poisoned)
+    before = _adapter_weights(trainer)
+    metrics = trainer.update(episodes)
+    assert metrics["nonfinite"] is True and metrics["epochs"] == 0
+    assert _same(before, _adapter_weights(trainer))
+    assert all(math.isfinite(p.sum().item()) for p in trainer.model.parameters())
+    monkeypatch.undo()
+    assert "nonfinite" not in trainer.update(episodes)  # the next good update goes through
+
+
+def test_target_kl_stops_epochs_early(tiny_policy):
+    config = PPOConfig(**{**SMALL, "minibatch_size": 4, "lr": 1e-2}, epochs=6, target_kl=1e-6)
+    trainer = make_trainer("ppo", tiny_policy, env="textgym/Bandit-v0", config=config)
+    metrics = trainer.train(updates=1)[0]
+    assert 1 <= metrics["epochs"] < 6
+
+
+def test_kl_penalty_uses_reference_with_adapter_disabled(tiny_policy):
+    trainer = make_trainer("grpo", tiny_policy, env="textgym/Bandit-v0",
+                           config=GRPOConfig(**SMALL, group_size=4, kl_coef=0.5, epochs=1))
+    episodes = trainer.collect().episodes
+    first = trainer.update(episodes)
+    assert first["ref_kl"] == pytest.approx(0.0, abs=1e-6)  # adapter starts as the identity
+    trainer.config.lr = 1e-2
+    for group in trainer.optimizer.param_groups:
+        group["base_lr"] = 1e-2
+    for _ in range(3):
+        last = trainer.update(trainer.collect().episodes)
+    assert last["ref_kl"] > 0
+    # The reference really is the base model: disabling the adapter gives the untrained log-probs.
+    decisions = [s.decision for ep in episodes for s in ep.steps]
+    with torch.no_grad(), tiny_policy.reference():
+        ref = tiny_policy.evaluate(decisions).logprobs
+    assert torch.allclose(ref, torch.tensor([[d.logprob] for d in decisions]), atol=1e-4)
+
+
+def test_gradient_accumulation_matches_one_big_step(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    trainers = []
+    for accum in (1, 4):
+        policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
+        trainers.append(make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                                     config=ReinforceConfig(**SMALL, gradient_accumulation_steps=accum)))
+    episodes = trainers[0].collect().episodes
+    grads = []
+    for trainer in trainers:
+        step = trainer.optimizer.step
+
+        def capture(*args, trainer=trainer, step=step, **kwargs):  # the gradient the step sees
+            grads.append({n: p.grad.clone() for n, p in trainer.model.named_parameters() if p.grad is not None})
+            return step(*args, **kwargs)
+
+        trainer.optimizer.step = capture
+        trainer.update(episodes)
+    a, b = grads
+    assert a.keys() == b.keys() and len(a) > 0
+    assert all(torch.allclose(a[k], b[k], rtol=1e-3, atol=1e-6) for k in a)
+
+
+def test_lr_schedules():
+    assert lr_factor(0, warmup=4, total=None, schedule="constant") == 0.25
+    assert lr_factor(3, warmup=4, total=None, schedule="constant") == 1.0
+    assert lr_factor(5, warmup=0, total=10, schedule="linear") == 0.5
+    assert lr_factor(0, warmup=0, total=10, schedule="cosine") == 1.0
+    assert lr_factor(5, warmup=0, total=10, schedule="cosine") == pytest.approx(0.5)
+    assert lr_factor(10, warmup=0, total=10, schedule="cosine") == pytest.approx(0.0)
+
+
+def test_linear_schedule_reaches_zero_over_train_budget(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**{**SMALL, "lr": 1e-3}, lr_schedule="linear"))
+    lrs = [m["lr"] for m in trainer.train(updates=4)]
+    assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def test_grpo_groups_share_their_start(tiny_policy):
+    trainer = make_trainer("grpo", tiny_policy, env="textgym/Bandit-v0",
+                           config=GRPOConfig(num_envs=8, episodes_per_update=16, group_size=4))
+    episodes = trainer.collect().episodes
+    assert len(episodes) == 16
+    for g in range(4):
+        group = episodes[4 * g:4 * g + 4]
+        assert len({ep.seed for ep in group}) == 1
+        assert len({ep.steps[0].observation for ep in group}) == 1
+    assert len({ep.seed for ep in episodes}) == 4
+
+
+def test_full_fine_tuning_changes_base_weights(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**SMALL, use_lora=False, kl_coef=0.1))
+    weight = trainer.model.model.layers[0].mlp.down_proj.weight
+    before = weight.detach().clone()
+    metrics = trainer.train(updates=1)[0]
+    assert "ref_kl" in metrics
+    assert not torch.equal(before, weight)
+
+
+def test_generate_mode_update(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=4, seed=0)
+    trainer = make_trainer("ppo", policy, env="textgym/Bandit-v0", config=SMALL)
+    metrics = trainer.train(updates=1)[0]
+    assert math.isfinite(metrics["loss"]) and metrics["invalid_rate"] > 0.5  # a random model babbles
+    assert metrics["decisions"] == 8
+
+
+def test_train_budgets_and_callback_stop(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    assert len(trainer.train(episodes=20)) == 3  # 8 episodes per update: 24 >= 20
+    seen = []
+    history = trainer.train(updates=10, callback=lambda m: seen.append(m["update"]) or len(seen) < 2)
+    assert len(history) == 2 and seen == [4, 5]
+    with pytest.raises(ValueError, match="budget"):
+        trainer.train()
+
+
+def test_evaluate_is_greedy_on_held_out_seeds(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    a = trainer.evaluate(episodes=16)
+    b = trainer.evaluate(episodes=16)
+    assert a == b and a["episodes"] == 16 and a["seed"] == trainer.config.eval_seed
+    assert trainer.rollout_seed(0) > a["seed"] + 10_000  # training never plays the eval seeds
+
+
+def test_sft_warm_start_teaches_the_demonstrated_answers(tiny_policy, tmp_path):
+    demos = tmp_path / "demos.jsonl"
+    demos.write_text("".join(json.dumps({"observation": f"Color: {c}.", "action": a}) + "\n"
+                             for c, a in [("red", "cat"), ("green", "dog")] * 8))
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**SMALL))
+    from textgym.trainers import SFTConfig
+
+    losses = trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=30, batch_size=16))
+    assert losses[-1] < losses[0] - 0.3  # NLL per answer token (the random tiny model starts near ln 49152)
+    assert trainer.evaluate(episodes=32)["return_mean"] == 1.0  # red -> cat, green -> dog
+
+
+def test_online_sft_on_best_episodes(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**SMALL, sft_every=2, sft_top_fraction=0.5))
+    history = trainer.train(updates=2)
+    assert "sft_loss" not in history[0]
+    assert math.isfinite(history[1]["sft_loss"]) and history[1]["sft_decisions"] == 8
+    assert len(trainer.replay) == 16
+
+
+def test_demonstrations_file_errors(tmp_path):
+    from textgym.trainers.sft import load_demonstrations
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "x", "answer": "y"}\n{"prompt": 3}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:2"):
+        load_demonstrations(bad)
+    ok = tmp_path / "ok.jsonl"
+    ok.write_text('{"prompt": "Your hand: 18.", "answer": "STICK", "system_prompt": "Play blackjack."}\n')
+    [demo] = load_demonstrations(ok)
+    assert (demo.prompt, demo.answer, demo.system_prompt) == ("Your hand: 18.", "STICK", "Play blackjack.")
+

@@ -1,0 +1,118 @@
+"""PPO with a value head on the policy's last hidden state, GAE, and a target-KL stop.
+
+A small MLP reads the language model's last hidden state at the last prompt position of every
+decision and predicts the return from there. GAE turns rewards and values into advantages; the
+policy takes clipped-ratio steps, the value head clipped-value steps, for several epochs per
+batch, stopping early when the policy has moved more than ``target_kl`` from the rollout policy.
+(TRL 1.x has no PPO; this is textgym's, in plain torch.)
+
+Example:
+    >>> import textgym
+    >>> from textgym.trainers import make_trainer, PPOConfig
+    >>> model, tok = textgym.models.load("tiny")
+    >>> policy = textgym.Policy(model, tok, mode="score")
+    >>> trainer = make_trainer("ppo", policy, env="textgym/Bandit-v0",
+    ...                        config=PPOConfig(num_envs=8, episodes_per_update=16))
+    >>> history = trainer.train(updates=1)
+    >>> "value_loss" in history[0]
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from textgym.trainers.base import Trainer, decisions_of, pad_units
+from textgym.trainers.config import PPOConfig
+from textgym.trainers.losses import (
+    approx_kl,
+    clipped_surrogate,
+    clipped_value_loss,
+    gae,
+    masked_mean,
+    normalize,
+)
+from textgym.trainers.value_head import ValueHead
+
+
+class PPOTrainer(Trainer):
+    """Proximal Policy Optimization over per-decision steps. See :class:`PPOConfig`."""
+
+    algorithm = "ppo"
+    config: PPOConfig
+
+    def _init_algorithm(self) -> None:
+        hidden_size = self.model.config.hidden_size
+        device = next(self.model.parameters()).device
+        self.value_head = ValueHead(hidden_size, self.config.value_hidden).to(device)
+
+    def _extra_param_groups(self) -> list[dict[str, Any]]:
+        lr = self.config.value_lr
+        return [{"params": list(self.value_head.parameters()), "lr": lr, "base_lr": lr}]
+
+    def _value_head(self) -> torch.nn.Module:
+        return self.value_head
+
+    def _update(self, episodes: list[Any]) -> dict[str, float]:
+        cfg = self.config
+        decisions, _ = decisions_of(episodes)
+
+        # 1. Values of every decision's state under the current value head (no grad), once.
+        with torch.no_grad():
+            values = torch.cat([
+                self.value_head(self.policy.evaluate(decisions[i:i + cfg.minibatch_size]).hidden).cpu()
+                for i in range(0, len(decisions), cfg.minibatch_size)
+            ])
+
+        # 2. GAE per episode. A truncated episode bootstraps from its last state's value
+        #    (an estimate of the unseen next state); a terminated one from 0.
+        advantages, returns, start = [], [], 0
+        for ep in episodes:
+            T = len(ep.steps)
+            ep_values = values[start:start + T]
+            rewards = torch.tensor([s.reward for s in ep.steps], dtype=torch.float32)
+            last_value = 0.0 if ep.steps[-1].terminated else float(ep_values[-1])
+            adv, ret = gae(rewards, ep_values, last_value, cfg.gamma, cfg.gae_lambda)
+            advantages.append(adv)
+            returns.append(ret)
+            start += T
+        advantages, returns = torch.cat(advantages), torch.cat(returns)
+        if skipped := self.skip_nonfinite(advantages, returns):
+            return skipped
+        if cfg.normalize_advantages and len(advantages) > 1:
+            advantages = normalize(advantages)
+
+        # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
+        ref = self.reference_units(decisions) if cfg.kl_coef else None
+
+        # 4. Epochs of clipped policy and value steps; stop once the policy moved past target_kl.
+        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            ev = self.evaluate_batch(decisions, idx)
+            device = ev.logprobs.device
+            policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, advantages[idx].to(device),
+                                                       ev.mask, cfg.clip_eps)
+            hidden = ev.hidden.detach() if cfg.value_detach else ev.hidden
+            new_values = self.value_head(hidden)
+            value_loss = clipped_value_loss(new_values, values[idx].to(device), returns[idx].to(device),
+                                            cfg.value_clip)
+            entropy = ev.entropy.mean()
+            loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
+            stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
+                     "entropy": entropy.item(), "clip_frac": clip_frac.item(),
+                     "kl": masked_mean(approx_kl(ev.logprobs.detach(), ev.old_logprobs), ev.mask).item()}
+            if ref is not None:
+                ref_kl = masked_mean(approx_kl(ev.logprobs, pad_units([ref[i] for i in idx.tolist()], ev.mask)),
+                                     ev.mask)
+                loss = loss + cfg.kl_coef * ref_kl
+                stats["ref_kl"] = ref_kl.item()
+            return loss, stats
+
+        metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)
+        metrics["value_mean"] = float(values.mean())
+        metrics["explained_variance"] = float(1 - (returns - values).var(correction=0) / returns.var(correction=0).clamp(min=1e-8))
+        return metrics
+
+
+__all__ = ["PPOTrainer", "PPOConfig"]
