@@ -114,3 +114,34 @@ def test_crash_mid_write_leaves_previous_checkpoint(tmp_path, monkeypatch):
     assert ckpt.read_state(tmp_path / "ck")["update"] == 1
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         ckpt.read_state(tmp_path / "nothing")
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_path):
+    import copy
+
+    import textgym
+    from textgym.trainers import Trainer, make_trainer
+    from textgym.trainers.metrics import read_metrics
+
+    model, tokenizer = tiny_model_and_tokenizer
+    config = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 4, "lr": 3e-3, "epochs": 2}
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
+    trainer = make_trainer(algorithm, policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path / "run")
+    trainer.train(updates=2)
+    trainer.save_checkpoint()
+    third = trainer.train(updates=1)[0]
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+    fresh = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=123)
+    resumed = Trainer.resume(tmp_path / "run" / "checkpoint", policy=fresh)
+    assert resumed.algorithm == algorithm and resumed.update_count == 2 and resumed.episodes_seen == 16
+    again = resumed.train(updates=1)[0]
+    for key in ("update", "episodes", "return_mean", "loss", "policy_loss", "kl"):
+        assert again[key] == pytest.approx(third[key], rel=1e-4, abs=1e-6), key
+    assert again["wall_time"] >= third["wall_time"] - 60
+    for name, p in resumed.model.named_parameters():
+        if p.requires_grad:
+            assert torch.allclose(p, weights[name], atol=1e-5), name
+    # The run folder's metrics continue: updates 1, 2, 3 (first session), then 3 again (resumed).
+    assert [m["update"] for m in read_metrics(tmp_path / "run")] == [1, 2, 3, 3]
