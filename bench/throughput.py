@@ -30,12 +30,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import torch  # noqa: E402
+import torch
 
-import textgym  # noqa: E402
-from textgym import models  # noqa: E402
-from textgym.policy import Policy  # noqa: E402
-from textgym.rollout import collect  # noqa: E402
+import textgym
+from textgym import models
+from textgym.policy import Policy
+from textgym.rollout import collect
 
 ENV_ID = "textgym/CartPole-v1"
 
@@ -58,7 +58,7 @@ class PeakRSS:
             self.peak = max(self.peak, self._rss())
             time.sleep(self.interval)
 
-    def __enter__(self) -> "PeakRSS":
+    def __enter__(self):  # returns self
         self.peak = self._rss()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -129,7 +129,7 @@ def baseline_phase(model, tokenizer, decisions: int, new_tokens: int, params: in
             # generate() runs the prompt once and every new token but the last through the model
             tokens += input_ids.shape[1] + len(answer_ids) - 1
             prompt_tokens += input_ids.shape[1]
-            obs, reward, terminated, truncated, info = env.step(answer)
+            obs, _reward, terminated, truncated, info = env.step(answer)
             invalid += not info["parse"]["valid"]
             messages += [{"role": "assistant", "content": answer}, {"role": "user", "content": obs}]
             if terminated or truncated:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import pytest
@@ -47,9 +47,9 @@ class CountdownTextEnv(gym.Env):
     reset without a seed); answering ``"GOOD"`` earns 1, ``"BAD"`` 0, anything else is invalid
     and earns -1."""
 
-    metadata: dict[str, Any] = {"render_modes": []}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": []}
     system_prompt = "Count down to zero. Answer with one word: GOOD or BAD."
-    action_names = ["GOOD", "BAD"]
+    action_names: ClassVar[list[str]] = ["GOOD", "BAD"]
 
     def __init__(self, max_length: int = 4):
         self.observation_space = TextSpace(256)

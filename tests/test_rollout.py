@@ -111,7 +111,7 @@ def test_works_with_a_text_vector_env(tiny_policy):
     for ep in rollout.episodes:  # EpisodeStats' record agrees with the rewards collected
         assert ep.env_return == pytest.approx(ep.info["episode"]["return"]) == pytest.approx(ep.return_)
         assert ep.info["episode"]["length"] == ep.length
-    obs, info = textgym.make("textgym/Bandit-v0").reset(seed=5)
+    _, info = textgym.make("textgym/Bandit-v0").reset(seed=5)
     assert all(s.decision.text in info["valid_actions"] for s in rollout.steps)
     again = collect(tiny_policy, venv, episodes=6, seed=5)
     assert [s.observation for s in again.steps] == [s.observation for s in rollout.steps]

