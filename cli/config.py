@@ -65,7 +65,7 @@ class RunConfig:
     """Save a checkpoint every this many updates (and always at the end or on Ctrl-C)."""
     plot_every: int = 1
     """Redraw curve.png every this many updates (at most every 10 s; always at the end)."""
-    sample_every: int = 5
+    sample_every: int = 2
     """Show a sample answer in the live display every this many updates."""
     eval_episodes: int = 0
     """Greedy evaluation episodes at the end of training, written to summary.json (0: none)."""

@@ -42,6 +42,12 @@ def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any,
+                      **kwargs: Any) -> str:
+    text = _one_line(str(message))
+    return f"{text}\n" if text.startswith("textgym:") else f"textgym: warning: {text}\n"
+
+
 def _fail(message: str, exit_code: int) -> None:
     print(f"textgym: error: {_one_line(message)}", file=sys.stderr, flush=True)
     sys.exit(exit_code)
@@ -65,9 +71,11 @@ class TextgymGroup(TyperGroup):
             debug = True
             args = ["--debug", *(a for a in args if a != "--debug")]
         if not debug:
-            # Library deprecation chatter (transformers, peft) is noise for a CLI user.
+            # Library deprecation chatter (transformers, peft) is noise for a CLI user; other
+            # warnings (a plugin that failed to load, ...) are one line, like errors.
             warnings.filterwarnings("ignore", category=FutureWarning)
             warnings.filterwarnings("ignore", category=DeprecationWarning)
+            warnings.formatwarning = _one_line_warning
         try:
             result = super().main(
                 args=args,

@@ -25,13 +25,28 @@ from textgym.cli.envtools import resolve_env
 from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
 from textgym.cli.runs import with_stderr
 
-#: Per-env defaults of ``textgym train`` (below the config file and flags). Chosen so that the
-#: default model (smollm2-135m, score mode, LoRA) visibly learns within minutes on a 2-core CPU.
+#: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
+#: (smollm2-135m, score mode, LoRA) costs roughly 1 s per decision on a 2-core CPU, acting and
+#: training included, so the budgets are small: a time budget (``minutes``) makes the default
+#: run finish by itself, and small frequent updates (8 episodes each) show a trend within it.
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "textgym/CartPole-v1": {"episodes": 384, "num_envs": 16},
-    "textgym/Bandit-v0": {"episodes": 512, "num_envs": 16},
-    "textgym/Blackjack-v1": {"episodes": 1024, "num_envs": 16},
-    "textgym/FrozenLake-v1": {"episodes": 512, "num_envs": 16},
+    "textgym/CartPole-v1": {
+        "episodes": 200, "minutes": 15, "num_envs": 8, "lr": 3e-4,
+        # gamma < 1: credit the actions just before the pole falls, not the whole episode
+        "trainer": {"episodes_per_update": 8, "gamma": 0.95},
+    },
+    "textgym/Bandit-v0": {
+        "episodes": 512, "minutes": 15, "num_envs": 16, "lr": 3e-4,
+        "trainer": {"episodes_per_update": 32},
+    },
+    "textgym/Blackjack-v1": {
+        "episodes": 1024, "minutes": 15, "num_envs": 16, "lr": 3e-4,
+        "trainer": {"episodes_per_update": 32},
+    },
+    "textgym/FrozenLake-v1": {
+        "episodes": 256, "minutes": 15, "num_envs": 8, "lr": 3e-4,
+        "trainer": {"episodes_per_update": 16, "gamma": 0.99},
+    },
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
 
