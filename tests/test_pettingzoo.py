@@ -9,13 +9,13 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from gymnasium.utils.env_checker import check_env  # noqa: E402
-from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3  # noqa: E402
-from pettingzoo.test import api_test, parallel_api_test  # noqa: E402
+from gymnasium.utils.env_checker import check_env
+from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
+from pettingzoo.test import api_test, parallel_api_test
 
-import textgym  # noqa: E402
-from textgym.envs import games  # noqa: E402
-from textgym.envs.pettingzoo import wrap_pettingzoo  # noqa: E402
+import textgym
+from textgym.envs import games
+from textgym.envs.pettingzoo import wrap_pettingzoo
 
 POLICIES = ["penalty", "default", "retry", "terminate"]
 

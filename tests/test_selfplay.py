@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pettingzoo")
 
-from textgym.selfplay import SelfPlay, SelfPlayConfig, evaluate_vs, play_selfplay_games  # noqa: E402
+from textgym.selfplay import SelfPlay, SelfPlayConfig, evaluate_vs, play_selfplay_games
 
 
 @dataclass

@@ -9,9 +9,9 @@ import pytest
 
 pytest.importorskip("textworld")
 
-from gymnasium.utils.env_checker import check_env  # noqa: E402
+from gymnasium.utils.env_checker import check_env
 
-from textgym.envs import textworld as tw  # noqa: E402
+from textgym.envs import textworld as tw
 
 GEN = dict(world_size=2, nb_objects=3, quest_length=2)
 POOL = 3  # games generated once per session (~3 s each)

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
-__all__ = ["SelfPlayConfig", "SelfPlay", "play_selfplay_games", "evaluate_vs"]
+__all__ = ["SelfPlay", "SelfPlayConfig", "evaluate_vs", "play_selfplay_games"]
 
 ROLES = ("first", "second")
 _GAME_IDS = {"tictactoe": "textgym/TicTacToe-v0", "connect_four": "textgym/ConnectFour-v3"}
@@ -143,17 +144,12 @@ def play_selfplay_games(policy: Any, game: str, games: int, num_games: int = 8,
         start(i)
     while any(st is not None for st in state):
         batch = []
-        for i, st in enumerate(state):
-            if st is None:
-                continue
-            env = envs[i]
-            if any(env.terminations.values()) or any(env.truncations.values()):
+        for i, env in enumerate(envs):
+            if state[i] is not None and (any(env.terminations.values()) or any(env.truncations.values())):
                 finish(i)
-                start(i)
-                if state[i] is None:
-                    continue
-                env = envs[i]
-            batch.append(i)
+                start(i)  # the next game on this env, or state[i] = None when all are played
+            if state[i] is not None:
+                batch.append(i)
         if not batch:
             break
         observations, prompts, valid = [], [], []

@@ -53,7 +53,7 @@ PettingZoo is imported when a wrapper is built, not when this module is imported
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -62,7 +62,7 @@ from textgym.spaces import TextSpace
 
 INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
 
-__all__ = ["wrap_pettingzoo", "generic_text_game", "INVALID_POLICIES", "TextAECEnv", "TextParallelEnv"]
+__all__ = ["INVALID_POLICIES", "generic_text_game", "wrap_pettingzoo"]
 
 
 def generic_text_game(name: str = "game") -> TextGame:
@@ -181,8 +181,8 @@ def _record(answer: Any, action: int | None, name: str | None, parser: str | Non
 @functools.lru_cache(maxsize=1)
 def _classes() -> tuple[type, type]:
     """Build the wrapper classes on first use, so that importing this module never imports pettingzoo."""
-    from pettingzoo import AECEnv, ParallelEnv
     from gymnasium import spaces
+    from pettingzoo import AECEnv, ParallelEnv
 
     class TextAECEnv(AECEnv):
         """An AEC PettingZoo env whose agents read and answer text (see the module docstring).

@@ -52,16 +52,23 @@ import shutil
 import tempfile
 import warnings
 from collections import OrderedDict
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import gymnasium as gym
-import numpy as np
 
 from textgym.spaces import TextSpace
 
-__all__ = ["TextWorldEnv", "generate_game", "clean_feedback", "textgym_home", "make_textworld",
-           "register_envs", "INVALID_POLICIES"]
+__all__ = [
+    "INVALID_POLICIES",
+    "TextWorldEnv",
+    "clean_feedback",
+    "generate_game",
+    "make_textworld",
+    "register_envs",
+    "textgym_home",
+]
 
 INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
 
@@ -252,6 +259,7 @@ class TextWorldEnv(gym.Env):
                  cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
                  render_mode: str | None = None, progress_reward: float = 0.0):
         import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
+
         from textgym.wrappers.parsers import as_parser
 
         if invalid_policy not in INVALID_POLICIES:
