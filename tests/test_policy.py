@@ -82,6 +82,25 @@ def test_end_token_is_scored_only_when_candidates_are_not_prefix_free(tiny_model
     assert d.token_logprobs == pytest.approx(full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
 
 
+@pytest.mark.parametrize("chunk_bytes", [1, 256 * 2**20])  # one row per model call / all rows at once
+def test_candidates_sharing_tokens_are_scored_exactly(tiny_model_and_tokenizer, chunk_bytes):
+    model, tok = tiny_model_and_tokenizer
+    actions = ["go north", "go south", "go north east", "take the lamp", "look"]
+    policy = Policy(model, tok, score_chunk_bytes=chunk_bytes, seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 3, [actions] * 3)
+    for d in decisions:
+        assert all(c[-1] == tok.eos_token_id for c in d.candidates)  # "go north" < "go north east"
+        scores = torch.tensor([sum(full_forward_logprobs(model, d.prompt_ids, c)) for c in d.candidates])
+        assert d.logprob == pytest.approx(torch.log_softmax(scores, 0)[d.action_index].item(), abs=1e-4)
+        assert d.token_logprobs == pytest.approx(
+            full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
+    # the shared "go" / "go north" tokens are run once per row, not once per candidate
+    from textgym.policy import _CandidateTrie
+
+    trie = _CandidateTrie(decisions[0].candidates)
+    assert len(trie.tokens) < sum(len(c) - 1 for c in decisions[0].candidates)
+
+
 def test_a_batch_gives_the_same_logprobs_as_each_prompt_alone(tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     batched = Policy(model, tok, seed=0).act(OBSERVATIONS, [SYSTEM, SYSTEM, "Other rules."], [ACTIONS] * 3,

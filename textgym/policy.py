@@ -99,6 +99,40 @@ class _Batch:
     hidden: torch.Tensor | None   # [B, H]: last hidden state at the last prompt position
 
 
+class _CandidateTrie:
+    """The tokens of a row's candidates that must be run through the model (all but each one's
+    last token), shared between candidates with a common start. Column ``q`` holds token
+    ``tokens[q]`` at depth ``depths[q]`` (0: right after the prompt) below column ``parents[q]``."""
+
+    def __init__(self, candidates: list[list[int]]):
+        self.tokens: list[int] = []
+        self.depths: list[int] = []
+        self.parents: list[int] = []
+        self._column: dict[tuple[int, ...], int] = {}
+        for cand in candidates:
+            for depth in range(len(cand) - 1):
+                key = tuple(cand[:depth + 1])
+                if key not in self._column:
+                    self._column[key] = len(self.tokens)
+                    self.tokens.append(cand[depth])
+                    self.depths.append(depth)
+                    self.parents.append(self._column[key[:-1]] if depth else -1)
+
+    def ancestry(self) -> torch.Tensor:
+        """``[n, n]`` bool: column ``q`` may attend to column ``c`` (``c`` is ``q`` or an ancestor)."""
+        n = len(self.tokens)
+        allowed = torch.zeros((n, n), dtype=torch.bool)
+        for q, parent in enumerate(self.parents):  # parents come before their children
+            if parent >= 0:
+                allowed[q] = allowed[parent]
+            allowed[q, q] = True
+        return allowed
+
+    def columns(self, candidate: list[int]) -> list[int]:
+        """The columns whose outputs predict ``candidate[1:]``."""
+        return [self._column[tuple(candidate[:j])] for j in range(1, len(candidate))]
+
+
 def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     n = min(len(a), len(b))
     i = 0
@@ -131,8 +165,8 @@ class Policy:
         device: where inputs go; default the model's device.
         chat_template: a Jinja chat template overriding the tokenizer's.
         prefix_cache_size: how many shared-prefix KV caches to keep (one per distinct system prompt).
-        candidate_chunk: score mode: candidate continuations run through the model at once
-            (bounds memory when there are many long candidates).
+        score_chunk_bytes: score mode: memory budget of the candidate logits computed at once
+            (rows are split into chunks when many long candidates would exceed it).
         system_role: whether the chat template takes a ``system`` message; if not, the system
             prompt goes in front of the user message (also done automatically when the template
             raises an error about the system role).
@@ -143,7 +177,7 @@ class Policy:
                  normalization: str = "sum", score_end: bool | str = "auto", top_p: float = 1.0,
                  max_new_tokens: int = 32, stop: Sequence[str] | None = None, seed: int | None = None,
                  device: str | torch.device | None = None, chat_template: str | None = None,
-                 prefix_cache_size: int = 4, candidate_chunk: int = 256, system_role: bool = True,
+                 prefix_cache_size: int = 4, score_chunk_bytes: int = 256 * 2**20, system_role: bool = True,
                  name: str | None = None):
         if mode not in ("score", "generate"):
             raise ValueError(f"mode must be 'score' or 'generate', got {mode!r}")
@@ -168,7 +202,7 @@ class Policy:
         self.stop = tuple(stop or ())
         self.chat_template = chat_template
         self.prefix_cache_size = prefix_cache_size
-        self.candidate_chunk = candidate_chunk
+        self.score_chunk_bytes = score_chunk_bytes
         self.system_role = system_role
         self.name = name
         self.device = torch.device(device) if device is not None else next(model.parameters()).device
@@ -501,45 +535,62 @@ class Policy:
         return max(length, 0)
 
     def _score_candidates(self, batch: _Batch, candidates: list[list[list[int]]]):
-        """Per candidate token log-probs ``list[list[Tensor[L]]]`` on top of each row's prompt KV."""
+        """Per candidate token log-probs ``list[list[Tensor[L]]]`` on top of each row's prompt KV.
+
+        A candidate's first token is scored from the prompt's next-token logits. The other tokens
+        need the candidate's earlier tokens run through the model: they are laid out as a token trie
+        per row (``go north`` / ``go south`` share ``go``) appended to that row's own KV cache, with
+        a tree-shaped attention mask (each token sees the prompt and its own ancestors) and explicit
+        position ids. The prompt's KV is therefore never copied per candidate.
+        """
         first = torch.log_softmax(batch.last_logits, dim=-1)  # [B, V]
-        flat = [(row, cand) for row, cands in enumerate(candidates) for cand in cands]
-        token_logprobs: list[torch.Tensor] = [first[row, cand[0]].reshape(1) for row, cand in flat]
-        longer = [n for n, (_, cand) in enumerate(flat) if len(cand) > 1]
-        for start in range(0, len(longer), self.candidate_chunk):
-            chunk = longer[start:start + self.candidate_chunk]
-            row_index = torch.tensor([flat[n][0] for n in chunk], device=self.device)
-            continuation = [flat[n][1][:-1] for n in chunk]  # the last token is only predicted
-            width = max(len(c) for c in continuation)
-            ids = torch.full((len(chunk), width), self.pad_id, dtype=torch.long)
-            new_mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            for i, c in enumerate(continuation):
-                ids[i, :len(c)] = torch.tensor(c)
-                new_mask[i, :len(c)] = 1
-            real = sum(len(c) for c in continuation)
+        token_logprobs = [[first[row, cand[0]].reshape(1) for cand in cands]
+                          for row, cands in enumerate(candidates)]
+        tries = [_CandidateTrie(cands) for cands in candidates]
+        rows = [i for i, trie in enumerate(tries) if trie.tokens]
+        if not rows:
+            return token_logprobs
+        vocab = batch.last_logits.shape[-1]
+        width = max(len(tries[i].tokens) for i in rows)
+        per_chunk = max(1, self.score_chunk_bytes // (width * vocab * 4 * 2))
+        past = batch.attention_mask.shape[1]
+        dtype = next(self.model.parameters()).dtype
+        blocked = torch.finfo(dtype).min
+        from transformers import DynamicCache
+        for start in range(0, len(rows), per_chunk):
+            chunk = rows[start:start + per_chunk]
+            index = torch.tensor(chunk, device=self.device)
+            w = max(len(tries[i].tokens) for i in chunk)
+            ids = torch.full((len(chunk), w), self.pad_id, dtype=torch.long)
+            positions = torch.zeros((len(chunk), w), dtype=torch.long)
+            allowed = torch.zeros((len(chunk), 1, w, past + w), dtype=torch.bool)
+            allowed[:, 0, :, :past] = batch.attention_mask.index_select(0, index)[:, None, :].bool().cpu()
+            for r, i in enumerate(chunk):
+                trie = tries[i]
+                n = len(trie.tokens)
+                ids[r, :n] = torch.tensor(trie.tokens)
+                positions[r, :n] = int(batch.next_position[i]) + torch.tensor(trie.depths)
+                allowed[r, 0, :n, past:past + n] = trie.ancestry()
+            real = sum(len(tries[i].tokens) for i in chunk)
             self.counters["model_tokens"] += real
-            self.counters["padded_tokens"] += len(chunk) * width - real
-            from transformers import DynamicCache
-            cache = DynamicCache([(layer.keys.index_select(0, row_index),
-                                   layer.values.index_select(0, row_index))
+            self.counters["padded_tokens"] += len(chunk) * w - real
+            mask = torch.zeros(allowed.shape, dtype=dtype).masked_fill_(~allowed, blocked)
+            cache = DynamicCache([(layer.keys.index_select(0, index), layer.values.index_select(0, index))
                                   for layer in batch.cache.layers])
-            mask = torch.cat([batch.attention_mask.index_select(0, row_index),
-                              new_mask.to(self.device)], dim=1)
-            positions = batch.next_position.index_select(0, row_index)[:, None] + torch.arange(
-                width, device=self.device)
-            out = self.model(input_ids=ids.to(self.device), attention_mask=mask, position_ids=positions,
-                             past_key_values=cache, use_cache=False)
-            logp = torch.log_softmax(out.logits.float(), dim=-1)
-            for i, n in enumerate(chunk):
-                targets = torch.tensor(flat[n][1][1:], device=self.device)
-                rest = logp[i, :len(targets)].gather(-1, targets[:, None])[:, 0]
-                token_logprobs[n] = torch.cat([token_logprobs[n], rest])
-        # regroup per row
-        grouped, n = [], 0
-        for cands in candidates:
-            grouped.append(token_logprobs[n:n + len(cands)])
-            n += len(cands)
-        return grouped
+            out = self.model(input_ids=ids.to(self.device), attention_mask=mask.to(self.device),
+                             position_ids=positions.to(self.device), past_key_values=cache,
+                             use_cache=False)
+            logits = out.logits.float()  # [rows, w, V]
+            normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
+            for r, i in enumerate(chunk):
+                for k, cand in enumerate(candidates[i]):
+                    if len(cand) < 2:
+                        continue
+                    columns = torch.tensor(tries[i].columns(cand), device=self.device)
+                    targets = torch.tensor(cand[1:], device=self.device)
+                    rest = logits[r, columns, targets] - normaliser[r, columns]
+                    token_logprobs[i][k] = torch.cat([token_logprobs[i][k], rest])
+        return token_logprobs
 
     def _scores(self, token_logprobs: list[torch.Tensor], texts: list[str] | None) -> torch.Tensor:
         sums = torch.stack([t.sum() for t in token_logprobs])
