@@ -328,9 +328,11 @@ class TextWorldEnv(gym.Env):
 
         env = self._open.pop(game_file, None)
         if env is None:
+            # progress tracking needs the game's TextWorld metadata (the .json next to it)
+            made_by_textworld = Path(game_file).with_suffix(".json").is_file()
             infos = textworld.EnvInfos(admissible_commands=True, won=True, lost=True, score=True,
                                        max_score=True, objective=True, moves=True,
-                                       intermediate_reward=True)
+                                       intermediate_reward=made_by_textworld)
             with warnings.catch_warnings():
                 # Jericho warns that it cannot track score in TextWorld games; TextWorld tracks it.
                 warnings.filterwarnings("ignore", message=".*is not fully supported.*")
