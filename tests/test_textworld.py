@@ -204,3 +204,17 @@ def test_progress_reward_follows_the_walkthrough(game_dir):
         assert info["progress"] == 1
         total += reward
     assert terminated and total == pytest.approx(info["max_score"] + 0.5 * len(env.unwrapped.walkthrough))
+
+
+def test_a_game_without_textworld_metadata_takes_typed_commands(game_dir, tmp_path):
+    import shutil
+
+    shutil.copy(game_dir / "game_0.z8", tmp_path / "lone.z8")       # no .json next to it
+    env = tw.make_textworld(game_files=tmp_path)
+    obs, info = env.reset(seed=0)
+    assert info["valid_actions"] == [] and "Commands:" not in obs and "-= " in obs
+    obs, reward, terminated, truncated, info = env.step("Inventory")
+    assert info["parse"]["valid"] and info["parse"]["parser"] == "text"
+    assert info["parse"]["action"] == "inventory" and reward == 0.0 and "carrying" in obs.lower()
+    obs, reward, terminated, truncated, info = env.step("quit")
+    assert info["parse"]["valid"] is False and info["parse"]["action"] is None

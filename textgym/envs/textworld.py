@@ -33,6 +33,9 @@ An answer that names no admissible command is *free text*, handled by ``invalid_
 
 ``info["parse"]["action"]`` is the command sent to the game (a ``str``) or ``None``.
 
+Games not made by TextWorld (no ``.json`` next to the ``.z8``) have no admissible-command list:
+``valid_actions`` is empty and any typed command is a valid answer (parser ``"text"``).
+
 Example:
     >>> import textgym
     >>> env = textgym.make("textgym/TextWorld-v0", world_size=2, nb_objects=3, quest_length=2)
@@ -360,7 +363,7 @@ class TextWorldEnv(gym.Env):
         return [c for c in commands if c.split(" ", 1)[0] not in _META_VERBS]
 
     def _observation(self, text: str) -> str:
-        if self.list_commands and not self._done():
+        if self.list_commands and not self._done() and self._valid():
             text = f"{text}\nCommands: {', '.join(self._valid())}."
         return text[: self._max_length]
 
@@ -416,6 +419,10 @@ class TextWorldEnv(gym.Env):
             raise RuntimeError("the game is over: call reset() before step()")
         answer = action if isinstance(action, str) else str(action)
         command, parser = self._parse(answer)
+        if command is None and not self._valid() and _free_command(answer) and \
+                _free_command(answer).split(" ", 1)[0] not in _META_VERBS:
+            # a game without TextWorld metadata lists no admissible commands: typed text is the action
+            command, parser = _free_command(answer), "text"
         policy = None
         penalty = 0.0
         if command is None:
