@@ -226,6 +226,12 @@ class Policy:
              "padded_tokens", "prefix_misses", "act_seconds"), 0)
         self.counters["act_seconds"] = 0.0
 
+    def __repr__(self) -> str:
+        extra = (f"normalization={self.normalization!r}" if self.mode == "score"
+                 else f"top_p={self.top_p}, max_new_tokens={self.max_new_tokens}")
+        return (f"Policy({self.name or type(self.model).__name__!r}, mode={self.mode!r}, "
+                f"temperature={self.temperature}, {extra}, lora={self.is_lora}, device={self.device})")
+
     # ------------------------------------------------------------------ construction & persistence
     @classmethod
     def from_pretrained(cls, name_or_path: str = _models.DEFAULT_MODEL, mode: str = "score", *,
