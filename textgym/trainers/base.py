@@ -104,7 +104,8 @@ class Trainer:
 
     Args:
         policy: the policy to train (its model gets a LoRA adapter unless ``config.use_lora`` is False).
-        env: a text env id (a vector env of ``config.num_envs`` is made) or a ``TextVectorEnv``.
+        env: a text env id (a vector env of ``config.num_envs`` is made), a ``TextVectorEnv``, or
+            ``None`` when the caller feeds episodes to :meth:`update` itself.
         config: the algorithm's config, a dict of its fields, or ``None`` for defaults.
         out_dir: where ``metrics.jsonl``, TensorBoard files and checkpoints go (``None``: nowhere).
         env_kwargs: passed to ``textgym.make_vec`` when ``env`` is an id.
@@ -119,7 +120,9 @@ class Trainer:
         self.policy = policy
         self.model = self._prepare_model()
         self.env_kwargs = dict(env_kwargs or {})
-        if isinstance(env, str):
+        if env is None:  # driven through update() only (e.g. by textgym.Agent)
+            self.env_id, self.venv = None, None
+        elif isinstance(env, str):
             import textgym
 
             self.env_id = env
@@ -205,8 +208,13 @@ class Trainer:
         """Play ``config.episodes_per_update`` episodes with the current policy (sampling)."""
         from textgym.rollout import collect
 
+        self._need_env("collect")
         return collect(self.policy, self.venv, episodes=self.config.episodes_per_update,
                        seed=self.rollout_seed())
+
+    def _need_env(self, what: str) -> None:
+        if self.venv is None and self.env_id is None:
+            raise ValueError(f"{what}() needs an env: make the trainer with env=<id or TextVectorEnv>")
 
     def train(self, episodes: int | None = None, updates: int | None = None, seconds: float | None = None,
               callback: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
@@ -391,7 +399,7 @@ class Trainer:
 
         try:
             system_prompt = self.venv.envs[0].get_wrapper_attr("system_prompt")
-        except AttributeError:
+        except AttributeError:  # no env, or an env without TextObservation
             system_prompt = ""
         return sft(self.policy, demonstrations, system_prompt=system_prompt, config=config,
                    parameters=self.trainable_parameters())
@@ -424,6 +432,7 @@ class Trainer:
         from textgym.rollout import collect
 
         seed = self.config.eval_seed if seed is None else seed
+        self._need_env("evaluate")
         if self.env_id is not None:
             import textgym
 

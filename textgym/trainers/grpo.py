@@ -37,7 +37,7 @@ class GRPOTrainer(Trainer):
     config: GRPOConfig
 
     def _init_algorithm(self) -> None:
-        if self.venv.num_envs % self.config.group_size:
+        if self.venv is not None and self.venv.num_envs % self.config.group_size:
             raise ValueError(f"num_envs ({self.venv.num_envs}) must be a multiple of group_size "
                              f"({self.config.group_size}) so that groups start together")
 
