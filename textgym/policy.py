@@ -34,6 +34,7 @@ import copy
 import json
 import os
 import shutil
+import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -358,7 +359,9 @@ class Policy:
             from transformers import AutoTokenizer
             tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
             from peft import PeftModel  # lazy: importing peft takes seconds
-            model = PeftModel.from_pretrained(model, folder / "adapter", is_trainable=True)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", FutureWarning)
+                model = PeftModel.from_pretrained(model, folder / "adapter", is_trainable=True)
         else:
             model, tokenizer = _models.load(str(folder / "model"), device=device, dtype=dtype)
         model.eval()
@@ -792,6 +795,8 @@ def _wrap_lora(model: Any, r: int, alpha: int, dropout: float, targets: tuple[st
         raise ImportError("lora=True needs peft: pip install 'textgym[train]'") from None
     config = LoraConfig(r=r, lora_alpha=alpha, lora_dropout=dropout, target_modules=list(targets),
                         task_type="CAUSAL_LM")
-    model = get_peft_model(model, config)
+    with warnings.catch_warnings():  # transformers' deprecation chatter from inside peft
+        warnings.simplefilter("ignore", FutureWarning)
+        model = get_peft_model(model, config)
     model.eval()
     return model
