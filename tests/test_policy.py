@@ -241,6 +241,37 @@ def test_evaluate_recomputes_the_acting_logprobs_with_grad(tiny_model_and_tokeni
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in params)
 
 
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_identical_prompts_run_once_but_sample_independently(tiny_model_and_tokenizer, mode):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, mode=mode, temperature=1e6 if mode == "score" else 2.0,
+                    max_new_tokens=4, seed=0)
+    observations = [OBSERVATIONS[0]] * 6 + [OBSERVATIONS[1]] * 2  # e.g. a GRPO group's first step
+    actions = [ACTIONS] * 8 if mode == "score" else None
+    decisions = policy.act(observations, [SYSTEM] * 8, actions)
+    prefix = len(policy._system_prefix(SYSTEM))
+    suffixes = sum(len(policy.prompt_ids(SYSTEM, o)) - prefix for o in OBSERVATIONS[:2])
+    assert policy.counters["prompt_tokens"] == prefix + suffixes  # 2 distinct prompts, not 8
+    picks = [d.text for d in decisions[:6]]
+    assert len(set(picks)) > 1  # independent draws for the duplicates
+    for d in decisions[:3]:  # every duplicate's record is exact
+        if mode == "generate":
+            with torch.no_grad():
+                logits = model(torch.tensor([d.prompt_ids + d.answer_ids])).logits[0].float()
+            logp = torch.log_softmax(logits / 2.0, dim=-1)
+            expected = [logp[len(d.prompt_ids) - 1 + j, t].item() for j, t in enumerate(d.answer_ids)]
+        else:
+            expected = full_forward_logprobs(model, d.prompt_ids, d.answer_ids)
+        assert d.token_logprobs == pytest.approx(expected, abs=1e-4)
+    ev = policy.evaluate(decisions)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=1e-4)
+    single = policy.evaluate([decisions[1]])
+    assert torch.allclose(ev.logprobs[1, :single.logprobs.shape[1]], single.logprobs[0], atol=1e-4)
+    assert torch.allclose(ev.hidden[0], ev.hidden[1])
+    if mode == "score":
+        assert ev.entropy[0] == ev.entropy[1]
+
+
 def test_evaluate_entropy_over_candidates(tiny_model_and_tokenizer):
     model, tok = tiny_model_and_tokenizer
     policy = Policy(model, tok, temperature=1e6)  # near-uniform over the 3 candidates

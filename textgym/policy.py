@@ -100,6 +100,16 @@ class _Batch:
     hidden: torch.Tensor | None   # [B, H]: last hidden state at the last prompt position
 
 
+def _expand_batch(batch: _Batch, row_of: list[int]) -> _Batch:
+    """The batch state with row ``i`` a copy of unique row ``row_of[i]``."""
+    index = torch.tensor(row_of, device=batch.attention_mask.device)
+    batch.cache.batch_select_indices(index)  # repeated indices copy the rows
+    return _Batch(cache=batch.cache, attention_mask=batch.attention_mask.index_select(0, index),
+                  next_position=batch.next_position.index_select(0, index),
+                  last_logits=batch.last_logits.index_select(0, index),
+                  hidden=None if batch.hidden is None else batch.hidden.index_select(0, index))
+
+
 class _CandidateTrie:
     """The tokens of a row's candidates that must be run through the model (all but each one's
     last token), shared between candidates with a common start. Column ``q`` holds token
@@ -132,6 +142,20 @@ class _CandidateTrie:
     def columns(self, candidate: list[int]) -> list[int]:
         """The columns whose outputs predict ``candidate[1:]``."""
         return [self._column[tuple(candidate[:j])] for j in range(1, len(candidate))]
+
+
+def _unique_rows(keys: Sequence[Any]) -> tuple[list[int], list[int]]:
+    """``(firsts, row_of)``: the first row of every distinct key, and for each row the index of its
+    key in ``firsts``. Identical rows (a GRPO group's shared first observation) are run once."""
+    seen: dict[Any, int] = {}
+    firsts: list[int] = []
+    row_of = []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen[key] = len(firsts)
+            firsts.append(i)
+        row_of.append(seen[key])
+    return firsts, row_of
 
 
 def _common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -642,11 +666,17 @@ class Policy:
         prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
         same_system = all(s == system_prompts[0] for s in system_prompts)
         prefix_length = self._batch_prefix_length(prompts, list(system_prompts) if same_system else None)
+        score = self.mode == "score"
+        keys = [(tuple(p), tuple(v)) if score else tuple(p)
+                for p, v in zip(prompts, valid_actions or [None] * n)]
+        firsts, row_of = _unique_rows(keys)  # identical rows are run through the model once
         with torch.inference_mode():
-            batch, _ = self._run_batch(prompts, prefix_length, cached=True)
-            if self.mode == "score":
-                decisions = self._act_score(batch, prompts, valid_actions, greedy)
+            batch, _ = self._run_batch([prompts[i] for i in firsts], prefix_length, cached=True)
+            if score:
+                decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
             else:
+                if len(firsts) < n:  # duplicates sample independently: give each its own KV row
+                    batch = _expand_batch(batch, row_of)
                 decisions = self._act_generate(batch, prompts, greedy)
         self.counters["decisions"] += n
         self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
@@ -654,12 +684,14 @@ class Policy:
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
 
-    def _act_score(self, batch: _Batch, prompts, valid_actions, greedy) -> list[Decision]:
+    def _act_score(self, batch: _Batch, prompts, valid_actions, greedy, firsts, row_of) -> list[Decision]:
         candidates = [self.candidate_set(actions) for actions in valid_actions]
-        per_row = self._score_candidates(batch, candidates)
+        per_unique = self._score_candidates(batch, [candidates[i] for i in firsts])
+        unique_scores = [self._scores(token_lps, list(valid_actions[i])).cpu()
+                         for i, token_lps in zip(firsts, per_unique)]
         decisions = []
-        for i, (actions, token_lps) in enumerate(zip(valid_actions, per_row)):
-            scores = self._scores(token_lps, list(actions)).cpu()
+        for i, actions in enumerate(valid_actions):
+            token_lps, scores = per_unique[row_of[i]], unique_scores[row_of[i]]
             logp = torch.log_softmax(scores / self.temperature, dim=-1)
             if greedy:
                 k = int(torch.argmax(scores))
@@ -747,45 +779,55 @@ class Policy:
         return self._evaluate_generate(decisions, prompts, prefix_length)
 
     def _evaluate_score(self, decisions, prompts, prefix_length) -> Evaluation:
-        batch, _ = self._run_batch(prompts, prefix_length, cached=False, want_hidden=True)
-        per_row = self._score_candidates(batch, [d.candidates for d in decisions])
-        chosen, entropy = [], []
-        for d, token_lps in zip(decisions, per_row):
-            texts = [self.tokenizer.decode(c, skip_special_tokens=True) for c in d.candidates] \
+        firsts, row_of = _unique_rows([(tuple(p), tuple(map(tuple, d.candidates)))
+                                       for p, d in zip(prompts, decisions)])
+        batch, _ = self._run_batch([prompts[i] for i in firsts], prefix_length, cached=False,
+                                   want_hidden=True)
+        per_unique = self._score_candidates(batch, [decisions[i].candidates for i in firsts])
+        unique_logp, unique_entropy = [], []
+        for i, token_lps in zip(firsts, per_unique):
+            texts = [self.tokenizer.decode(c, skip_special_tokens=True) for c in decisions[i].candidates] \
                 if self.normalization == "word" else None
             logp = torch.log_softmax(self._scores(token_lps, texts) / self.temperature, dim=-1)
-            chosen.append(logp[d.action_index])
-            entropy.append(-(logp.exp() * logp).sum())
+            unique_logp.append(logp)
+            unique_entropy.append(-(logp.exp() * logp).sum())
         device = batch.last_logits.device
+        index = torch.tensor(row_of, device=device)
+        chosen = [unique_logp[u][d.action_index] for u, d in zip(row_of, decisions)]
         return Evaluation(
             logprobs=torch.stack(chosen)[:, None],
             mask=torch.ones((len(decisions), 1), dtype=torch.bool, device=device),
             old_logprobs=torch.tensor([[d.logprob] for d in decisions], device=device),
-            entropy=torch.stack(entropy), hidden=batch.hidden)
+            entropy=torch.stack(unique_entropy).index_select(0, index),
+            hidden=batch.hidden.index_select(0, index))
 
     def _evaluate_generate(self, decisions, prompts, prefix_length) -> Evaluation:
         answers = [list(d.answer_ids) for d in decisions]
         if any(not a for a in answers):
             raise ValueError("a generate-mode decision has no answer tokens")
-        batch, answer_logits = self._run_batch(prompts, prefix_length, cached=False, answers=answers,
+        firsts, row_of = _unique_rows([(tuple(p), tuple(a)) for p, a in zip(prompts, answers)])
+        batch, answer_logits = self._run_batch([prompts[i] for i in firsts], prefix_length,
+                                               cached=False, answers=[answers[i] for i in firsts],
                                                want_hidden=True)
         # the logits predicting answer token j: column j (the first from the prompt's last position)
-        logp = torch.log_softmax(answer_logits / self.temperature, dim=-1)  # [B, A, V]
-        rows, width = len(answers), answer_logits.shape[1]
+        logp = torch.log_softmax(answer_logits / self.temperature, dim=-1)  # [U, A, V]
         device = logp.device
-        targets = torch.full((rows, width), 0, dtype=torch.long, device=device)
+        index = torch.tensor(row_of, device=device)
+        rows, width = len(answers), answer_logits.shape[1]
+        targets = torch.zeros((len(firsts), width), dtype=torch.long, device=device)
+        for u, i in enumerate(firsts):
+            targets[u, :len(answers[i])] = torch.tensor(answers[i], device=device)
         mask = torch.zeros((rows, width), dtype=torch.bool, device=device)
         old = torch.zeros((rows, width), device=device)
         for i, (a, d) in enumerate(zip(answers, decisions)):
-            targets[i, :len(a)] = torch.tensor(a, device=device)
             mask[i, :len(a)] = True
             recorded = list(d.token_logprobs or [])[:len(a)]  # e.g. demonstrations record none
             old[i, :len(recorded)] = torch.tensor(recorded, device=device, dtype=old.dtype)
-        logprobs = logp.gather(-1, targets[..., None])[..., 0] * mask
-        token_entropy = -(logp.exp() * logp).sum(-1)
+        logprobs = logp.gather(-1, targets[..., None])[..., 0].index_select(0, index) * mask
+        token_entropy = (-(logp.exp() * logp).sum(-1)).index_select(0, index)
         entropy = (token_entropy * mask).sum(-1) / mask.sum(-1)
         return Evaluation(logprobs=logprobs, mask=mask, old_logprobs=old, entropy=entropy,
-                          hidden=batch.hidden)
+                          hidden=batch.hidden.index_select(0, index))
 
 
 def _wrap_lora(model: Any, r: int, alpha: int, dropout: float, targets: tuple[str, ...]) -> Any:
