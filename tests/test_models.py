@@ -58,6 +58,26 @@ def test_a_missing_model_gives_one_clear_error(tmp_path, monkeypatch):
     assert "HuggingFaceTB/SmolLM2-135M-Instruct" in message
 
 
+def test_a_damaged_cache_is_set_aside_not_fatal(tmp_path, monkeypatch):
+    cache = tmp_path / "models" / "smollm2-135m"
+    cache.mkdir(parents=True)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (cache / name).write_text("truncated")
+    monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path))
+    monkeypatch.setattr(models, "_gguf_folder", lambda: None)
+    real_load = models._load_pretrained
+
+    def no_hub(source, *args, **kwargs):
+        if isinstance(source, str) and not source.startswith("/"):
+            raise OSError("no network")
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(models, "_load_pretrained", no_hub)
+    with pytest.warns(UserWarning, match="unreadable"), pytest.raises(RuntimeError, match="unreadable"):
+        models.load("smollm2-135m", device="cpu")  # no GGUF and no hub here: one clear error
+    assert not cache.exists() and (tmp_path / "models" / "smollm2-135m.broken").is_dir()
+
+
 def test_cache_writes_are_atomic(tmp_path):
     def broken(folder):
         (folder / "half.bin").write_bytes(b"x")

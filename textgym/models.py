@@ -23,6 +23,7 @@ import importlib.util
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -195,9 +196,20 @@ def _atomic_save(target: Path, save) -> None:
 
 def _load_smollm2_135m(dtype: torch.dtype) -> tuple[Any, Any]:
     cache = _cache_dir()
-    if _is_complete(cache):
-        return _load_pretrained(cache, dtype)
     looked = [f"converted cache {cache} (not present)"]
+    if _is_complete(cache):
+        try:
+            return _load_pretrained(cache, dtype)
+        except Exception as error:  # noqa: BLE001 - a damaged cache is rebuilt from the GGUF below
+            looked[0] = f"converted cache {cache} (unreadable: {type(error).__name__}: {error})"
+            warnings.warn(f"textgym: the model cache {cache} is unreadable ({error}); rebuilding it",
+                          stacklevel=2)
+            broken = cache.with_name(cache.name + ".broken")
+            shutil.rmtree(broken, ignore_errors=True)
+            try:
+                os.replace(cache, broken)
+            except OSError:
+                pass
     gguf = _gguf_folder()
     if gguf is not None:
         transformers = _transformers()
