@@ -34,6 +34,7 @@ import copy
 import json
 import os
 import shutil
+import time
 import warnings
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -648,7 +649,6 @@ class Policy:
                 score mode, ignored in generate mode.
             greedy: argmax (score) / greedy decoding (generate) instead of sampling.
         """
-        import time
         n = len(observations)
         if len(system_prompts) != n or (valid_actions is not None and len(valid_actions) != n):
             raise ValueError("observations, system_prompts and valid_actions must have the same length")
