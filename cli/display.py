@@ -2,12 +2,14 @@
 decisions/s and, every few updates, a sample answer.
 
 On a terminal it animates; when stdout is not a terminal (CI, pipes, log files) it prints a
-plain line every tenth of the run instead; with ``quiet`` it prints nothing.
+plain line every tenth of the run (or every minute of a slow one) instead; with ``quiet`` it
+prints nothing.
 """
 
 from __future__ import annotations
 
 import sys
+import time
 from typing import Any
 
 from rich.console import Console
@@ -20,6 +22,11 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+
+
+#: Off a terminal, a progress line is printed every tenth of the run, or after this many seconds
+#: without one (slow runs).
+PLAIN_REPORT_SECONDS = 60.0
 
 
 def _fmt(value: Any, spec: str = ".3g") -> str:
@@ -70,6 +77,7 @@ class LiveDisplay:
         self.total = total
         self.sample_every = sample_every
         self._next_report = done + max(1, total // 10)
+        self._last_report = time.monotonic()
         self._progress: Progress | None = None
         if self.live:
             self._progress = Progress(
@@ -118,6 +126,8 @@ class LiveDisplay:
             if samples and self.sample_every and isinstance(update, int) \
                     and update % self.sample_every == 0:
                 self.log(f"[dim]update {update} sample:[/] {escape(sample_line(samples[0]))}")
-        elif done >= self._next_report or done >= self.total:
+        elif (done >= self._next_report or done >= self.total
+              or time.monotonic() - self._last_report >= PLAIN_REPORT_SECONDS):
             self._next_report = done + max(1, self.total // 10)
+            self._last_report = time.monotonic()
             print(f"update {update}: {done}/{self.total} episodes | {stats}", flush=True)
