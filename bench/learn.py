@@ -1,0 +1,202 @@
+"""Learning curves: SmolLM2-135M trained with REINFORCE, GRPO and PPO on Blackjack and CartPole.
+
+For every (env, algorithm) pair it evaluates the untrained policy greedily on held-out seeds,
+trains for a budget (minutes and/or episodes), evaluates again on the same held-out seeds, logs
+mean return against episodes and wall time (``<out>/<env>-<algo>/metrics.jsonl``, one line per
+update, and ``<out>/learn.jsonl``, one line per run), prints the results beside the references,
+and draws the curves (``<out>/learn_<env>.png``).
+
+References (Gymnasium Blackjack-v1 measured over 100,000 episodes; CartPole-v1):
+    Blackjack: random -0.39, always stick -0.18, stick at 17 or more -0.08, basic strategy -0.046
+    CartPole:  random ~22 steps, the v1 cap 500
+
+Quick check (a couple of minutes):
+    .venv/bin/python bench/learn.py --env blackjack --algo reinforce --episodes 64 --eval-episodes 50
+
+The real measurement (on a quiet machine):
+    .venv/bin/python bench/learn.py --env blackjack --minutes 20
+    .venv/bin/python bench/learn.py --env cartpole --minutes 120
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ENVS = {
+    "blackjack": "textgym/Blackjack-v1",
+    "cartpole": "textgym/CartPole-v1",
+}
+REFERENCES = {
+    "blackjack": {"random": -0.39, "always stick": -0.18, "stick at 17+": -0.08, "basic strategy": -0.046},
+    "cartpole": {"random": 22.0, "v1 cap": 500.0},
+}
+EVAL_EPISODES = {"blackjack": 2000, "cartpole": 50}
+
+# Per-env settings shared by the algorithms (TrainConfig field names), then per-algorithm ones.
+SETTINGS = {
+    "blackjack": dict(num_envs=32, episodes_per_update=64, minibatch_size=64, lr=2e-4, gamma=1.0),
+    "cartpole": dict(num_envs=16, episodes_per_update=16, minibatch_size=128, lr=1e-4, gamma=0.99),
+}
+ALGO_SETTINGS = {
+    "reinforce": dict(),
+    "grpo": dict(group_size=8, epochs=2),
+    "ppo": dict(epochs=2, target_kl=0.05),
+}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
+    import textgym
+    from textgym.trainers import make_trainer
+
+    env_id = ENVS[env_key]
+    out_dir = Path(args.out) / f"{env_key}-{algo}"
+    if out_dir.exists():
+        for f in ("metrics.jsonl",):
+            (out_dir / f).unlink(missing_ok=True)
+    model, tokenizer = textgym.models.load(args.model)
+    policy = textgym.Policy(model, tokenizer, mode="score", seed=args.seed, name=args.model)
+    config = {**SETTINGS[env_key], **ALGO_SETTINGS[algo], "seed": args.seed}
+    if args.lr is not None:
+        config["lr"] = args.lr
+    if args.num_envs is not None:
+        config["num_envs"] = args.num_envs
+    if algo == "grpo":
+        config["episodes_per_update"] -= config["episodes_per_update"] % config["group_size"]
+        config["num_envs"] = max(config["group_size"],
+                                 config["num_envs"] - config["num_envs"] % config["group_size"])
+    trainer = make_trainer(algo, policy, env=env_id, config=config, out_dir=out_dir)
+    eval_episodes = args.eval_episodes or EVAL_EPISODES[env_key]
+
+    if args.warm_start and env_key == "blackjack":
+        losses = trainer.warm_start(args.warm_start)
+        log(f"  warm start on {args.warm_start}: SFT loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+
+    t = time.monotonic()
+    before = trainer.evaluate(episodes=eval_episodes)
+    log(f"  before: greedy mean return {before['return_mean']:+.3f} over {eval_episodes} held-out episodes "
+        f"({time.monotonic() - t:.0f}s)")
+
+    started = time.monotonic()
+
+    def progress(m: dict) -> None:
+        log(f"  update {m['update']:4d}  episodes {m['episodes']:6d}  return(last {trainer.config.metrics_window}) "
+            f"{m['return_mean']:+8.3f}  loss {m.get('loss', float('nan')):+.4f}  kl {m.get('kl', 0):.4f}  "
+            f"{m.get('decisions_per_s', 0):5.1f} dec/s  {time.monotonic() - started:6.0f}s")
+
+    history = trainer.train(episodes=args.episodes, seconds=args.minutes * 60 if args.minutes else None,
+                            callback=progress)
+    train_seconds = time.monotonic() - started
+
+    t = time.monotonic()
+    after = trainer.evaluate(episodes=eval_episodes)
+    log(f"  after:  greedy mean return {after['return_mean']:+.3f} over {eval_episodes} held-out episodes "
+        f"({time.monotonic() - t:.0f}s)")
+    result = {
+        "env": env_id, "algorithm": algo, "model": args.model, "config": trainer.config.to_dict(),
+        "train_episodes": trainer.episodes_seen, "updates": trainer.update_count,
+        "train_seconds": round(train_seconds, 1), "eval_episodes": eval_episodes,
+        "before": before["return_mean"], "after": after["return_mean"],
+        "after_std": after["return_std"], "eval_seed": after["seed"],
+        "curve": [{"episodes": m["episodes"], "wall_time": m["wall_time"], "return_mean": m["return_mean"]}
+                  for m in history],
+        "references": REFERENCES[env_key],
+    }
+    if args.save_checkpoint:
+        trainer.save_checkpoint()
+    return result
+
+
+def plot(results: list[dict], out: Path) -> list[Path]:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed: no PNG")
+        return []
+    paths = []
+    for env_key, env_id in ENVS.items():
+        runs = [r for r in results if r["env"] == env_id]
+        if not runs:
+            continue
+        fig, ax = plt.subplots(figsize=(7, 4.2))
+        for r in runs:
+            xs = [p["episodes"] for p in r["curve"]]
+            ys = [p["return_mean"] for p in r["curve"]]
+            line, = ax.plot(xs, ys, label=f"{r['algorithm']} (greedy eval {r['after']:+.3f})")
+            if xs:
+                ax.scatter([xs[-1]], [r["after"]], color=line.get_color(), marker="*", s=80, zorder=3)
+        for name, value in REFERENCES[env_key].items():
+            ax.axhline(value, linestyle=":", color="gray", linewidth=1)
+            ax.text(ax.get_xlim()[0], value, f" {name} {value:g}", va="bottom", fontsize=7, color="gray")
+        ax.set_xlabel("training episodes")
+        ax.set_ylabel("mean return (last 100 episodes, sampled)")
+        ax.set_title(f"{runs[0]['model']} on {env_id}")
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        path = out / f"learn_{env_key}.png"
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="textgym learning curves (see the module docstring)")
+    parser.add_argument("--env", default="all", choices=["all", *ENVS])
+    parser.add_argument("--algo", default="all", choices=["all", "reinforce", "grpo", "ppo"])
+    parser.add_argument("--minutes", type=float, default=None, help="training wall-time budget per run")
+    parser.add_argument("--episodes", type=int, default=None, help="training episode budget per run")
+    parser.add_argument("--eval-episodes", type=int, default=None,
+                        help="held-out greedy episodes (default 2000 Blackjack, 50 CartPole)")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--lr", type=float, default=None)
+    parser.add_argument("--num-envs", type=int, default=None)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--warm-start", default=None, metavar="JSONL",
+                        help="Blackjack: SFT on demonstrations first (e.g. examples/blackjack_demos.jsonl)")
+    parser.add_argument("--save-checkpoint", action="store_true")
+    parser.add_argument("--out", default="bench/results/learn")
+    args = parser.parse_args()
+    if args.minutes is None and args.episodes is None:
+        parser.error("give a budget: --minutes and/or --episodes")
+
+    import torch
+
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    envs = list(ENVS) if args.env == "all" else [args.env]
+    algos = ["reinforce", "grpo", "ppo"] if args.algo == "all" else [args.algo]
+    results = []
+    for env_key in envs:
+        log(f"== {ENVS[env_key]}  references: "
+            + ", ".join(f"{k} {v:g}" for k, v in REFERENCES[env_key].items()))
+        for algo in algos:
+            log(f"-- {algo}")
+            result = run(env_key, algo, args)
+            results.append(result)
+            with open(out / "learn.jsonl", "a") as f:
+                f.write(json.dumps(result) + "\n")
+
+    log("\nenv                    algo       episodes  train s   before    after   references")
+    for r in results:
+        refs = ", ".join(f"{k} {v:g}" for k, v in r["references"].items())
+        log(f"{r['env']:22s} {r['algorithm']:9s} {r['train_episodes']:9d} {r['train_seconds']:8.0f} "
+            f"{r['before']:+8.3f} {r['after']:+8.3f}   {refs}")
+    for path in plot(results, out):
+        log(f"curve: {path}")
+    log("command: " + " ".join([Path(sys.executable).name, *sys.argv]))
+
+
+if __name__ == "__main__":
+    main()
