@@ -145,3 +145,20 @@ def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_
             assert torch.allclose(p, weights[name], atol=1e-5), name
     # The run folder's metrics continue: updates 1, 2, 3 (first session), then 3 again (resumed).
     assert [m["update"] for m in read_metrics(tmp_path / "run")] == [1, 2, 3, 3]
+
+
+def test_resume_without_a_policy_rebuilds_it_from_the_checkpoint(tmp_path):
+    import textgym
+    from textgym.trainers import Trainer, make_trainer
+
+    model, tokenizer = textgym.models.load("tiny")
+    policy = textgym.Policy(model, tokenizer, mode="score", temperature=0.7, seed=0, name="tiny")
+    trainer = make_trainer("grpo", policy, env="textgym/Bandit-v0",
+                           config={"num_envs": 4, "episodes_per_update": 8, "group_size": 4})
+    trainer.train(updates=1)
+    trainer.save_checkpoint(tmp_path / "ck")
+    resumed = Trainer.resume(tmp_path / "ck")
+    assert resumed.policy.temperature == 0.7 and resumed.policy.name == "tiny"
+    assert resumed.update_count == 1 and resumed.config.group_size == 4
+    for (n1, p1), (n2, p2) in zip(trainer.model.named_parameters(), resumed.model.named_parameters()):
+        assert n1 == n2 and torch.equal(p1, p2), n1

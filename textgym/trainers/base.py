@@ -482,6 +482,8 @@ class Trainer:
             "schedule_total": self._schedule_total,
             "recent": list(self.recent),
             "algorithm_state": self._algorithm_state(),
+            "policy": {key: getattr(self.policy, key, None)
+                       for key in ("name", "mode", "temperature", "normalization", "max_new_tokens")},
         }
         return ckpt.save_checkpoint(path, model=self.model, optimizers=optimizers, state=state,
                                     value_head=self._value_head())
@@ -514,8 +516,8 @@ class Trainer:
 
         Args:
             path: the checkpoint folder.
-            policy: a policy on the *same base model* (without adapter); default: the model named
-                in the checkpoint's config is not known, so pass one (the CLI does).
+            policy: a policy on the *same base model* (without adapter); default: one built from
+                the model name and policy settings recorded in the checkpoint.
             env: the env (default: the checkpoint's env id).
             out_dir: where to keep writing metrics (default: the checkpoint's run folder).
         """
@@ -523,7 +525,14 @@ class Trainer:
 
         state = ckpt.read_state(path)
         if policy is None:
-            raise ValueError("resume() needs the policy (built on the same base model as the run)")
+            settings = {k: v for k, v in state.get("policy", {}).items() if v is not None}
+            name = settings.pop("name", None)
+            if name is None:
+                raise ValueError("the checkpoint does not name its base model: pass resume(path, policy=...)")
+            import textgym
+
+            model, tokenizer = textgym.models.load(name)
+            policy = textgym.Policy(model, tokenizer, name=name, **settings)
         config = dict(state["config"])
         algorithm = config.pop("algorithm", state["algorithm"])
         env = env if env is not None else state["env_id"]
