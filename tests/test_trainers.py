@@ -62,6 +62,8 @@ def test_update_metrics_and_jsonl(algorithm, tiny_policy, tmp_path):
     assert not _same(before, _adapter_weights(trainer))        # the update changed the adapter
     lines = read_metrics(tmp_path)
     assert [line["update"] for line in lines] == [1, 2]
+    pytest.importorskip("tensorboard")
+    assert list((tmp_path / "tb").glob("events.out.tfevents.*"))  # TensorBoard scalars too
     assert lines[1]["return_mean"] == pytest.approx(m["return_mean"])
 
 
