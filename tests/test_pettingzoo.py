@@ -55,7 +55,8 @@ def test_tictactoe_text_and_parsing():
     obs, reward, terminated, truncated, info = env.last()
     assert obs["text"].splitlines()[0] == " 1 | 2 | 3"
     assert info["valid_actions"] == [str(n) for n in range(1, 10)]
-    assert "as X" in info["system_prompt"]
+    assert "tic-tac-toe" in info["system_prompt"] and "You are X. Your move." in obs["text"]
+    first_prompt = info["system_prompt"]
     env.step('{"action": "3"}')                         # top right
     record = env.infos["player_1"]["parse"]
     assert record == {"raw": '{"action": "3"}', "action": 6, "action_name": "3", "parser": "json",
@@ -64,7 +65,7 @@ def test_tictactoe_text_and_parsing():
     assert env.agent_selection == "player_2"
     assert obs["text"].splitlines()[0] == " 1 | 2 | X"
     assert "You are O. Your move." in obs["text"] and "3" not in info["valid_actions"]
-    assert "as O" in info["system_prompt"]
+    assert info["system_prompt"] == first_prompt   # one shared prefix for both seats
     env.step("Action: 7")
     obs, *_ = env.last()
     assert obs["text"].splitlines()[4] == " O | 8 | 9"
@@ -242,7 +243,8 @@ def test_views_seat_policy_opponent_and_invalid_answers():
     env = games.TwoPlayerGameEnv("tictactoe", opponent=FakePolicy(), seat="second")
     obs, info = env.reset(seed=0)
     assert info["seat"] == "second" and len(info["valid_actions"]) == 8
-    assert calls and "as X" in calls[0][1]               # the opponent got its own system prompt
+    assert calls and "You are X. Your move." in calls[0][0]   # the opponent saw its own view
+    assert calls[0][1] == info["system_prompt"]
     assert " X | 2 | 3" in obs                           # it took square 1
     obs, reward, terminated, truncated, info = env.step("I'd rather not play")
     assert info["parse"]["valid"] is False and info["parse"]["policy"] == "penalty"

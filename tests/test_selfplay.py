@@ -57,7 +57,8 @@ def test_selfplay_games_credit_each_seat():
         assert second.return_ == expected[record.outcomes["second"]]
         assert first.steps[-1].terminated and second.steps[-1].terminated
         assert all(s.reward == 0 for s in first.steps[:-1])   # only the last move is credited
-        assert "as X" in first.system_prompt and "as O" in second.system_prompt
+        assert first.system_prompt == second.system_prompt and "tic-tac-toe" in first.system_prompt
+        assert "You are X." in first.steps[0].observation and "You are O." in second.steps[0].observation
         assert all(s.parse["valid"] for s in first.steps + second.steps)
     # the same seed replays the same games
     again, _ = play_selfplay_games(ScriptedPolicy(), "tictactoe", games=12, num_games=4, seed=0)

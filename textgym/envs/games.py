@@ -50,7 +50,7 @@ class TextGame:
         name: the PettingZoo env name (``env.metadata["name"]``) this renderer is for.
         action_names: ``action_names(env) -> list[str]``: the name of every action index.
         system_prompt: ``system_prompt(env, agent) -> str``: the task and answer format for one seat;
-            constant for the whole game so a policy caches it once.
+            constant for the whole game so a policy caches it once (best the same for every seat).
         render: ``render(env, agent, observation) -> str``: the short per-turn text (board, whose
             turn, legal moves) from the agent's raw PettingZoo observation.
     """
@@ -95,8 +95,9 @@ def _ttt_action_names(env: Any) -> list[str]:
 
 
 def _ttt_system_prompt(env: Any, agent: str) -> str:
-    me = _mark(env, agent)
-    return (f"You play tic-tac-toe as {me}. Get three {me} in a row, column or diagonal. "
+    # The same text for both seats (the observation says which mark is yours): a policy then
+    # caches one shared prefix for every game, whichever seat it plays.
+    return ("You play tic-tac-toe as X or O. Get three of your marks in a row, column or diagonal. "
             "Squares are numbered 1-9, left to right, top to bottom. "
             "Answer with the number of one empty square.")
 
@@ -134,9 +135,9 @@ def _c4_action_names(env: Any) -> list[str]:
 
 
 def _c4_system_prompt(env: Any, agent: str) -> str:
-    me = _mark(env, agent)
-    return (f"You play connect four as {me}. Drop pieces into columns 1-7; a piece falls to the "
-            f"lowest free row. Get four {me} in a row, column or diagonal. "
+    # The same text for both seats, as for tic-tac-toe.
+    return ("You play connect four as X or O. Drop pieces into columns 1-7; a piece falls to the "
+            "lowest free row. Get four of your pieces in a row, column or diagonal. "
             "Answer with the number of one column that is not full.")
 
 
