@@ -361,8 +361,9 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     if not quiet:
         first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
         trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
-        print(f"textgym: done: {summary.get('updates')} updates, {summary.get('episodes')} "
-              f"episodes{trend}. Run folder: {run_dir}", flush=True)
+        updates = summary.get("updates")
+        print(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
+              f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}", flush=True)
 
 
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
