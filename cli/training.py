@@ -31,21 +31,22 @@ from textgym.cli.runs import with_stderr
 #: run finish by itself, and small frequent updates (8 episodes each) show a trend within it.
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "textgym/CartPole-v1": {
-        "episodes": 200, "minutes": 15, "num_envs": 8, "lr": 3e-4,
-        # gamma < 1: credit the actions just before the pole falls, not the whole episode
-        "trainer": {"episodes_per_update": 8, "gamma": 0.95},
+        "episodes": 200, "minutes": 15, "num_envs": 8, "lr": 2e-4,
+        # gamma < 1: credit the actions just before the pole falls, not the whole episode;
+        # a short metrics window: the display shows the current return, not a long average
+        "trainer": {"episodes_per_update": 8, "gamma": 0.95, "metrics_window": 16},
     },
     "textgym/Bandit-v0": {
         "episodes": 512, "minutes": 15, "num_envs": 16, "lr": 3e-4,
-        "trainer": {"episodes_per_update": 32},
+        "trainer": {"episodes_per_update": 32, "metrics_window": 64},
     },
     "textgym/Blackjack-v1": {
-        "episodes": 1024, "minutes": 15, "num_envs": 16, "lr": 3e-4,
-        "trainer": {"episodes_per_update": 32},
+        "episodes": 1024, "minutes": 15, "num_envs": 16, "lr": 2e-4,
+        "trainer": {"episodes_per_update": 64, "metrics_window": 128},
     },
     "textgym/FrozenLake-v1": {
-        "episodes": 256, "minutes": 15, "num_envs": 8, "lr": 3e-4,
-        "trainer": {"episodes_per_update": 16, "gamma": 0.99},
+        "episodes": 256, "minutes": 15, "num_envs": 8, "lr": 2e-4,
+        "trainer": {"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
     },
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
