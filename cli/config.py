@@ -49,8 +49,8 @@ class RunConfig:
     episodes: int | None = None
     """Total training episodes (None: the env's default from cli/defaults)."""
     minutes: float | None = None
-    """Time budget of one training session in minutes (None: none); the run stops cleanly when
-    it is spent and ``--resume`` continues it."""
+    """Time budget of one training session in minutes (None: none): the run stops cleanly after
+    the last update expected to end within it, and ``--resume`` continues it."""
     num_envs: int | None = None
     """Envs stepped together (one forward pass per vector step)."""
     lr: float | None = None

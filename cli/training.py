@@ -316,22 +316,27 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
+    remaining = total - done
+    seconds = cfg.minutes * 60 if cfg.minutes else None
     with display, _Interrupts(display) as interrupts:
+        last_update_end = time.monotonic()
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
-            nonlocal updates_this_session
+            nonlocal updates_this_session, last_update_end
             updates_this_session += 1
+            now = time.monotonic()
+            update_seconds, last_update_end = now - last_update_end, now
             display.update(metrics)
             if (updates_this_session % cfg.plot_every == 0
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
                 interrupts.request()
-            return not interrupts.requested
+            # Stop when the next update would likely end past the time budget.
+            out_of_time = seconds is not None and now - started + update_seconds > seconds
+            return not (interrupts.requested or out_of_time)
 
-        remaining = total - done
-        seconds = cfg.minutes * 60 if cfg.minutes else None
         if remaining > 0:
             try:
                 trainer.train(episodes=remaining, seconds=seconds, callback=callback)
@@ -341,7 +346,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 raise
             if interrupts.requested:
                 status = "interrupted"
-            elif trainer.episodes_seen < total:
+            elif trainer.episodes_seen < total:  # the time budget ran out first
                 status = "time_limit"
         else:
             display.log(f"the run already has {done} of {total} episodes")
@@ -352,7 +357,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     if status in ("interrupted", "time_limit"):
         if not quiet:
             why = ("stopped" if status == "interrupted"
-                   else f"time budget of {cfg.minutes:g} min spent")
+                   else f"time budget of {cfg.minutes:g} min reached")
             print(f"textgym: {why} after update {summary.get('updates')} "
                   f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
                   f"Continue with: textgym train --resume {run_dir}", flush=True)

@@ -412,7 +412,7 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     assert result.exit_code == 0, result.output
     updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
     assert updates == list(range(1, len(updates) + 1)) and 4 <= len(updates) < 100
-    assert (f"time budget of 0.001 min spent after update {len(updates)} "
+    assert (f"time budget of 0.001 min reached after update {len(updates)} "
             f"({8 * len(updates)} of 800 episodes)") in result.stdout
     assert json.loads((run / "summary.json").read_text())["status"] == "time_limit"
     import tomllib
