@@ -14,11 +14,14 @@ from typing import Any
 
 from textgym.cli.errors import CLIError
 
+# (metrics keys drawn in the panel, y label). ``kl`` is the approximate KL between the rollout
+# policy and the updated one (how far each update moved); ``ref_kl``, logged when the trainer
+# has a KL penalty, is the KL to the reference policy (dashed).
 PANELS = (
-    ("return_mean", "mean return"),
-    ("length_mean", "mean episode length"),
-    ("invalid_rate", "invalid-answer rate"),
-    ("kl", "KL to reference"),
+    (("return_mean",), "mean return"),
+    (("length_mean",), "mean episode length"),
+    (("invalid_rate",), "invalid-answer rate"),
+    (("kl", "ref_kl"), "KL: per update (solid), to reference (dashed)"),
 )
 X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
 
@@ -72,19 +75,22 @@ def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None)
     series = [(_label(Path(run)), read_metrics(run)) for run in runs]
     figure = Figure(figsize=(11, 12), layout="constrained")
     axes = figure.subplots(len(PANELS), len(X_AXES), squeeze=False)
-    for row, (key, name) in enumerate(PANELS):
+    colors = [f"C{i % 10}" for i in range(len(series))]
+    for row, (keys, name) in enumerate(PANELS):
         for col, (x_key, x_name) in enumerate(X_AXES):
             ax = axes[row][col]
             drawn = False
-            for label, records in series:
-                points = [(r[x_key], r[key]) for r in records
-                          if _is_number(r.get(x_key)) and _is_number(r.get(key))]
-                if points:
-                    xs, ys = zip(*points)
-                    ax.plot(xs, ys, marker="." if len(points) < 30 else None, label=label)
-                    drawn = True
+            for (label, records), color in zip(series, colors):
+                for key, style in zip(keys, ("-", "--")):
+                    points = [(r[x_key], r[key]) for r in records
+                              if _is_number(r.get(x_key)) and _is_number(r.get(key))]
+                    if points:
+                        xs, ys = zip(*points)
+                        ax.plot(xs, ys, style, color=color, label=label if key == keys[0] else None,
+                                marker="." if len(points) < 30 else None)
+                        drawn = True
             if not drawn:
-                ax.text(0.5, 0.5, f"no {key} recorded", ha="center", va="center",
+                ax.text(0.5, 0.5, f"no {keys[0]} recorded", ha="center", va="center",
                         transform=ax.transAxes, color="gray")
             ax.set_xlabel(x_name)
             ax.set_ylabel(name)
