@@ -57,7 +57,9 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             run = Path(state["out_dir"])
         if run is not None:
             saved = run_config.load_toml(run / "config.toml")
-        model = model or saved.get("model")
+        recorded = state.get("policy") or {}  # the checkpoint names its base model and mode
+        model = model or saved.get("model") or recorded.get("name")
+        mode = mode or saved.get("mode") or recorded.get("mode")
         if model is None:
             raise CLIError(f"which base model does {checkpoint} fine-tune? give --model "
                            f"(its run folder has no config.toml)")

@@ -169,7 +169,7 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str) -> Any:
+def build_policy(model_name: str, mode: str, seed: int | None = None) -> Any:
     """Check the model name, load it and wrap it in a ``textgym.Policy`` (errors -> CLIError)."""
     from textgym.cli.modelcheck import check_model
 
@@ -181,7 +181,8 @@ def build_policy(model_name: str, mode: str) -> Any:
         model, tokenizer = models.load(model_name)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
-    return textgym.Policy(model, tokenizer, mode=mode)
+    # name: recorded in checkpoints; seed: reproducible sampling
+    return textgym.Policy(model, tokenizer, mode=mode, name=model_name, seed=seed)
 
 
 def _trim_metrics(run_dir: Path, updates_done: int) -> int:
@@ -237,7 +238,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
               f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
               f"run folder {run_dir}", flush=True)
     loading = time.monotonic()
-    policy = build_policy(cfg.model, cfg.mode)
+    policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
     if not quiet:
         print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s", flush=True)
 

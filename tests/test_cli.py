@@ -342,6 +342,7 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
     assert all(0.0 <= m["return_mean"] <= 1.0 and m["samples"] for m in metrics)
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     assert state["update_count"] == 2 and state["episodes_seen"] == 16
+    assert state["policy"]["name"] == "tiny" and state["policy"]["mode"] == "score"
     assert (run / "checkpoint" / "adapter").is_dir()
     assert (run / "curve.png").read_bytes()[:4] == b"\x89PNG"
     summary = json.loads((run / "summary.json").read_text())
@@ -362,6 +363,14 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
                 "--num-envs", "4")
     assert table.exit_code == 0, table.output
     assert "checkpoint" in table.stdout and "±" in table.stdout
+    # a checkpoint copied out of its run folder still names its base model
+    import shutil
+
+    shutil.copytree(run / "checkpoint", tmp_path / "moved")
+    result = cli("eval", "bandit", "--checkpoint", tmp_path / "moved", "--episodes", "8",
+                 "--num-envs", "8", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"]["checkpoint"]["episodes"] == 8
 
     # the run folder exists now: a second train into it is refused, files untouched
     before = (run / "metrics.jsonl").read_bytes()
