@@ -249,3 +249,24 @@ def test_demonstrations_file_errors(tmp_path):
     [demo] = load_demonstrations(ok)
     assert (demo.prompt, demo.answer, demo.system_prompt) == ("Your hand: 18.", "STICK", "Play blackjack.")
 
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_multi_step_episodes_of_different_lengths(algorithm, tiny_policy, countdown_env_cls):
+    from textgym.vector import TextVectorEnv
+
+    venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
+    trainer = make_trainer(algorithm, tiny_policy, env=venv,
+                           config={**SMALL, "group_size": 2} if algorithm == "grpo" else SMALL)
+    rollout = trainer.collect()
+    lengths = sorted({ep.length for ep in rollout.episodes})
+    assert len(lengths) > 1  # episodes of 1..4 steps, finishing independently
+    metrics = trainer.update(rollout.episodes, rollout.stats)
+    assert metrics["decisions"] == sum(ep.length for ep in rollout.episodes)
+    assert math.isfinite(metrics["loss"]) and "nonfinite" not in metrics
+    if algorithm == "grpo":  # a group's members start from the same seed, hence the same length
+        for g in range(0, len(rollout.episodes), 2):
+            assert rollout.episodes[g].length == rollout.episodes[g + 1].length
+    with pytest.raises(ValueError, match="needs an env"):
+        make_trainer(algorithm, tiny_policy, env=None, config=SMALL if algorithm != "grpo" else
+                     {**SMALL, "group_size": 2}).evaluate(episodes=2)
