@@ -314,12 +314,11 @@ class Trainer:
         float statistics (``"kl"``, the approximate KL between the rollout policy and the
         current one, drives the target-KL early stop). Each minibatch is split into
         ``gradient_accumulation_steps`` chunks whose gradients add up; the global gradient norm
-        is clipped before the step. A non-finite loss or gradient stops the update before
+        is clipped (per parameter group) before the step. A non-finite loss or gradient stops the update before
         that optimizer step (the weights stay as they were), and is logged.
         """
         cfg = self.config
         epochs = cfg.epochs if epochs is None else epochs
-        params = self._all_parameters()
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
         epochs_done, stopped_nonfinite = 0, False
@@ -342,9 +341,12 @@ class Trainer:
                     if "kl" in stats:
                         epoch_kl.append(float(stats["kl"]))
                 if finite:
+                    # Clip each parameter group on its own: the value head's large early gradients
+                    # must not shrink the policy's step.
                     max_norm = cfg.max_grad_norm if cfg.max_grad_norm is not None else float("inf")
-                    grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-                    finite = bool(torch.isfinite(grad_norm))
+                    for group in self.optimizer.param_groups:
+                        grad_norm = torch.nn.utils.clip_grad_norm_(group["params"], max_norm)
+                        finite = finite and bool(torch.isfinite(grad_norm))
                 if not finite:
                     self.optimizer.zero_grad(set_to_none=True)
                     stopped_nonfinite = True
