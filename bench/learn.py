@@ -38,13 +38,13 @@ EVAL_EPISODES = {"blackjack": 2000, "cartpole": 50}
 
 # Per-env settings shared by the algorithms (TrainConfig field names), then per-algorithm ones.
 SETTINGS = {
-    "blackjack": dict(num_envs=32, episodes_per_update=64, minibatch_size=64, lr=2e-4, gamma=1.0),
-    "cartpole": dict(num_envs=16, episodes_per_update=16, minibatch_size=128, lr=1e-4, gamma=0.99),
+    "blackjack": {"num_envs": 32, "episodes_per_update": 64, "minibatch_size": 64, "lr": 2e-4, "gamma": 1.0},
+    "cartpole": {"num_envs": 16, "episodes_per_update": 16, "minibatch_size": 128, "lr": 1e-4, "gamma": 0.99},
 }
 ALGO_SETTINGS = {
-    "reinforce": dict(),
-    "grpo": dict(group_size=8, epochs=2),
-    "ppo": dict(epochs=2, target_kl=0.05),
+    "reinforce": {},
+    "grpo": {"group_size": 8, "epochs": 2},
+    "ppo": {"epochs": 2, "target_kl": 0.05},
 }
 
 

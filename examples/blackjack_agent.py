@@ -137,10 +137,10 @@ def main() -> None:
 
     total = 0.0
     for episode in range(args.eval_episodes):  # held-out seeds, greedy, not trained on
-        observation, info = env.reset(seed=1_000_000 + episode)
+        observation, _ = env.reset(seed=1_000_000 + episode)
         done = False
         while not done:
-            observation, reward, terminated, truncated, info = env.step(agent.act(observation, greedy=True))
+            observation, reward, terminated, truncated, _info = env.step(agent.act(observation, greedy=True))
             total += reward
             done = terminated or truncated
         agent.terminate_episode(train=False)

@@ -15,9 +15,9 @@ from textgym.trainers import make_trainer
 
 BUDGET_UPDATES = 60  # 32 episodes each; every algorithm got there in 20-40 updates over seeds 0-4
 CONFIGS = {
-    "reinforce": dict(lr=3e-3),
-    "grpo": dict(lr=3e-3, group_size=4, epochs=2),
-    "ppo": dict(lr=3e-3, epochs=2),
+    "reinforce": {"lr": 3e-3},
+    "grpo": {"lr": 3e-3, "group_size": 4, "epochs": 2},
+    "ppo": {"lr": 3e-3, "epochs": 2},
 }
 
 
@@ -53,7 +53,7 @@ def test_agent_learns_the_bandit(tiny_model_and_tokenizer):
 
     model, tokenizer = tiny_model_and_tokenizer
     agent = BanditAgent(copy.deepcopy(model), tokenizer, mode="score", action_names=["cat", "dog"], seed=0,
-                        config=dict(episodes_per_update=32, minibatch_size=32, lr=3e-3, seed=1))
+                        config={"episodes_per_update": 32, "minibatch_size": 32, "lr": 3e-3, "seed": 1})
     # red -> dog, green -> cat: the untrained tiny model happens to prefer the opposite with this prompt
     env = CueBanditEnv(mapping=[1, 0])
 

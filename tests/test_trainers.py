@@ -12,7 +12,7 @@ from textgym.trainers import GRPOConfig, PPOConfig, ReinforceConfig, make_traine
 from textgym.trainers.base import lr_factor
 from textgym.trainers.metrics import read_metrics
 
-SMALL = dict(num_envs=4, episodes_per_update=8, minibatch_size=8, lr=1e-3)
+SMALL = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 8, "lr": 1e-3}
 
 
 def _adapter_weights(trainer):

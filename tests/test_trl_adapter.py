@@ -22,8 +22,8 @@ def test_trl_grpo_two_steps_on_the_bandit(tiny_model_and_tokenizer):
 
     trainer = make_trl_grpo_trainer(model, tokenizer, "textgym/Bandit-v0", num_prompts=16, max_new_tokens=4,
                                     extra_reward_funcs=(even_tokens,),
-                                    args=dict(max_steps=2, per_device_train_batch_size=8, num_generations=4,
-                                              learning_rate=1e-3, max_completion_length=8))
+                                    args={"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
+                                              "learning_rate": 1e-3, "max_completion_length": 8})
     trainer.train()
     rollout = trainer.textgym_rollout
     assert trainer.state.global_step == 2

@@ -60,10 +60,24 @@ def make_trainer(algorithm: str, policy: Any, env: Any = "textgym/Bandit-v0",
                                env_kwargs=env_kwargs)
 
 
-def resume(path: str | Path, policy: Any, env: Any = None, out_dir: str | Path | None = None) -> Trainer:
+def resume(path: str | Path, policy: Any = None, env: Any = None, out_dir: str | Path | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
     return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir)
 
 
-__all__ = ["make_trainer", "resume", "Trainer", "TrainConfig", "ReinforceConfig", "GRPOConfig", "PPOConfig",
-           "SFTConfig", "ReinforceTrainer", "GRPOTrainer", "PPOTrainer", "TRAINERS", "CONFIGS", "config_for"]
+__all__ = [
+    "CONFIGS",
+    "TRAINERS",
+    "GRPOConfig",
+    "GRPOTrainer",
+    "PPOConfig",
+    "PPOTrainer",
+    "ReinforceConfig",
+    "ReinforceTrainer",
+    "SFTConfig",
+    "TrainConfig",
+    "Trainer",
+    "config_for",
+    "make_trainer",
+    "resume",
+]

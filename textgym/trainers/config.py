@@ -238,5 +238,12 @@ def config_for(algorithm: str, config: TrainConfig | dict | None = None) -> Trai
     raise TypeError(f"config must be a TrainConfig or a dict, not {type(config).__name__}")
 
 
-__all__ = ["TrainConfig", "ReinforceConfig", "GRPOConfig", "PPOConfig", "SFTConfig", "config_for",
-           "CONFIGS"]
+__all__ = [
+    "CONFIGS",
+    "GRPOConfig",
+    "PPOConfig",
+    "ReinforceConfig",
+    "SFTConfig",
+    "TrainConfig",
+    "config_for",
+]

@@ -109,4 +109,4 @@ class GRPOTrainer(Trainer):
         return metrics
 
 
-__all__ = ["GRPOTrainer", "GRPOConfig"]
+__all__ = ["GRPOConfig", "GRPOTrainer"]

@@ -171,5 +171,16 @@ def all_finite(*tensors: torch.Tensor) -> bool:
     return all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
-__all__ = ["returns_to_go", "normalize", "EMABaseline", "group_advantages", "gae", "masked_mean",
-           "clipped_surrogate", "clipped_value_loss", "approx_kl", "entropy_from_logits", "all_finite"]
+__all__ = [
+    "EMABaseline",
+    "all_finite",
+    "approx_kl",
+    "clipped_surrogate",
+    "clipped_value_loss",
+    "entropy_from_logits",
+    "gae",
+    "group_advantages",
+    "masked_mean",
+    "normalize",
+    "returns_to_go",
+]

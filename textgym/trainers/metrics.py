@@ -70,7 +70,7 @@ class MetricsWriter:
             self._tb.close()
             self._tb = None
 
-    def __enter__(self) -> MetricsWriter:
+    def __enter__(self) -> MetricsWriter:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return self
 
     def __exit__(self, *exc) -> None:

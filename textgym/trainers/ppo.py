@@ -115,4 +115,4 @@ class PPOTrainer(Trainer):
         return metrics
 
 
-__all__ = ["PPOTrainer", "PPOConfig"]
+__all__ = ["PPOConfig", "PPOTrainer"]

@@ -87,4 +87,4 @@ class ReinforceTrainer(Trainer):
         self.baseline.value = state.get("ema_baseline")
 
 
-__all__ = ["ReinforceTrainer", "ReinforceConfig"]
+__all__ = ["ReinforceConfig", "ReinforceTrainer"]

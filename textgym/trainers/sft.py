@@ -59,11 +59,11 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
         except json.JSONDecodeError as error:
             raise ValueError(f"{path}:{number}: not JSON ({error.msg})") from None
         if not isinstance(row, dict):
-            raise ValueError(f"{path}:{number}: expected a JSON object")
+            raise ValueError(f"{path}:{number}: expected a JSON object")  # noqa: TRY004 (bad data: ValueError)
         prompt = row.get("prompt", row.get("observation"))
         answer = row.get("answer", row.get("action"))
         if not isinstance(prompt, str) or not isinstance(answer, str):
-            raise ValueError(f"{path}:{number}: needs string fields prompt/answer or observation/action")
+            raise ValueError(f"{path}:{number}: needs string fields prompt/answer or observation/action")  # noqa: TRY004
         demos.append(Demonstration(prompt, answer, row.get("system_prompt")))
     if not demos:
         raise ValueError(f"{path}: no demonstrations")
@@ -149,4 +149,4 @@ def sft(policy: Any, demonstrations: Sequence[Demonstration] | str | Path, syste
     return history
 
 
-__all__ = ["Demonstration", "load_demonstrations", "demonstration_decisions", "sft_on_decisions", "sft"]
+__all__ = ["Demonstration", "demonstration_decisions", "load_demonstrations", "sft", "sft_on_decisions"]

@@ -187,9 +187,9 @@ def make_trl_grpo_trainer(model: Any, tokenizer: Any, env: str = "textgym/Bandit
     import textgym
 
     if args is None or isinstance(args, dict):
-        defaults = dict(output_dir=tempfile.mkdtemp(prefix="textgym-trl-"), report_to="none", bf16=False,
-                        use_cpu=not torch.cuda.is_available(), logging_steps=1, max_completion_length=128,
-                        per_device_train_batch_size=8, num_generations=4, learning_rate=1e-5)
+        defaults = {"output_dir": tempfile.mkdtemp(prefix="textgym-trl-"), "report_to": "none", "bf16": False,
+                        "use_cpu": not torch.cuda.is_available(), "logging_steps": 1, "max_completion_length": 128,
+                        "per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 1e-5}
         args = GRPOConfig(**{**defaults, **(args or {})})
 
     # The dataset: one chat prompt per env start; remember which seeds give each prompt.
