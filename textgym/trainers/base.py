@@ -24,6 +24,7 @@ import torch
 
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import TrainConfig, config_for
+from textgym.trainers.losses import approx_kl, masked_mean
 from textgym.trainers.metrics import MetricsWriter
 
 logger = logging.getLogger("textgym.trainers")
@@ -385,6 +386,22 @@ class Trainer:
                 ev = self.policy.evaluate(list(decisions[start:start + batch_size]))
                 out.extend(flat_units(ev.logprobs, ev.mask))
         return out
+
+    @staticmethod
+    def rollout_kl(ev: Any) -> float:
+        """Approximate KL between the rollout policy and the current one over ``ev``'s units."""
+        return masked_mean(approx_kl(ev.logprobs.detach(), ev.old_logprobs), ev.mask).item()
+
+    def add_reference_kl(self, loss: torch.Tensor, ev: Any, ref: list[torch.Tensor] | None,
+                         indices: torch.Tensor, stats: dict[str, float]) -> torch.Tensor:
+        """``loss + kl_coef * KL(policy || reference)`` over the minibatch's units, logged as
+        ``ref_kl``. ``ref`` comes from :meth:`reference_units` (``None``: no penalty)."""
+        if ref is None:
+            return loss
+        ref_logprobs = pad_units([ref[i] for i in indices.tolist()], ev.mask)
+        ref_kl = masked_mean(approx_kl(ev.logprobs, ref_logprobs), ev.mask)
+        stats["ref_kl"] = ref_kl.item()
+        return loss + self.config.kl_coef * ref_kl
 
     def evaluate_batch(self, decisions: Sequence[Any], indices: torch.Tensor) -> Any:
         """``policy.evaluate`` on the decisions at ``indices`` (with grad)."""

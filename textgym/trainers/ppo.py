@@ -24,14 +24,12 @@ from typing import Any
 
 import torch
 
-from textgym.trainers.base import Trainer, decisions_of, pad_units
+from textgym.trainers.base import Trainer, decisions_of
 from textgym.trainers.config import PPOConfig
 from textgym.trainers.losses import (
-    approx_kl,
     clipped_surrogate,
     clipped_value_loss,
     gae,
-    masked_mean,
     normalize,
 )
 from textgym.trainers.value_head import ValueHead
@@ -101,12 +99,8 @@ class PPOTrainer(Trainer):
             loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
             stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                      "entropy": entropy.item(), "clip_frac": clip_frac.item(),
-                     "kl": masked_mean(approx_kl(ev.logprobs.detach(), ev.old_logprobs), ev.mask).item()}
-            if ref is not None:
-                ref_kl = masked_mean(approx_kl(ev.logprobs, pad_units([ref[i] for i in idx.tolist()], ev.mask)),
-                                     ev.mask)
-                loss = loss + cfg.kl_coef * ref_kl
-                stats["ref_kl"] = ref_kl.item()
+                     "kl": self.rollout_kl(ev)}
+            loss = self.add_reference_kl(loss, ev, ref, idx, stats)
             return loss, stats
 
         metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)

@@ -23,9 +23,9 @@ from typing import Any
 
 import torch
 
-from textgym.trainers.base import Trainer, decisions_of, pad_units
+from textgym.trainers.base import Trainer, decisions_of
 from textgym.trainers.config import ReinforceConfig
-from textgym.trainers.losses import EMABaseline, approx_kl, masked_mean, normalize, returns_to_go
+from textgym.trainers.losses import EMABaseline, normalize, returns_to_go
 
 
 class ReinforceTrainer(Trainer):
@@ -63,17 +63,13 @@ class ReinforceTrainer(Trainer):
         # 4. Loss per minibatch: -A * log pi(answer), KL penalty, entropy bonus.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             ev = self.evaluate_batch(decisions, idx)
-            mask = ev.mask
-            logprob = (ev.logprobs * mask).sum(dim=1)  # log pi of the whole answer
+            logprob = (ev.logprobs * ev.mask).sum(dim=1)  # log pi of the whole answer
             policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
             entropy = ev.entropy.mean()
             loss = policy_loss - cfg.entropy_coef * entropy
             stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(),
-                     "kl": masked_mean(approx_kl(ev.logprobs.detach(), ev.old_logprobs), mask).item()}
-            if ref is not None:
-                ref_kl = masked_mean(approx_kl(ev.logprobs, pad_units([ref[i] for i in idx.tolist()], mask)), mask)
-                loss = loss + cfg.kl_coef * ref_kl
-                stats["ref_kl"] = ref_kl.item()
+                     "kl": self.rollout_kl(ev)}
+            loss = self.add_reference_kl(loss, ev, ref, idx, stats)
             return loss, stats
 
         metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)
