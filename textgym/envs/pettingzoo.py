@@ -184,7 +184,49 @@ def _classes() -> tuple[type, type]:
     from gymnasium import spaces
     from pettingzoo import AECEnv, ParallelEnv
 
-    class TextAECEnv(AECEnv):
+    class _TextAgents:
+        """What both wrappers share: the text spaces, the per-agent text view, and delegation."""
+
+        def _init_text(self, env: Any, game: TextGame | None, parser: Any, invalid: str,
+                       penalty: float, max_length: int) -> None:
+            self.env = env
+            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
+            self.invalid, self.penalty = invalid, float(penalty)
+            self.metadata = dict(getattr(env, "metadata", {}))
+            self.possible_agents = list(env.possible_agents)
+            self.render_mode = getattr(env, "render_mode", None)
+            self.action_names = self.text.action_names
+            obs_space = spaces.Dict({
+                "text": TextSpace(max_length),
+                "action_mask": spaces.Box(0, 1, (self.text.n,), np.int8),
+            })
+            self._obs_spaces = {a: obs_space for a in self.possible_agents}
+            self._act_spaces = {a: TextSpace(max_length) for a in self.possible_agents}
+            self._rng = np.random.default_rng()
+
+        def observation_space(self, agent: str):
+            return self._obs_spaces[agent]
+
+        def action_space(self, agent: str):
+            return self._act_spaces[agent]
+
+        @property
+        def unwrapped(self):
+            return self
+
+        def system_prompt(self, agent: str) -> str:
+            return self.text.game.system_prompt(self.env, agent)
+
+        def render(self):
+            return self.env.render()
+
+        def close(self):
+            self.env.close()
+
+        def state(self):
+            return self.env.state()
+
+    class TextAECEnv(_TextAgents, AECEnv):
         """An AEC PettingZoo env whose agents read and answer text (see the module docstring).
 
         Args:
@@ -205,50 +247,16 @@ def _classes() -> tuple[type, type]:
                      max_length: int = 2048):
             super().__init__()
             _check_policy(invalid, parallel=False)
-            self.env = env
-            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
-            self.invalid, self.penalty, self.max_retries = invalid, float(penalty), int(max_retries)
-            self.metadata = dict(getattr(env, "metadata", {}))
-            self.possible_agents = list(env.possible_agents)
-            self.render_mode = getattr(env, "render_mode", None)
-            self.action_names = self.text.action_names
-            obs_space = spaces.Dict({
-                "text": TextSpace(max_length),
-                "action_mask": spaces.Box(0, 1, (self.text.n,), np.int8),
-            })
-            self._obs_spaces = {a: obs_space for a in self.possible_agents}
-            self._act_spaces = {a: TextSpace(max_length) for a in self.possible_agents}
-            self._rng = np.random.default_rng()
+            self._init_text(env, game, parser, invalid, penalty, max_length)
+            self.max_retries = int(max_retries)
             self._forced_end = False
 
-        # -- spaces and views -------------------------------------------------------------
-        def observation_space(self, agent: str):
-            return self._obs_spaces[agent]
-
-        def action_space(self, agent: str):
-            return self._act_spaces[agent]
-
-        @property
-        def unwrapped(self):
-            return self
-
-        def system_prompt(self, agent: str) -> str:
-            return self.text.game.system_prompt(self.env, agent)
-
+        # -- views ------------------------------------------------------------------------
         def observe(self, agent: str) -> dict[str, Any]:
             raw = self.env.observe(agent)
             mask = self.text.mask(raw)
             return {"text": self.text.text(agent, raw, self._feedback.get(agent, "")),
                     "action_mask": mask}
-
-        def render(self):
-            return self.env.render()
-
-        def close(self):
-            self.env.close()
-
-        def state(self):
-            return self.env.state()
 
         def __str__(self) -> str:
             return str(self.env)
@@ -373,7 +381,7 @@ def _classes() -> tuple[type, type]:
             if agent in self.infos:
                 self.infos[agent]["parse"] = record
 
-    class TextParallelEnv(ParallelEnv):
+    class TextParallelEnv(_TextAgents, ParallelEnv):
         """A parallel PettingZoo env whose agents read and answer text (see the module docstring).
 
         Args: as :class:`TextAECEnv`, except that ``invalid="retry"`` is not available (every agent
@@ -383,43 +391,8 @@ def _classes() -> tuple[type, type]:
         def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
                      invalid: str = "penalty", penalty: float = -1.0, max_length: int = 2048):
             _check_policy(invalid, parallel=True)
-            self.env = env
-            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
-            self.invalid, self.penalty = invalid, float(penalty)
-            self.metadata = dict(getattr(env, "metadata", {}))
-            self.possible_agents = list(env.possible_agents)
+            self._init_text(env, game, parser, invalid, penalty, max_length)
             self.agents: list[str] = []
-            self.render_mode = getattr(env, "render_mode", None)
-            self.action_names = self.text.action_names
-            obs_space = spaces.Dict({
-                "text": TextSpace(max_length),
-                "action_mask": spaces.Box(0, 1, (self.text.n,), np.int8),
-            })
-            self._obs_spaces = {a: obs_space for a in self.possible_agents}
-            self._act_spaces = {a: TextSpace(max_length) for a in self.possible_agents}
-            self._rng = np.random.default_rng()
-
-        def observation_space(self, agent: str):
-            return self._obs_spaces[agent]
-
-        def action_space(self, agent: str):
-            return self._act_spaces[agent]
-
-        @property
-        def unwrapped(self):
-            return self
-
-        def system_prompt(self, agent: str) -> str:
-            return self.text.game.system_prompt(self.env, agent)
-
-        def render(self):
-            return self.env.render()
-
-        def close(self):
-            self.env.close()
-
-        def state(self):
-            return self.env.state()
 
         def _convert(self, raw_obs: dict, raw_infos: dict, parses: dict) -> tuple[dict, dict]:
             obs, infos = {}, {}
