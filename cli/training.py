@@ -27,8 +27,8 @@ from textgym.cli.runs import with_stderr
 
 #: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
 #: (smollm2-135m, score mode, LoRA) makes about 3 decisions per second on a quiet 2-core CPU,
-#: acting and training included (measured on CartPole; about 5/s with the top-layer adapter of
-#: ``MODEL_ENV_DEFAULTS``), so the budgets are small: a time budget (``minutes``) makes the
+#: acting and training included (measured on CartPole; about 5/s with an adapter on the top 8
+#: layers only, ``lora_layers``), so the budgets are small: a time budget (``minutes``) makes the
 #: default run finish by itself, and small frequent updates (8 episodes each) show a trend
 #: within it.
 ENV_DEFAULTS: dict[str, dict[str, Any]] = {
@@ -43,7 +43,7 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         # per update and halve the memory of 64. A short metrics window: the display shows the
         # current return, not a long average.
         "trainer": {"episodes_per_update": 8, "minibatch_size": 32, "gamma": 0.8,
-                    "entropy_coef": 0.03, "metrics_window": 16},
+                    "entropy_coef": 0.03, "metrics_window": 16, "lora_layers": 8},
     },
     "textgym/Bandit-v0": {
         "episodes": 512, "minutes": 15, "num_envs": 16, "lr": 3e-4,
@@ -59,18 +59,6 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     },
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
-
-_SMOLLM2_PROJECTIONS = ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
-                        "self_attn.o_proj", "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj")
-#: Defaults for one (env, model) pair, over ``ENV_DEFAULTS`` (layer names are model-specific).
-#: SmolLM2-135M on CartPole: LoRA on the top 8 of its 30 layers only, so the backward pass
-#: stops there: about 5 decisions/s instead of 3.4 (the update dominates the run's time).
-MODEL_ENV_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
-    ("textgym/CartPole-v1", "smollm2-135m"): {
-        "trainer": {"lora_target_modules": [f"layers.{i}.{p}" for i in range(22, 30)
-                                            for p in _SMOLLM2_PROJECTIONS]},
-    },
-}
 
 # What a resumed run may change: its budget and how it reports. Everything else (env, model,
 # algorithm and its settings) comes from the run's checkpoint.
@@ -123,8 +111,6 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any]) -> run_config
             "missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
     env_id = resolve_env(merged.env)
     defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
-    for key, value in MODEL_ENV_DEFAULTS.get((env_id, merged.model), {}).items():
-        defaults[key] = {**defaults.get(key, {}), **value} if isinstance(value, dict) else value
     cfg = run_config.resolve(defaults, file_layer, flags)
     cfg.env = env_id
     return run_config.validate(cfg)

@@ -188,6 +188,18 @@ def test_full_fine_tuning_changes_base_weights(tiny_policy):
     assert not torch.equal(before, weight)
 
 
+def test_lora_layers_adapts_only_the_top_layers(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**SMALL, lora_layers=1))
+    trained = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trained and all(".layers.1." in n for n in trained)  # tiny has layers 0 and 1
+    before = _adapter_weights(trainer)
+    trainer.train(updates=1)
+    assert not _same(before, _adapter_weights(trainer))
+    with pytest.raises(ValueError, match="lora_layers must be >= 1"):
+        ReinforceConfig(lora_layers=0)
+
+
 def test_generate_mode_update(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=4, seed=0)

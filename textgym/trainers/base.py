@@ -44,7 +44,8 @@ def add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
     """Wrap ``model`` in a fresh LoRA adapter (peft); a model that already has one is returned as is.
 
     Target modules: ``config.lora_target_modules``, else the model registry's defaults for this
-    model (those present in it), else every linear layer.
+    model (those present in it), else every linear layer; in the top ``config.lora_layers``
+    transformer layers only when that is set.
     """
     if ckpt.is_peft_model(model):
         return model
@@ -58,8 +59,15 @@ def add_lora(model: torch.nn.Module, config: TrainConfig) -> torch.nn.Module:
         wanted = set(models.spec(name).lora_target_modules)
         present = {n.rsplit(".", 1)[-1] for n, _ in model.named_modules()}
         targets = sorted(wanted & present) or "all-linear"
+    layers: dict[str, Any] = {}
+    if config.lora_layers is not None:
+        depth = getattr(getattr(model, "config", None), "num_hidden_layers", None)
+        if not depth:
+            raise ValueError("lora_layers needs a model whose config has num_hidden_layers")
+        layers = {"layers_to_transform": list(range(max(0, depth - config.lora_layers), depth)),
+                  "layers_pattern": "layers"}
     lora = LoraConfig(r=config.lora_r, lora_alpha=config.lora_alpha, lora_dropout=config.lora_dropout,
-                      target_modules=targets, bias="none", task_type="CAUSAL_LM")
+                      target_modules=targets, bias="none", task_type="CAUSAL_LM", **layers)
     with warnings.catch_warnings():  # transformers' deprecation chatter from inside peft
         warnings.simplefilter("ignore", FutureWarning)
         return get_peft_model(model, lora)
