@@ -474,6 +474,57 @@ def test_shape_reward_clip_default_and_names():
     assert ExponentialDecay(1.0, decay=0.5, end=1.0)(3) == 1.0
 
 
+def test_potential_shaping_telescopes_and_credits_each_step():
+    from textgym.wrappers import Potential, Scale
+
+    spin = Potential(lambda env: -abs(env.state[3]), name="spin")
+    env = ShapeReward(cartpole(), terms=[Scale(1.0), spin])
+    env.reset(seed=3)
+    first = -abs(env.unwrapped.state[3])
+    shaping, phi_before = [], first
+    for _ in range(500):
+        _, _, terminated, truncated, info = env.step("LEFT")
+        phi_now = -abs(env.unwrapped.state[3])
+        expected = (0.0 if terminated else phi_now) - phi_before  # phi(terminal) = 0 by default
+        assert info["reward_terms"]["spin"] == pytest.approx(expected)
+        shaping.append(info["reward_terms"]["spin"])
+        phi_before = phi_now
+        if terminated or truncated:
+            break
+    assert terminated and sum(shaping) == pytest.approx(0.0 - first)  # telescopes: phi(T) - phi(0)
+    # zero_terminal=False keeps the fallen state's potential; gamma discounts phi(s').
+    kept = ShapeReward(cartpole(), terms=[Potential(lambda env: -abs(env.state[3]), gamma=0.5,
+                                                    zero_terminal=False)])
+    kept.reset(seed=3)
+    before = -abs(kept.unwrapped.state[3])
+    _, reward, *_ = kept.step("RIGHT")
+    assert reward == pytest.approx(0.5 * -abs(kept.unwrapped.state[3]) - before)
+    with pytest.raises(RuntimeError, match="before reset"):
+        Potential(lambda env: 0.0).on_step(None, False)
+    with pytest.raises(ValueError, match="gamma"):
+        Potential(lambda env: 0.0, gamma=2.0)
+    # Equal settings compare equal (Gymnasium's spec re-make relies on it); running state does not count.
+    assert Potential(abs, name="x") == Potential(abs, name="x") != Potential(abs, gamma=0.9, name="x")
+
+
+def test_cartpole_shaping_kwarg_keeps_the_env_return():
+    import textgym
+
+    env = textgym.make("textgym/CartPole-v1", shaping=0.5)
+    env.reset(seed=0)
+    shaped = env_return = 0.0
+    for _ in range(100):
+        _, reward, terminated, truncated, info = env.step("LEFT")
+        shaped += reward
+        env_return += info["reward_env"]
+        if terminated or truncated:
+            break
+    assert env_return == 11.0 and shaped != env_return  # always LEFT falls after 11 steps (seed 0)
+    assert set(info["reward_terms"]) == {"scale", "spin"}
+    with pytest.raises(ValueError, match="shaping"):
+        textgym.make("textgym/CartPole-v1", shaping=-1.0)
+
+
 # --------------------------------------------------------------------------- History
 
 

@@ -24,7 +24,7 @@ import numpy as np
 
 __all__ = [
     "ACTION_NAMES", "AcrobotText", "BlackjackText", "CartPoleText", "GridText", "MountainCarText",
-    "TaxiText", "make_acrobot", "make_blackjack", "make_cartpole", "make_cliffwalking",
+    "TaxiText", "make_acrobot", "pole_spin_potential", "make_blackjack", "make_cartpole", "make_cliffwalking",
     "make_frozenlake", "make_mountaincar", "make_taxi",
 ]
 
@@ -336,10 +336,48 @@ def _cliffwalking_prompt(env) -> str:
             f"and sends you back to S. Map: @ you, . ground; row 0 is the top.{slippery}")
 
 
-make_cartpole = _maker(
+_make_cartpole = _maker(
     "CartPole-v1", lambda env: CartPoleText(),
     lambda env: ("Balance a pole on a cart. Push the cart LEFT or RIGHT to keep the pole upright "
                  "and the cart near the center."))
+
+
+def pole_spin_potential(env: Any) -> float:
+    """``-|pole angular velocity|`` (rad/s) of an unwrapped CartPole: a shaping potential."""
+    return -abs(float(env.state[3]))
+
+
+def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
+                  shaping: float = 0.0, **kwargs: Any) -> gym.Env:
+    """The text version of Gymnasium's ``CartPole-v1``: actions LEFT, RIGHT.
+
+    The reward stays CartPole's +1 per step unless ``shaping`` > 0: then every step also gets
+    ``shaping * (phi(s') - phi(s))`` with ``phi = -|pole angular velocity|``, potential-based
+    shaping (:class:`~textgym.wrappers.Potential`) that credits each push for slowing the pole's
+    rotation. One push changes the angular velocity by about 0.29 rad/s, so each decision gets
+    its own signal instead of sharing the credit for a fall a few steps later. An episode's
+    shaping terms add up to ``phi(last) - phi(first)``, a few tenths whatever happened in between
+    (``phi`` of the fallen state is kept, not zeroed, so the push that let the pole fall is not
+    paid for ending the episode). The env's own return is kept in ``info["reward_env"]``;
+    trainers report that one.
+
+    Args:
+        formatter: replaces the renderer (``observation -> str`` or a format string).
+        system_prompt: replaces the default system prompt.
+        max_episode_steps: step limit (``-1``: none); default: Gymnasium's (500).
+        shaping: weight of the pole-spin shaping (0: none).
+        **kwargs: ``CartPole-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
+    """
+    if shaping < 0:
+        raise ValueError(f"shaping must be >= 0, got {shaping}")
+    if shaping:
+        if "reward_terms" in kwargs:
+            raise ValueError("give either shaping= or reward_terms=, not both")
+        from textgym.wrappers import Potential, Scale
+
+        kwargs["reward_terms"] = [Scale(1.0), Potential(pole_spin_potential, zero_terminal=False,
+                                                                weight=shaping, name="spin")]
+    return _make_cartpole(formatter, system_prompt, max_episode_steps, **kwargs)
 
 make_mountaincar = _maker(
     "MountainCar-v0", lambda env: MountainCarText(),

@@ -15,6 +15,7 @@ __all__ = [
     "ExponentialDecay",
     "FormatBonus",
     "LinearDecay",
+    "Potential",
     "RewardFn",
     "RewardTerm",
     "Scale",
@@ -25,10 +26,25 @@ __all__ = [
 Schedule = Callable[[int], float]
 
 
+class _EqualByValue:
+    """Schedules and terms compare equal when their settings are (running state, in ``_``
+    attributes, is not a setting): ``env.spec.make()``, which Gymnasium's env checker calls,
+    rebuilds an env and requires its wrappers' constructor kwargs to compare equal."""
+
+    def _settings(self) -> dict[str, Any]:
+        return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other._settings() == self._settings()
+
+    def __hash__(self) -> int:
+        return hash(type(self))
+
+
 # --------------------------------------------------------------------------- schedules
 
 
-class Constant:
+class Constant(_EqualByValue):
     """A weight that never changes.
 
     Example:
@@ -46,7 +62,7 @@ class Constant:
         return f"Constant({self.value})"
 
 
-class LinearDecay:
+class LinearDecay(_EqualByValue):
     """From ``start`` to ``end`` linearly over ``steps`` steps, then ``end``.
 
     Example:
@@ -73,7 +89,7 @@ class LinearDecay:
         return f"LinearDecay({self.start}, {self.end}, steps={self.steps})"
 
 
-class ExponentialDecay:
+class ExponentialDecay(_EqualByValue):
     """``end + (start - end) * decay ** step``.
 
     Example:
@@ -111,7 +127,7 @@ def as_schedule(weight: float | Schedule) -> Schedule:
 # --------------------------------------------------------------------------- terms
 
 
-class RewardTerm:
+class RewardTerm(_EqualByValue):
     """One term of a shaped reward: ``weight(step) * value(observation, action, reward, info)``.
 
     Subclass it and implement :meth:`value`.
@@ -130,6 +146,12 @@ class RewardTerm:
 
     def value(self, observation: Any, action: Any, reward: float, info: dict) -> float:
         raise NotImplementedError
+
+    def on_reset(self, env: gym.Env) -> None:
+        """Called by :class:`ShapeReward` after each reset (``env`` is the env it wraps)."""
+
+    def on_step(self, env: gym.Env, terminated: bool) -> None:
+        """Called by :class:`ShapeReward` after each step, before :meth:`value`."""
 
     def __call__(self, observation: Any, action: Any, reward: float, info: dict, step: int) -> float:
         return float(self.weight(step)) * float(self.value(observation, action, reward, info))
@@ -240,6 +262,63 @@ class RewardFn(RewardTerm):
         return float(self.fn(observation, action, reward, info))
 
 
+class Potential(RewardTerm):
+    """Potential-based shaping (Ng, Harada & Russell, 1999): ``gamma * phi(s') - phi(s)``.
+
+    Dense credit for every step that does not change which policy is optimal (for a discount
+    equal to ``gamma``; with ``gamma=1`` an episode's shaping terms add up to
+    ``phi(last) - phi(first)``, whatever the policy did in between). ``phi`` of a terminal state
+    is 0 (Ng et al.'s form) unless ``zero_terminal=False``: with a negative potential, zeroing
+    pays the last step for ending the episode, which a trainer with a short discount credits to
+    the action that failed. ``potential`` reads the state from the *unwrapped* env, since the
+    observation a text env returns is already text.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> from textgym.wrappers import ParseAction
+        >>> # CartPole: credit every push for slowing the pole's rotation (state[3], rad/s).
+        >>> spin = Potential(lambda env: -abs(env.state[3]), name="spin")
+        >>> env = ShapeReward(ParseAction(gym.make("CartPole-v1"), ["LEFT", "RIGHT"]), [Scale(1.0), spin])
+        >>> _ = env.reset(seed=0)
+        >>> _, reward, *_, info = env.step("LEFT")
+        >>> info["reward_terms"]["scale"], round(info["reward_terms"]["spin"], 3)
+        (1.0, -0.181)
+
+    Args:
+        potential: ``phi(unwrapped_env) -> float``, higher for better states.
+        gamma: the discount of the shaping (match the trainer's for exact policy invariance).
+        zero_terminal: take ``phi`` of a terminal state as 0.
+        weight: a number or a schedule over steps.
+        name: the key in ``info["reward_terms"]``.
+    """
+
+    name = "potential"
+
+    def __init__(self, potential: Callable[[gym.Env], float], gamma: float = 1.0,
+                 zero_terminal: bool = True, weight: float | Schedule = 1.0, name: str | None = None):
+        super().__init__(weight, name)
+        if not 0.0 <= gamma <= 1.0:
+            raise ValueError(f"Potential needs gamma in [0, 1], got {gamma}")
+        self.potential, self.gamma, self.zero_terminal = potential, float(gamma), bool(zero_terminal)
+        self._last: float | None = None
+        self._value = 0.0
+
+    def _phi(self, env: gym.Env) -> float:
+        return float(self.potential(env.unwrapped))
+
+    def on_reset(self, env: gym.Env) -> None:
+        self._last = self._phi(env)
+
+    def on_step(self, env: gym.Env, terminated: bool) -> None:
+        if self._last is None:
+            raise RuntimeError("Potential: step before reset")
+        new = 0.0 if terminated and self.zero_terminal else self._phi(env)
+        self._value, self._last = self.gamma * new - self._last, new
+
+    def value(self, observation, action, reward, info) -> float:
+        return self._value
+
+
 # --------------------------------------------------------------------------- wrapper
 
 
@@ -286,8 +365,16 @@ class ShapeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
             self.term_names.append(name)
         self.steps = 0
 
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        result = self.env.reset(seed=seed, options=options)
+        for term in self.terms:
+            term.on_reset(self.env)
+        return result
+
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
+        for term in self.terms:
+            term.on_step(self.env, terminated)
         values = {name: term(obs, action, reward, info, self.steps)
                   for name, term in zip(self.term_names, self.terms)}
         self.steps += 1
