@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 from pathlib import Path
@@ -38,8 +39,12 @@ EVAL_EPISODES = {"blackjack": 2000, "cartpole": 50}
 
 # Per-env settings shared by the algorithms (TrainConfig field names), then per-algorithm ones.
 SETTINGS = {
-    "blackjack": {"num_envs": 32, "episodes_per_update": 64, "minibatch_size": 64, "lr": 2e-4, "gamma": 1.0},
-    "cartpole": {"num_envs": 16, "episodes_per_update": 16, "minibatch_size": 128, "lr": 1e-4, "gamma": 0.99},
+    # lr 2e-4 without an entropy bonus collapsed to always-STICK within 2 updates; 1e-4 with a
+    # 0.05 entropy bonus keeps sampling both actions for longer. Top-8-layer LoRA: faster updates.
+    "blackjack": {"num_envs": 32, "episodes_per_update": 64, "minibatch_size": 64, "lr": 1e-4, "gamma": 1.0,
+                  "entropy_coef": 0.05, "lora_layers": 8},
+    "cartpole": {"num_envs": 16, "episodes_per_update": 16, "minibatch_size": 32, "lr": 1e-4, "gamma": 0.99,
+                 "lora_layers": 8},
 }
 ALGO_SETTINGS = {
     "reinforce": {},
@@ -68,6 +73,10 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         config["lr"] = args.lr
     if args.num_envs is not None:
         config["num_envs"] = args.num_envs
+    if args.lora_layers is not None:
+        config["lora_layers"] = args.lora_layers
+    if args.entropy_coef is not None:
+        config["entropy_coef"] = args.entropy_coef
     if algo == "grpo":
         config["episodes_per_update"] -= config["episodes_per_update"] % config["group_size"]
         config["num_envs"] = max(config["group_size"],
@@ -80,7 +89,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         log(f"  warm start on {args.warm_start}: SFT loss {losses[0]:.3f} -> {losses[-1]:.3f}")
 
     t = time.monotonic()
-    before = trainer.evaluate(episodes=eval_episodes)
+    before = _untrained_evaluation(trainer, args, env_key, eval_episodes)
     log(f"  before: greedy mean return {before['return_mean']:+.3f} over {eval_episodes} held-out episodes "
         f"({time.monotonic() - t:.0f}s)")
 
@@ -89,6 +98,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     def progress(m: dict) -> None:
         log(f"  update {m['update']:4d}  episodes {m['episodes']:6d}  return(last {trainer.config.metrics_window}) "
             f"{m['return_mean']:+8.3f}  loss {m.get('loss', float('nan')):+.4f}  kl {m.get('kl', 0):.4f}  "
+            f"entropy {m.get('entropy', float('nan')):.3f}  "
             f"{m.get('decisions_per_s', 0):5.1f} dec/s  {time.monotonic() - started:6.0f}s")
 
     history = trainer.train(episodes=args.episodes, seconds=args.minutes * 60 if args.minutes else None,
@@ -99,6 +109,11 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     after = trainer.evaluate(episodes=eval_episodes)
     log(f"  after:  greedy mean return {after['return_mean']:+.3f} over {eval_episodes} held-out episodes "
         f"({time.monotonic() - t:.0f}s)")
+    table = blackjack_policy_table(trainer.policy) if env_key == "blackjack" else None
+    if table:
+        log("  P(HIT) by your total (no usable ace):  " + "  ".join(f"{t:>4d}" for t in BLACKJACK_TOTALS))
+        for dealer, row in table.items():
+            log(f"    dealer shows {dealer:>2s}:                  " + "  ".join(f"{p:4.2f}" for p in row))
     result = {
         "env": env_id, "algorithm": algo, "model": args.model, "config": trainer.config.to_dict(),
         "train_episodes": trainer.episodes_seen, "updates": trainer.update_count,
@@ -108,10 +123,59 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         "curve": [{"episodes": m["episodes"], "wall_time": m["wall_time"], "return_mean": m["return_mean"]}
                   for m in history],
         "references": REFERENCES[env_key],
+        "policy_table": table,
     }
     if args.save_checkpoint:
         trainer.save_checkpoint()
     return result
+
+
+BLACKJACK_TOTALS = (6, 9, 11, 12, 13, 15, 16, 17, 18, 20)
+
+
+def blackjack_policy_table(policy) -> dict[str, list[float]]:
+    """P(HIT) of the trained policy (sampling temperature) for a few hands without a usable ace:
+    shows whether it plays the observation (basic strategy hits up to 11 always, and 12-16
+    against a dealer's 7 or more) or one constant action."""
+    import textgym
+    from textgym.envs.classic import BlackjackText
+
+    _, info = textgym.make("textgym/Blackjack-v1").reset(seed=0)
+    render = BlackjackText()
+    table = {}
+    for dealer in (2, 7, 10):
+        obs = [render((total, dealer, 0)) for total in BLACKJACK_TOTALS]
+        decisions = policy.act(obs, [info["system_prompt"]] * len(obs), [["STICK", "HIT"]] * len(obs),
+                               greedy=True)
+        table[str(dealer)] = [round(math.exp(d.logprob) if d.text == "HIT" else 1 - math.exp(d.logprob), 3)
+                              for d in decisions]
+    return table
+
+
+def _untrained_evaluation(trainer, args: argparse.Namespace, env_key: str, episodes: int) -> dict:
+    """The untrained policy's greedy evaluation, cached in ``<out>/untrained.json``: a fresh LoRA
+    adapter changes nothing (its B matrix starts at zero), so every algorithm starts from the
+    same numbers and a 2,000-episode evaluation is paid once, not once per algorithm."""
+    path = Path(args.out) / "untrained.json"
+    key = f"{env_key}|{args.model}|{episodes}|{trainer.config.eval_seed}|warm={args.warm_start}"
+    cache = json.loads(path.read_text()) if path.exists() else {}
+    if key not in cache:
+        cache[key] = trainer.evaluate(episodes=episodes)
+        path.write_text(json.dumps(cache, indent=1))
+    return cache[key]
+
+
+def latest_results(out: Path) -> list[dict]:
+    """The newest result per (env, algorithm) in ``<out>/learn.jsonl`` (runs may be separate processes)."""
+    path = out / "learn.jsonl"
+    if not path.exists():
+        return []
+    latest: dict[tuple[str, str], dict] = {}
+    for line in path.read_text().splitlines():
+        if line.strip():
+            r = json.loads(line)
+            latest[(r["env"], r["algorithm"])] = r
+    return list(latest.values())
 
 
 def plot(results: list[dict], out: Path) -> list[Path]:
@@ -128,20 +192,25 @@ def plot(results: list[dict], out: Path) -> list[Path]:
         runs = [r for r in results if r["env"] == env_id]
         if not runs:
             continue
-        fig, ax = plt.subplots(figsize=(7, 4.2))
-        for r in runs:
-            xs = [p["episodes"] for p in r["curve"]]
-            ys = [p["return_mean"] for p in r["curve"]]
-            line, = ax.plot(xs, ys, label=f"{r['algorithm']} (greedy eval {r['after']:+.3f})")
-            if xs:
-                ax.scatter([xs[-1]], [r["after"]], color=line.get_color(), marker="*", s=80, zorder=3)
-        for name, value in REFERENCES[env_key].items():
-            ax.axhline(value, linestyle=":", color="gray", linewidth=1)
-            ax.text(ax.get_xlim()[0], value, f" {name} {value:g}", va="bottom", fontsize=7, color="gray")
-        ax.set_xlabel("training episodes")
-        ax.set_ylabel("mean return (last 100 episodes, sampled)")
-        ax.set_title(f"{runs[0]['model']} on {env_id}")
-        ax.legend(fontsize=8)
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
+        for ax, x_key, x_label in ((axes[0], "episodes", "training episodes"),
+                                   (axes[1], "wall_time", "wall time (minutes)")):
+            scale = 60.0 if x_key == "wall_time" else 1.0
+            for r in sorted(runs, key=lambda r: r["algorithm"]):
+                xs = [p[x_key] / scale for p in r["curve"]]
+                ys = [p["return_mean"] for p in r["curve"]]
+                line, = ax.plot(xs, ys, label=f"{r['algorithm']} (greedy {r['before']:+.3f} -> {r['after']:+.3f})")
+                if xs:  # stars: greedy evaluation on held-out seeds, before and after training
+                    ax.scatter([0, xs[-1]], [r["before"], r["after"]], color=line.get_color(),
+                               marker="*", s=80, zorder=3)
+            for name, value in REFERENCES[env_key].items():
+                ax.axhline(value, linestyle=":", color="gray", linewidth=1)
+                ax.text(ax.get_xlim()[0], value, f" {name} {value:g}", va="bottom", fontsize=7, color="gray")
+            ax.set_xlabel(x_label)
+        window = runs[0]["config"].get("metrics_window", 100)
+        axes[0].set_ylabel(f"mean return (last {window} training episodes, sampled)")
+        axes[0].legend(fontsize=8)
+        fig.suptitle(f"{runs[0]['model']} on {env_id}: training return; stars = greedy held-out evaluation")
         fig.tight_layout()
         path = out / f"learn_{env_key}.png"
         fig.savefig(path, dpi=120)
@@ -164,16 +233,25 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warm-start", default=None, metavar="JSONL",
                         help="Blackjack: SFT on demonstrations first (e.g. examples/blackjack_demos.jsonl)")
+    parser.add_argument("--entropy-coef", type=float, default=None)
+    parser.add_argument("--lora-layers", type=int, default=None,
+                        help="adapt only the top N transformer layers (faster updates)")
     parser.add_argument("--save-checkpoint", action="store_true")
+    parser.add_argument("--plot-only", action="store_true",
+                        help="redraw the PNGs from <out>/learn.jsonl (newest run per env and algorithm)")
     parser.add_argument("--out", default="bench/results/learn")
     args = parser.parse_args()
+    out = Path(args.out)
+    if args.plot_only:
+        for path in plot(latest_results(out), out):
+            log(f"curve: {path}")
+        return
     if args.minutes is None and args.episodes is None:
         parser.error("give a budget: --minutes and/or --episodes")
 
     import torch
 
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     envs = list(ENVS) if args.env == "all" else [args.env]
     algos = ["reinforce", "grpo", "ppo"] if args.algo == "all" else [args.algo]
@@ -193,7 +271,7 @@ def main() -> None:
         refs = ", ".join(f"{k} {v:g}" for k, v in r["references"].items())
         log(f"{r['env']:22s} {r['algorithm']:9s} {r['train_episodes']:9d} {r['train_seconds']:8.0f} "
             f"{r['before']:+8.3f} {r['after']:+8.3f}   {refs}")
-    for path in plot(results, out):
+    for path in plot(latest_results(out), out):  # with earlier runs' other algorithms
         log(f"curve: {path}")
     log("command: " + " ".join([Path(sys.executable).name, *sys.argv]))
 
