@@ -94,8 +94,10 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         f"({time.monotonic() - t:.0f}s)")
 
     started = time.monotonic()
+    elapsed: dict[int, float] = {}  # update -> seconds of training (the trainer's clock also counts evaluation)
 
     def progress(m: dict) -> None:
+        elapsed[m["update"]] = round(time.monotonic() - started, 3)
         log(f"  update {m['update']:4d}  episodes {m['episodes']:6d}  return(last {trainer.config.metrics_window}) "
             f"{m['return_mean']:+8.3f}  loss {m.get('loss', float('nan')):+.4f}  kl {m.get('kl', 0):.4f}  "
             f"entropy {m.get('entropy', float('nan')):.3f}  "
@@ -120,8 +122,8 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         "train_seconds": round(train_seconds, 1), "eval_episodes": eval_episodes,
         "before": before["return_mean"], "after": after["return_mean"],
         "after_std": after["return_std"], "eval_seed": after["seed"],
-        "curve": [{"episodes": m["episodes"], "wall_time": m["wall_time"], "return_mean": m["return_mean"]}
-                  for m in history],
+        "curve": [{"episodes": m["episodes"], "wall_time": elapsed.get(m["update"], m["wall_time"]),
+                   "return_mean": m["return_mean"]} for m in history],
         "references": REFERENCES[env_key],
         "policy_table": table,
     }
@@ -203,9 +205,11 @@ def plot(results: list[dict], out: Path) -> list[Path]:
                 if xs:  # stars: greedy evaluation on held-out seeds, before and after training
                     ax.scatter([0, xs[-1]], [r["before"], r["after"]], color=line.get_color(),
                                marker="*", s=80, zorder=3)
-            for name, value in REFERENCES[env_key].items():
+            for i, (name, value) in enumerate(sorted(REFERENCES[env_key].items(), key=lambda kv: kv[1])):
                 ax.axhline(value, linestyle=":", color="gray", linewidth=1)
-                ax.text(ax.get_xlim()[0], value, f" {name} {value:g}", va="bottom", fontsize=7, color="gray")
+                left, right = ax.get_xlim()  # alternate sides: close references stay legible
+                ax.text(right if i % 2 else left, value, f" {name} {value:g} ", va="bottom",
+                        ha="right" if i % 2 else "left", fontsize=7, color="gray")
             ax.set_xlabel(x_label)
         window = runs[0]["config"].get("metrics_window", 100)
         axes[0].set_ylabel(f"mean return (last {window} training episodes, sampled)")

@@ -42,6 +42,8 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         # the entropy bonus slows the collapse; 32-decision minibatches give ~4 optimizer steps
         # per update and halve the memory of 64. A short metrics window: the display shows the
         # current return, not a long average.
+        # Pole-spin shaping (env_kwargs shaping=0.5, gamma 0.5), lr 4e-4 with warm-up, q/k/v-only
+        # LoRA and PPO did no better in 7-8 minute runs (bench/results/probes/README.md).
         "trainer": {"episodes_per_update": 8, "minibatch_size": 32, "gamma": 0.8,
                     "entropy_coef": 0.03, "metrics_window": 16, "lora_layers": 8},
     },
