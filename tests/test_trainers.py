@@ -282,3 +282,43 @@ def test_multi_step_episodes_of_different_lengths(algorithm, tiny_policy, countd
     with pytest.raises(ValueError, match="needs an env"):
         make_trainer(algorithm, tiny_policy, env=None, config=SMALL if algorithm != "grpo" else
                      {**SMALL, "group_size": 2}).evaluate(episodes=2)
+
+
+def test_state_centering_keeps_values_and_scales_the_shared_shift():
+    from types import SimpleNamespace
+
+    from textgym.policy import Evaluation
+    from textgym.trainers.base import centred_logprobs
+
+    # Four decisions over the same two candidates; a shared bias b shifts every state alike.
+    state_logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]])
+    actions = [0, 1, 1, 0]
+    decisions = [SimpleNamespace(candidates=[[1], [2]], action_index=a) for a in actions]
+
+    def chosen(weight):
+        bias = torch.zeros(2, requires_grad=True)
+        per_state = (state_logits + bias).log_softmax(-1)
+        ev = Evaluation(logprobs=per_state[torch.arange(4), actions][:, None],
+                        mask=torch.ones(4, 1, dtype=torch.bool), old_logprobs=torch.zeros(4, 1),
+                        entropy=torch.zeros(4), hidden=torch.zeros(4, 1),
+                        candidate_logprobs=list(per_state.unbind()))
+        out = centred_logprobs(ev, decisions, weight) if weight else ev.logprobs
+        out.sum().backward()
+        return out.detach(), bias.grad
+
+    plain, plain_grad = chosen(0.0)
+    half, half_grad = chosen(0.5)
+    full, full_grad = chosen(1.0)
+    assert torch.allclose(plain, half) and torch.allclose(plain, full)  # same values
+    assert plain_grad.abs().sum() > 0.05
+    assert torch.allclose(half_grad, 0.5 * plain_grad, atol=1e-6)
+    assert torch.allclose(full_grad, torch.zeros(2), atol=1e-6)  # no credit for a shared shift
+
+
+def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
+    with pytest.raises(ValueError, match="state_centering"):
+        ReinforceConfig(state_centering=1.5)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config={"num_envs": 4, "episodes_per_update": 8, "state_centering": 1.0})
+    metrics = trainer.train(updates=1)[0]
+    assert math.isfinite(metrics["policy_loss"])

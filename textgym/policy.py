@@ -88,6 +88,9 @@ class Evaluation:
     """``[B]`` entropy of the acting distribution (generate: mean per answer token; score: over candidates)."""
     hidden: torch.Tensor
     """``[B, H]`` last hidden state at the last prompt position (input of a value head)."""
+    candidate_logprobs: list[torch.Tensor] | None = None
+    """Score mode: per decision, the log-softmax over all its candidates (with grad); ``None`` in
+    generate mode."""
 
 
 @dataclass
@@ -799,7 +802,8 @@ class Policy:
             mask=torch.ones((len(decisions), 1), dtype=torch.bool, device=device),
             old_logprobs=torch.tensor([[d.logprob] for d in decisions], device=device),
             entropy=torch.stack(unique_entropy).index_select(0, index),
-            hidden=batch.hidden.index_select(0, index))
+            hidden=batch.hidden.index_select(0, index),
+            candidate_logprobs=[unique_logp[u] for u in row_of])
 
     def _evaluate_generate(self, decisions, prompts, prefix_length) -> Evaluation:
         answers = [list(d.answer_ids) for d in decisions]

@@ -9,6 +9,7 @@ metrics, checkpoints, and greedy evaluation on held-out seeds.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import random
@@ -106,6 +107,30 @@ def pad_units(units: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor
     out = torch.zeros(mask.shape, dtype=torch.float32, device=mask.device)
     out[mask] = torch.cat([u.float() for u in units]).to(mask.device)
     return out
+
+
+def centred_logprobs(ev: Any, decisions: Sequence[Any], weight: float) -> torch.Tensor:
+    """Score mode: the chosen candidates' log-probs ``[B, 1]`` with the shared shift of their
+    gradient scaled by ``1 - weight``.
+
+    Decisions that share a candidate set form a group; within it each candidate's log-prob
+    ``l_k(s)`` becomes ``l_k(s) - weight * (mean_s l_k - stopgrad(mean_s l_k))``: the same value,
+    but a gradient step no longer gets credit for moving ``l_k`` in every state of the group at
+    once, only for moving it in some states relative to the others.
+    """
+    chosen = list(ev.logprobs[:, 0].unbind())
+    groups: dict[tuple, list[int]] = {}
+    for row, decision in enumerate(decisions):
+        groups.setdefault(tuple(map(tuple, decision.candidates)), []).append(row)
+    for rows in groups.values():
+        if len(rows) < 2:
+            continue
+        logprobs = torch.stack([ev.candidate_logprobs[r] for r in rows])  # [n, K]
+        shift = logprobs.mean(dim=0)
+        logprobs = logprobs - weight * (shift - shift.detach())
+        for j, r in enumerate(rows):
+            chosen[r] = logprobs[j, decisions[r].action_index]
+    return torch.stack(chosen)[:, None]
 
 
 class Trainer:
@@ -412,8 +437,13 @@ class Trainer:
         return loss + self.config.kl_coef * ref_kl
 
     def evaluate_batch(self, decisions: Sequence[Any], indices: torch.Tensor) -> Any:
-        """``policy.evaluate`` on the decisions at ``indices`` (with grad)."""
-        return self.policy.evaluate([decisions[i] for i in indices.tolist()])
+        """``policy.evaluate`` on the decisions at ``indices`` (with grad), with the chosen
+        log-probs centred over the batch when ``config.state_centering`` is set."""
+        batch = [decisions[i] for i in indices.tolist()]
+        ev = self.policy.evaluate(batch)
+        if self.config.state_centering and ev.candidate_logprobs is not None:
+            ev = dataclasses.replace(ev, logprobs=centred_logprobs(ev, batch, self.config.state_centering))
+        return ev
 
     # --- warm start and online SFT ---------------------------------------------------------
 

@@ -58,6 +58,14 @@ class TrainConfig:
     the updated policy exceeds this (``None``: never stop early)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (subtracted from the loss)."""
+    state_centering: float = 0.0
+    """Score mode: how much of the update's *shared shift* to remove, in [0, 1]. Before the loss,
+    each candidate's log-prob is centred over the minibatch's decisions that share the same
+    candidates (its value is unchanged, only its gradient), so the part of the gradient that
+    moves every state's answer the same way is scaled by ``1 - state_centering``. With a small
+    model whose prompts differ in a few tokens, that shared shift dominates a noisy policy
+    gradient and the policy collapses to one action before it learns to read the state
+    (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode."""
 
     # --- model ----------------------------------------------------------------------------
     use_lora: bool = True
@@ -123,6 +131,8 @@ class TrainConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
+        if not 0.0 <= self.state_centering <= 1.0:
+            raise ValueError(f"state_centering must be in [0, 1], got {self.state_centering}")
         if self.lora_layers is not None and self.lora_layers < 1:
             raise ValueError(f"lora_layers must be >= 1 (or None for all layers), got {self.lora_layers}")
 
