@@ -316,6 +316,26 @@ def test_state_centering_keeps_values_and_scales_the_shared_shift():
 
 
 def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
+    from types import SimpleNamespace
+
+    from textgym.policy import Evaluation
+    from textgym.trainers.base import centred_logprobs
+
+    # Three decisions over candidates {1, 2}, one alone over {3, 4}: a group of one is left as is.
+    logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]], requires_grad=True)
+    per_state = logits.log_softmax(-1)
+    sets = [[[1], [2]]] * 3 + [[[3], [4]]]
+    decisions = [SimpleNamespace(candidates=c, action_index=0) for c in sets]
+    ev = Evaluation(logprobs=per_state[:, :1], mask=torch.ones(4, 1, dtype=torch.bool),
+                    old_logprobs=torch.zeros(4, 1), entropy=torch.zeros(4), hidden=torch.zeros(4, 1),
+                    candidate_logprobs=list(per_state.unbind()))
+    centred_logprobs(ev, decisions, 1.0)[3, 0].backward(retain_graph=True)
+    lone = logits.grad.clone()
+    logits.grad = None
+    per_state[3, 0].backward()
+    assert torch.allclose(lone, logits.grad)  # same gradient as without centering
+    assert lone[:3].abs().sum() == 0          # and nothing from the other group
+
     with pytest.raises(ValueError, match="state_centering"):
         ReinforceConfig(state_centering=1.5)
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
