@@ -207,7 +207,7 @@ def test_play_shows_the_prompt_and_parses_piped_answers(cli):
     assert result.exit_code == 0, result.output
     out = result.stdout
     assert "Answer with one word: LEFT or RIGHT." in out  # the system prompt the model sees
-    assert "Cart " in out and "Pole " in out                # the observation text
+    assert "Pole " in out and "; cart at " in out               # the observation text
     parses = [json.loads(line[len("parse: "):]) for line in out.splitlines()
               if line.startswith("parse: ")]
     assert [(p["action_name"], p["valid"]) for p in parses] == [

@@ -39,7 +39,7 @@ def test_gym_make_works_right_after_import_textgym_in_a_fresh_process():
     code = ("import gymnasium as gym, textgym, sys\n"
             "env = gym.make('textgym/CartPole-v1')\n"
             "obs, info = env.reset(seed=0)\n"
-            "print(info['valid_actions'], obs.startswith('Cart '), 'torch' in sys.modules)\n")
+            "print(info['valid_actions'], obs.startswith('Pole '), 'torch' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                          check=False)
     assert out.returncode == 0, out.stderr

@@ -74,7 +74,7 @@ def test_same_step_autoreset_keeps_the_final_observation_and_info():
     assert final["episode"] == {"return": returns[1], "length": 3, "invalid_count": 3}
     assert infos[0]["final_info"]["episode"] == {"return": 3.0, "length": 3, "invalid_count": 0}
     assert final["parse"]["raw"] == "nonsense" and final["parse"]["valid"] is False
-    assert infos[1]["final_observation"].startswith("Cart ")
+    assert infos[1]["final_observation"].startswith("Pole ")
     obs, rewards, terminated, truncated, infos = venv.step(["LEFT", "RIGHT"])
     assert not truncated.any() and "final_info" not in infos[0]
 

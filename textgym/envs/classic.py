@@ -71,28 +71,26 @@ class _Renderer:
 
 
 class CartPoleText(_Renderer):
-    """``Cart +0.02 center, velocity -0.15 moving left. Pole +0.09 rad leaning right, ...``.
+    """``Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.``
 
-    The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad.
+    The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad. The four
+    numbers are the full state; the one word (the pole's turning direction, the most telling
+    feature) is the only direction word, and the pole comes first. Measured with the untrained
+    SmolLM2-135M (``bench/probes/cartpole_prior.py``): with this line its preference for RIGHT
+    correlates +0.91 with the pole turning right, so RL sharpens a preference the model already
+    has; with a line that also says "leaning right", "moving left" and "center" it correlated
+    -0.01 (the words compete and the model reads none of them).
 
     Example:
         >>> CartPoleText()([0.02, -0.15, 0.09, -0.23])
-        'Cart +0.02 center, velocity -0.15 moving left. Pole +0.09 rad leaning right, spin -0.23 turning left.'
+        'Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.'
     """
 
     def __call__(self, obs: Sequence[float]) -> str:
         x, velocity, angle, spin = (float(v) for v in obs)
-        if abs(x) < 0.5:
-            where = "center"
-        else:
-            side = "right" if x > 0 else "left"
-            where = f"near {side} edge" if abs(x) > 1.6 else f"{side} of center"
-        moving = _side(velocity, 0.05, "moving left", "moving right", "still")
-        lean = "falling" if abs(angle) > 0.12 else "leaning"
-        lean = _side(angle, 0.01, f"{lean} left", f"{lean} right", "upright")
-        turning = _side(spin, 0.05, "turning left", "turning right", "steady")
-        return (f"Cart {x:+.2f} {where}, velocity {velocity:+.2f} {moving}. "
-                f"Pole {angle:+.2f} rad {lean}, spin {spin:+.2f} {turning}.")
+        turning = "left" if spin < 0 else "right"
+        return (f"Pole {angle:+.2f} rad, spin {spin:+.2f} turning {turning}; "
+                f"cart at {x:+.2f}, velocity {velocity:+.2f}.")
 
 
 class MountainCarText(_Renderer):
