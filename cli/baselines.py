@@ -20,6 +20,7 @@ from collections.abc import Callable
 import numpy as np
 
 from textgym.cli.runs import mean_and_stderr
+from textgym.outcomes import outcome_rates
 
 #: A scripted policy maps the wrapped env (to read its ``unwrapped`` state) to an action index.
 ScriptedPolicy = Callable[[Any], int]
@@ -127,7 +128,7 @@ def run_episodes(env: Any, choose: Callable[[Any, list[str]], str], episodes: in
                  seed: int) -> dict[str, Any]:
     """Play ``episodes`` episodes (seeds ``seed``, ``seed + 1``, ...) answering ``choose(env,
     valid_actions)`` at every step; returns the same statistics as a model's evaluation."""
-    returns, lengths = [], []
+    returns, lengths, outcomes = [], [], []
     invalid = decisions = 0
     for episode in range(episodes):
         _, info = env.reset(seed=seed + episode)
@@ -142,7 +143,8 @@ def run_episodes(env: Any, choose: Callable[[Any, list[str]], str], episodes: in
         stats = info.get("episode")
         returns.append(float(stats["return"]) if stats else total)
         lengths.append(int(stats["length"]) if stats else length)
-    return summarize(returns, lengths, invalid, decisions)
+        outcomes.append(info.get("outcome"))
+    return {**summarize(returns, lengths, invalid, decisions), **outcome_rates(outcomes)}
 
 
 def summarize(returns: list[float], lengths: list[int], invalid: int,

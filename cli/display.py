@@ -42,6 +42,8 @@ def stats_line(metrics: dict[str, Any]) -> str:
         f"invalid {format(invalid, '.1%') if isinstance(invalid, (int, float)) else '-'}",
         f"{_fmt(metrics.get('decisions_per_s'), '.1f')} dec/s",
     ]
+    if isinstance(metrics.get("win_rate"), (int, float)):
+        parts.insert(1, f"win {metrics['win_rate']:.0%}")
     if isinstance(metrics.get("kl"), (int, float)):
         parts.append(f"kl {metrics['kl']:.3g}")
     return " | ".join(parts)

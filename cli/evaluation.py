@@ -122,11 +122,18 @@ def _print_table(env_id: str, episodes: int, seed: int,
     table.add_column("return (mean ± s.e.)", justify="right")
     table.add_column("length", justify="right")
     table.add_column("invalid", justify="right")
+    games = any(r and "win_rate" in r for r in results.values())
+    if games:
+        table.add_column("win / draw / loss", justify="right")
     for name, result in results.items():
         if result is None:
-            table.add_row(name, "(no scripted policy for this env)", "", "")
+            table.add_row(name, "(no scripted policy for this env)", "", "", *([""] if games else []))
             continue
         stderr = result.get("return_stderr", math.nan)
-        table.add_row(name, f"{result['return_mean']:.3f} ± {stderr:.3f}",
-                      f"{result['length_mean']:.1f}", f"{result['invalid_rate']:.1%}")
+        row = [name, f"{result['return_mean']:.3f} ± {stderr:.3f}",
+               f"{result['length_mean']:.1f}", f"{result['invalid_rate']:.1%}"]
+        if games:
+            row.append(" / ".join(f"{result[k]:.0%}" for k in ("win_rate", "draw_rate", "loss_rate"))
+                       if "win_rate" in result else "")
+        table.add_row(*row)
     console.print(table)

@@ -23,6 +23,8 @@ PANELS = (
     (("invalid_rate",), "invalid-answer rate"),
     (("kl", "ref_kl"), "KL: per update (solid), to reference (dashed)"),
 )
+#: Drawn too when a run reports game outcomes (two-player games).
+OUTCOME_PANEL = (("win_rate", "loss_rate"), "win rate (solid), loss rate (dashed)")
 X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
 
 
@@ -73,10 +75,13 @@ def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None)
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
     series = [(_label(Path(run)), read_metrics(run)) for run in runs]
-    figure = Figure(figsize=(11, 12), layout="constrained")
-    axes = figure.subplots(len(PANELS), len(X_AXES), squeeze=False)
+    panels = PANELS
+    if any("win_rate" in r for _, records in series for r in records):
+        panels = (PANELS[0], OUTCOME_PANEL, *PANELS[1:])
+    figure = Figure(figsize=(11, 3 * len(panels)), layout="constrained")
+    axes = figure.subplots(len(panels), len(X_AXES), squeeze=False)
     colors = [f"C{i % 10}" for i in range(len(series))]
-    for row, (keys, name) in enumerate(PANELS):
+    for row, (keys, name) in enumerate(panels):
         for col, (x_key, x_name) in enumerate(X_AXES):
             ax = axes[row][col]
             drawn = False

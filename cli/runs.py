@@ -103,6 +103,9 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
             last_return_mean=returns[-1],
             best_return_mean=max(returns),
         )
+    wins = [r["win_rate"] for r in records if isinstance(r.get("win_rate"), (int, float))]
+    if wins:
+        summary.update(first_win_rate=wins[0], last_win_rate=wins[-1])
     for key in ("length_mean", "invalid_rate", "decisions_per_s", "kl", "entropy"):
         if key in last:
             summary[f"last_{key}"] = last[key]

@@ -586,3 +586,34 @@ def test_an_env_without_a_scripted_policy_says_so(cli, countdown_env_cls):
     finally:
         registry._INFOS.pop("clitest/Countdown-v0", None)
         gym.registry.pop("clitest/Countdown-v0", None)
+
+
+def test_eval_of_a_game_reports_win_draw_loss(cli):
+    result = cli("eval", "tictactoe", "--baseline", "random", "--baseline", "scripted",
+                 "--episodes", "6", "--json")
+    assert result.exit_code == 0, result.output
+    for stats in json.loads(result.stdout)["results"].values():
+        rates = [stats[f"{o}_rate"] for o in ("win", "draw", "loss")]
+        assert sum(rates) == pytest.approx(1.0)
+        assert stats["return_mean"] == pytest.approx(stats["win_rate"] - stats["loss_rate"])
+    table = cli("eval", "tictactoe", "--baseline", "random", "--episodes", "4")
+    assert "win / draw / loss" in table.stdout
+
+
+def test_stats_line_and_plot_show_the_win_rate_of_games(tmp_path):
+    from textgym.cli.display import stats_line
+    from textgym.cli.plotting import plot_runs
+
+    assert "win 75%" in stats_line({"return_mean": 0.5, "win_rate": 0.75, "invalid_rate": 0.0})
+    assert "win" not in stats_line({"return_mean": 20.0, "invalid_rate": 0.0})
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u,
+                    "win_rate": 0.1 * u, "loss_rate": 0.5 - 0.1 * u}) + "\n" for u in (1, 2, 3)))
+    import matplotlib.image
+
+    with_games = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
+    (tmp_path / "metrics.jsonl").write_text("".join(
+        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u})
+        + "\n" for u in (1, 2, 3)))
+    without = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
+    assert with_games.shape[0] == without.shape[0] * 5 // 4   # one more panel row: win/loss rate

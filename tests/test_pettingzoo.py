@@ -255,3 +255,27 @@ def test_views_seat_policy_opponent_and_invalid_answers():
         games.TwoPlayerGameEnv("tictactoe", opponent="genius")
     with pytest.raises(ValueError, match="unknown game"):
         games.TwoPlayerGameEnv("chess")
+
+
+def test_training_and_evaluation_on_a_game_report_win_draw_loss_rates(tiny_policy):
+    from textgym.trainers import make_trainer
+
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/TicTacToe-v0",
+                           config={"num_envs": 4, "episodes_per_update": 8, "lr": 1e-3})
+    metrics = trainer.train(updates=1)[-1]
+    rates = [metrics[f"{o}_rate"] for o in ("win", "draw", "loss")]
+    assert sum(rates) == pytest.approx(1.0)
+    # return is +1 win, -1 loss, 0 draw (the tiny model always answers a legal square in score mode)
+    assert metrics["invalid_rate"] == 0.0
+    assert metrics["return_mean"] == pytest.approx(metrics["win_rate"] - metrics["loss_rate"])
+    evaluation = trainer.evaluate(episodes=6, num_envs=3)
+    assert sum(evaluation[f"{o}_rate"] for o in ("win", "draw", "loss")) == pytest.approx(1.0)
+    assert evaluation["return_mean"] == pytest.approx(evaluation["win_rate"] - evaluation["loss_rate"])
+
+
+def test_envs_without_outcomes_report_no_win_rate(tiny_policy):
+    from textgym.trainers import make_trainer
+
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config={"num_envs": 4, "episodes_per_update": 4})
+    assert "win_rate" not in trainer.train(updates=1)[-1]

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from textgym.outcomes import outcome_of, outcome_rates
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import TrainConfig, config_for
 from textgym.trainers.losses import approx_kl, masked_mean
@@ -175,7 +176,8 @@ class Trainer:
         self._wall_time_before = 0.0  # wall time of earlier sessions of a resumed run
         self._started = time.monotonic()
         self._schedule_total = self.config.total_updates
-        self.recent: deque[tuple[float, int, int]] = deque(maxlen=self.config.metrics_window)
+        # (env return, length, invalid answers, outcome or None) of the latest episodes
+        self.recent: deque[tuple[float, int, int, str | None]] = deque(maxlen=self.config.metrics_window)
         self.replay: list[Any] = []  # episodes kept for online SFT
 
         self._init_algorithm()
@@ -307,7 +309,7 @@ class Trainer:
         decisions, steps = decisions_of(episodes)
         self.decisions_seen += len(decisions)
         for ep in episodes:
-            self.recent.append((env_return(ep), int(ep.length), int(ep.invalid_count)))
+            self.recent.append((env_return(ep), int(ep.length), int(ep.invalid_count), outcome_of(ep)))
         sft_metrics = self._maybe_online_sft(episodes)
         update_seconds = time.monotonic() - t0
 
@@ -321,6 +323,7 @@ class Trainer:
             "return_mean": float(np.mean([w[0] for w in window])),
             "length_mean": float(np.mean([w[1] for w in window])),
             "invalid_rate": sum(w[2] for w in window) / max(1, lengths),
+            **outcome_rates([w[3] for w in window]),
             **losses,
             **sft_metrics,
             "lr": self.optimizer.param_groups[0]["lr"],
@@ -485,7 +488,8 @@ class Trainer:
     # --- evaluation ----------------------------------------------------------------------------
 
     def evaluate(self, episodes: int = 100, seed: int | None = None, num_envs: int | None = None) -> dict[str, Any]:
-        """Greedy play on held-out seeds (``config.eval_seed`` by default): mean return, length, invalid rate."""
+        """Greedy play on held-out seeds (``config.eval_seed`` by default): mean return, length,
+        invalid rate, and win/draw/loss rates when the env reports outcomes (games)."""
         from textgym.rollout import collect
 
         seed = self.config.eval_seed if seed is None else seed
@@ -508,6 +512,7 @@ class Trainer:
             "return_std": float(returns.std()),
             "length_mean": float(lengths.mean()),
             "invalid_rate": invalid / max(1, int(lengths.sum())),
+            **outcome_rates([outcome_of(ep) for ep in eps]),
             "seed": seed,
         }
 
@@ -562,7 +567,8 @@ class Trainer:
         self._started = time.monotonic()
         self._schedule_total = state.get("schedule_total")
         self.recent.clear()
-        self.recent.extend(tuple(r) for r in state["recent"])
+        # checkpoints written before outcomes were tracked hold 3-tuples
+        self.recent.extend((*r, None)[:4] for r in state["recent"])
         self._load_algorithm_state(state.get("algorithm_state", {}))
         return state
 
