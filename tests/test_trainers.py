@@ -105,7 +105,27 @@ def test_target_kl_stops_epochs_early(tiny_policy):
     config = PPOConfig(**{**SMALL, "minibatch_size": 4, "lr": 1e-2}, epochs=6, target_kl=1e-6)
     trainer = make_trainer("ppo", tiny_policy, env="textgym/Bandit-v0", config=config)
     metrics = trainer.train(updates=1)[0]
-    assert 1 <= metrics["epochs"] < 6
+    assert metrics["epochs"] < 6 and metrics["optimizer_steps"] >= 1
+
+
+def test_target_kl_stops_a_single_epoch_between_minibatches(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config={**SMALL, "minibatch_size": 2, "lr": 5e-2, "epochs": 1})
+    episodes = trainer.collect().episodes
+    minibatches = -(-sum(len(ep.steps) for ep in episodes) // 2)
+    start = _adapter_weights(trainer)
+    assert trainer.update(episodes)["optimizer_steps"] == minibatches
+    with torch.no_grad():  # same start, same batch, now with a KL limit
+        for name, param in trainer.model.named_parameters():
+            if name in start:
+                param.copy_(start[name])
+    trainer.optimizer = torch.optim.AdamW(trainer._param_groups())
+    trainer.config.target_kl = 1e-5
+    metrics = trainer.update(episodes)
+    # the first step is always taken (the policy is still the rollout policy); once a minibatch
+    # shows the policy has moved past 1.5 * target_kl, the update stops without stepping on it
+    assert metrics["kl_stop"] is True
+    assert 1 <= metrics["optimizer_steps"] < minibatches and metrics["epochs"] == 0
 
 
 def test_kl_penalty_uses_reference_with_adapter_disabled(tiny_policy):

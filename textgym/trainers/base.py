@@ -349,7 +349,10 @@ class Trainer:
 
         ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and
         float statistics (``"kl"``, the approximate KL between the rollout policy and the
-        current one, drives the target-KL early stop). Each minibatch is split into
+        current one, drives the target-KL early stop: no more epochs once an epoch's mean KL
+        exceeds ``target_kl``, and, within an epoch, no more steps once a minibatch's KL exceeds
+        ``1.5 * target_kl``, as in Stable-Baselines3's PPO, so one update with a single epoch
+        cannot run away either). Each minibatch is split into
         ``gradient_accumulation_steps`` chunks whose gradients add up; the global gradient norm
         is clipped (per parameter group) before the step. A non-finite loss or gradient stops the update before
         that optimizer step (the weights stay as they were), and is logged.
@@ -358,7 +361,7 @@ class Trainer:
         epochs = cfg.epochs if epochs is None else epochs
         sums: dict[str, float] = {}
         counts: dict[str, int] = {}
-        epochs_done, stopped_nonfinite = 0, False
+        epochs_done, steps, stopped_nonfinite, stopped_kl = 0, 0, False, False
         for _ in range(epochs):
             epoch_kl: list[float] = []
             perm = torch.randperm(num_decisions)
@@ -366,6 +369,7 @@ class Trainer:
                 minibatch = perm[start:start + cfg.minibatch_size]
                 self.optimizer.zero_grad(set_to_none=True)
                 finite = True
+                minibatch_kl: list[float] = []
                 for chunk in minibatch.chunk(min(cfg.gradient_accumulation_steps, len(minibatch))):
                     loss, stats = loss_fn(chunk)
                     if not torch.isfinite(loss):
@@ -376,7 +380,12 @@ class Trainer:
                         sums[key] = sums.get(key, 0.0) + float(value)
                         counts[key] = counts.get(key, 0) + 1
                     if "kl" in stats:
-                        epoch_kl.append(float(stats["kl"]))
+                        minibatch_kl.append(float(stats["kl"]))
+                epoch_kl.extend(minibatch_kl)
+                if (finite and target_kl is not None and minibatch_kl
+                        and float(np.mean(minibatch_kl)) > 1.5 * target_kl):
+                    stopped_kl = True  # the policy already moved too far: no step on this minibatch
+                    break
                 if finite:
                     # Clip each parameter group on its own: the value head's large early gradients
                     # must not shrink the policy's step.
@@ -389,7 +398,8 @@ class Trainer:
                     stopped_nonfinite = True
                     break
                 self.optimizer.step()
-            if stopped_nonfinite:
+                steps += 1
+            if stopped_nonfinite or stopped_kl:
                 break
             epochs_done += 1
             if target_kl is not None and epoch_kl and float(np.mean(epoch_kl)) > target_kl:
@@ -397,6 +407,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         out = {key: sums[key] / counts[key] for key in sums}
         out["epochs"] = epochs_done
+        out["optimizer_steps"] = steps
+        if stopped_kl:
+            out["kl_stop"] = True
         if stopped_nonfinite:
             self.nonfinite_updates += 1
             logger.warning("update %d: non-finite loss or gradient; skipped the rest of the update "

@@ -54,8 +54,9 @@ class TrainConfig:
     """Weight of the KL penalty to the reference policy (the model with the adapter disabled).
     0 skips the reference forward pass entirely."""
     target_kl: float | None = None
-    """Stop the epochs of an update early once the approximate KL between the rollout policy and
-    the updated policy exceeds this (``None``: never stop early)."""
+    """Stop an update early once the policy has moved this far from the rollout policy
+    (approximate KL): no more epochs once an epoch's mean KL exceeds it, and no more optimizer
+    steps once a minibatch's KL exceeds 1.5 times it (``None``: never stop early)."""
     entropy_coef: float = 0.0
     """Weight of the entropy bonus (subtracted from the loss)."""
     state_centering: float = 0.0
