@@ -438,8 +438,14 @@ class Trainer:
 
     @staticmethod
     def rollout_kl(ev: Any) -> float:
-        """Approximate KL between the rollout policy and the current one over ``ev``'s units."""
-        return masked_mean(approx_kl(ev.logprobs.detach(), ev.old_logprobs), ev.mask).item()
+        """Approximate KL(rollout policy || current policy) over ``ev``'s units.
+
+        The units were sampled from the rollout policy, so the k3 estimator takes the rollout
+        log-probs as the sampling side (CleanRL's ``(ratio - 1) - log ratio``): it grows like
+        ``-log ratio`` when the update makes a sampled answer unlikely, instead of like
+        ``1 / ratio`` (which overflowed to 1e15 once a collapsing policy gave a sampled answer
+        probability 1e-16)."""
+        return masked_mean(approx_kl(ev.old_logprobs, ev.logprobs.detach()), ev.mask).item()
 
     def add_reference_kl(self, loss: torch.Tensor, ev: Any, ref: list[torch.Tensor] | None,
                          indices: torch.Tensor, stats: dict[str, float]) -> torch.Tensor:
