@@ -76,10 +76,10 @@ class CartPoleText(_Renderer):
     The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad. The four
     numbers are the full state; the one word (the pole's turning direction, the most telling
     feature) is the only direction word, and the pole comes first. Measured with the untrained
-    SmolLM2-135M (``bench/probes/cartpole_prior.py``): with this line its preference for RIGHT
-    correlates +0.91 with the pole turning right, so RL sharpens a preference the model already
-    has; with a line that also says "leaning right", "moving left" and "center" it correlated
-    -0.01 (the words compete and the model reads none of them).
+    SmolLM2-135M (``bench/probes/cartpole_prior.py``, 160 random-play states): with this line its
+    preference for RIGHT correlates +0.85 with the pole turning right, so RL sharpens a
+    preference the model already has; with a word for every number ("leaning right", "moving
+    left", "center"...) +0.11, and with the cart first +0.05 (the model reads none of them).
 
     Example:
         >>> CartPoleText()([0.02, -0.15, 0.09, -0.23])
