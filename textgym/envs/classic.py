@@ -3,7 +3,7 @@
 Each renderer turns one observation into a short line a person can read: the numbers *and*
 what they mean. What never changes (the goal, the legend, the answer format) is in the system
 prompt, which a policy encodes once; the observation is paid for at every decision, so it stays
-short (a CartPole observation is about 36 SmolLM2 tokens).
+short (a CartPole observation is about 33 SmolLM2 tokens).
 
 Every ``make_*`` function builds the real Gymnasium env and wraps it with :func:`textgym.wrap`.
 They take the Gymnasium env's own kwargs (``is_slippery=``, ``map_name=``, ``natural=``,
