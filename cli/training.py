@@ -56,7 +56,10 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
     "textgym/TicTacToe-v0": {
         # Against the random opponent, from a random seat. Rewards +1/-1/0 at the end of the game
         # (gamma 1); 64 games per update (~230 decisions), win rate over the last 128 games.
-        "episodes": 1024, "minutes": 10, "num_envs": 16, "lr": 2e-4,
+        # Measured (2026-11-23): lr 2e-4 moved the policy ~0.001 KL per update (training win rate
+        # 42% -> 53%, greedy unchanged); lr 1e-3 took it 42% -> 71% by update 4 and greedy play
+        # from 61.5% to 67.5% over 200 held-out games.
+        "episodes": 1024, "minutes": 10, "num_envs": 16, "lr": 1e-3,
         "trainer": {"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
                     "metrics_window": 128, "lora_layers": 8},
     },
