@@ -40,7 +40,7 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
         # credits each push for slowing the pole (the advantage then correlates ~0.8 with the
         # right push); 2 warm-up updates keep Adam's first steps small. Sampled return 25 -> 194
         # by update 7, greedy 201.5 on held-out seeds. Once the policy is good, an update of 16
-        # ~200-step episodes takes ~8 minutes, so the run ends a few minutes past its budget.
+        # ~200-step episodes takes ~8-9 minutes, so the run ends up to ~10 minutes past its budget.
         "trainer": {"episodes_per_update": 16, "minibatch_size": 32, "gamma": 0.3,
                     "warmup_updates": 2, "metrics_window": 16, "lora_layers": 8},
         "env_kwargs": {"shaping": 1.0},
