@@ -17,10 +17,8 @@ OUTCOMES = ("win", "draw", "loss")
 
 
 def outcome_of(episode: Any) -> str | None:
-    """The outcome an episode's last ``info`` reports (``episode.info``, or the info dict
-    itself), else ``None``."""
-    info = getattr(episode, "info", episode)
-    outcome = info.get("outcome") if isinstance(info, dict) else None
+    """The outcome an episode's last ``info`` reports, else ``None``."""
+    outcome = (getattr(episode, "info", None) or {}).get("outcome")
     return outcome if outcome in OUTCOMES else None
 
 
