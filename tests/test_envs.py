@@ -19,6 +19,7 @@ from textgym.envs.classic import (
     GridText,
     MountainCarText,
     TaxiText,
+    hit_bust_chance,
 )
 
 # TextWorld generates a game per seed (~10 s for the checker's resets): tests/test_textworld.py
@@ -94,9 +95,20 @@ def test_acrobot_text_gives_angles_and_tip_height():
 
 
 def test_blackjack_text():
-    assert BlackjackText()((14, 10, 1)) == "Your total 14 with a usable ace. Dealer shows 10."
-    assert BlackjackText()((12, 1, 0)) == "Your total 12. Dealer shows an ace."
-    assert "(bust)" in BlackjackText()((25, 7, 0))
+    assert BlackjackText()((14, 10, 1)) == "Your total 14 with a usable ace: a hit cannot bust you. Dealer shows 10."
+    assert BlackjackText()((12, 1, 0)) == "Your total 12: a hit busts you with chance 31%. Dealer shows an ace."
+    assert BlackjackText()((11, 3, 0)) == "Your total 11: a hit cannot bust you. Dealer shows 3."
+    assert BlackjackText()((21, 3, 0)).startswith("Your total 21: a hit busts you with chance 100%.")
+    assert BlackjackText()((25, 7, 0)) == "Your total 25 (bust). Dealer shows 7."
+
+
+@pytest.mark.parametrize("total", range(4, 22))
+def test_hit_bust_chance_matches_gymnasiums_deck(total):
+    # Gymnasium deals from DECK with replacement; count the cards that take the total past 21.
+    from gymnasium.envs.toy_text.blackjack import deck
+
+    assert hit_bust_chance(total) == pytest.approx(sum(total + card > 21 for card in deck) / len(deck))
+    assert hit_bust_chance(total, usable_ace=True) == 0.0
 
 
 def test_frozenlake_grid_marks_you_and_says_when_you_fell():

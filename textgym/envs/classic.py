@@ -23,7 +23,7 @@ import gymnasium as gym
 import numpy as np
 
 __all__ = [
-    "ACTION_NAMES", "AcrobotText", "BlackjackText", "CartPoleText", "GridText", "MountainCarText",
+    "ACTION_NAMES", "AcrobotText", "BlackjackText", "hit_bust_chance", "CartPoleText", "GridText", "MountainCarText",
     "TaxiText", "make_acrobot", "pole_spin_potential", "make_blackjack", "make_cartpole", "make_cliffwalking",
     "make_frozenlake", "make_mountaincar", "make_taxi",
 ]
@@ -140,14 +140,37 @@ class AcrobotText(_Renderer):
                 f"speeds {speed1:+.2f}, {speed2:+.2f}. Tip height {height:+.2f}, {trend}.")
 
 
-class BlackjackText(_Renderer):
-    """``Your total 14 with a usable ace. Dealer shows 10.``
+def hit_bust_chance(total: int, usable_ace: bool = False) -> float:
+    """Chance that one more card takes a blackjack hand over 21.
 
-    A usable ace counts 11 and can still drop to 1, so hitting cannot bust you.
+    Gymnasium's Blackjack deals from an infinite deck: 1-9 and four 10-valued cards out of 13.
+    A usable ace can drop from 11 to 1, so such a hand never busts on one card.
+
+    Example:
+        >>> round(hit_bust_chance(16), 3), hit_bust_chance(11), hit_bust_chance(16, usable_ace=True)
+        (0.615, 0.0, 0.0)
+    """
+    if usable_ace or total <= 11:
+        return 0.0
+    # values 1..10, with 10 four times as likely: bust when value > 21 - total
+    return sum(4 if value == 10 else 1 for value in range(1, 11) if value > 21 - total) / 13
+
+
+class BlackjackText(_Renderer):
+    """``Your total 14: a hit busts you with chance 46%. Dealer shows 10.``
+
+    The chance that one more card busts the hand (:func:`hit_bust_chance`) is spelled out, and
+    "cannot bust you" when it is zero (a total of 11 or less, or a usable ace, which counts 11
+    and can still drop to 1). The 135M model does not act on a bare two-digit total: with clean
+    labels ("HIT up to 11, else STICK", 3 epochs at lr 1e-3) it stays at the majority answer
+    with ``Your total 14. Dealer shows 10.`` and reaches 100% held-out accuracy in 2 epochs with
+    this wording (``bench/probes/supervised_separability.py``).
 
     Example:
         >>> BlackjackText()((14, 1, 1))
-        'Your total 14 with a usable ace. Dealer shows an ace.'
+        'Your total 14 with a usable ace: a hit cannot bust you. Dealer shows an ace.'
+        >>> BlackjackText()((16, 10, 0))
+        'Your total 16: a hit busts you with chance 62%. Dealer shows 10.'
     """
 
     def __call__(self, obs: Sequence[int]) -> str:
@@ -155,8 +178,12 @@ class BlackjackText(_Renderer):
         hand = f"Your total {total}"
         if usable_ace:
             hand += " with a usable ace"
-        if total > 21:
+        if total > 21:  # only in the final observation
             hand += " (bust)"
+        else:
+            chance = hit_bust_chance(total, usable_ace)
+            hand += (": a hit cannot bust you" if chance == 0
+                     else f": a hit busts you with chance {chance:.0%}")
         card = "an ace" if dealer == 1 else str(dealer)
         return f"{hand}. Dealer shows {card}."
 
