@@ -92,9 +92,15 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
                            env_kwargs=ENV_KWARGS[env_key])
     eval_episodes = args.eval_episodes or EVAL_EPISODES[env_key]
 
+    warm_seconds = 0.0
     if args.warm_start and env_key == "blackjack":
-        losses = trainer.warm_start(args.warm_start)
-        log(f"  warm start on {args.warm_start}: SFT loss {losses[0]:.3f} -> {losses[-1]:.3f}")
+        from textgym.trainers.config import SFTConfig
+
+        sft_config = SFTConfig(lr=args.sft_lr) if args.sft_lr else None
+        t = time.monotonic()
+        losses = trainer.warm_start(args.warm_start, config=sft_config)
+        warm_seconds = time.monotonic() - t
+        log(f"  warm start on {args.warm_start}: SFT loss {losses[0]:.3f} -> {losses[-1]:.3f} ({warm_seconds:.0f}s)")
 
     t = time.monotonic()
     before = _untrained_evaluation(trainer, args, env_key, eval_episodes)
@@ -127,7 +133,8 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     result = {
         "env": env_id, "algorithm": algo, "model": args.model, "config": trainer.config.to_dict(),
         "train_episodes": trainer.episodes_seen, "updates": trainer.update_count,
-        "train_seconds": round(train_seconds, 1), "eval_episodes": eval_episodes,
+        "train_seconds": round(train_seconds, 1), "warm_start": args.warm_start,
+        "warm_start_seconds": round(warm_seconds, 1), "eval_episodes": eval_episodes,
         "before": before["return_mean"], "after": after["return_mean"],
         "after_std": after["return_std"], "eval_seed": after["seed"],
         "curve": [{"episodes": m["episodes"], "wall_time": elapsed.get(m["update"], m["wall_time"]),
@@ -168,6 +175,8 @@ def _untrained_evaluation(trainer, args: argparse.Namespace, env_key: str, episo
     same numbers and a 2,000-episode evaluation is paid once, not once per algorithm."""
     path = Path(args.out) / "untrained.json"
     key = f"{env_key}|{args.model}|{episodes}|{trainer.config.eval_seed}|warm={args.warm_start}"
+    if args.warm_start:
+        key += f"|sft_lr={args.sft_lr}"
     if ENV_KWARGS[env_key]:
         key += f"|{json.dumps(ENV_KWARGS[env_key], sort_keys=True)}"
     cache = json.loads(path.read_text()) if path.exists() else {}
@@ -247,6 +256,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--warm-start", default=None, metavar="JSONL",
                         help="Blackjack: SFT on demonstrations first (e.g. examples/blackjack_demos.jsonl)")
+    parser.add_argument("--sft-lr", type=float, default=None,
+                        help="learning rate of the warm start's SFT (default: SFTConfig's)")
     parser.add_argument("--entropy-coef", type=float, default=None)
     parser.add_argument("--state-centering", type=float, default=None,
                         help="TrainConfig.state_centering (how much of the shared shift to remove)")

@@ -6,9 +6,13 @@ epoch. If this is slow, RL (whose per-decision signal is much noisier) cannot be
 
 Tasks:
     cartpole   256 observations from random play, label: push toward the pole's rotation
-    blackjack  every hand without a usable ace, label: HIT up to 11, else STICK
+    blackjack  every hand without a usable ace, label: HIT up to 11 (``--hit-up-to``), else STICK
+
+``--rendering old`` renders Blackjack as textgym did until 2026-11-23 (``Your total 14. Dealer
+shows 10.``) instead of the current renderer (which spells out the chance that a hit busts).
 
     python bench/probes/supervised_separability.py cartpole --lr 1e-3 --lora-layers 8 --epochs 3
+    python bench/probes/supervised_separability.py blackjack --lora-layers 8 --rendering old
 """
 
 import argparse
@@ -24,7 +28,14 @@ from textgym.trainers import make_trainer
 from textgym.trainers.sft import Demonstration, demonstration_decisions, sft_on_decisions
 
 
-def labelled(task: str) -> tuple[str, list[str], list[tuple[str, str]]]:
+def old_blackjack_text(obs) -> str:
+    """textgym's Blackjack renderer until 2026-11-23."""
+    total, dealer, usable_ace = obs
+    return (f"Your total {total}{' with a usable ace' if usable_ace else ''}. "
+            f"Dealer shows {'an ace' if dealer == 1 else dealer}.")
+
+
+def labelled(task: str, rendering: str = "textgym", hit_up_to: int = 11) -> tuple[str, list[str], list[tuple[str, str]]]:
     rng = random.Random(0)
     if task == "cartpole":
         env, render, rows = gym.make("CartPole-v1"), CartPoleText(), []
@@ -35,8 +46,8 @@ def labelled(task: str) -> tuple[str, list[str], list[tuple[str, str]]]:
             if terminated or truncated:
                 state, _ = env.reset(seed=len(rows))
         return "textgym/CartPole-v1", ["LEFT", "RIGHT"], rows
-    render = BlackjackText()
-    rows = [(render((total, dealer, 0)), "HIT" if total <= 11 else "STICK")
+    render = BlackjackText() if rendering == "textgym" else old_blackjack_text
+    rows = [(render((total, dealer, 0)), "HIT" if total <= hit_up_to else "STICK")
             for total in range(4, 22) for dealer in range(1, 11)]
     return "textgym/Blackjack-v1", ["STICK", "HIT"], rows
 
@@ -48,9 +59,12 @@ def main() -> None:
     parser.add_argument("--lora-layers", type=int, default=None)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--rendering", choices=["textgym", "old"], default="textgym",
+                        help="blackjack: the current renderer or the one before 2026-11-23")
+    parser.add_argument("--hit-up-to", type=int, default=11, help="blackjack: label HIT up to this total")
     args = parser.parse_args()
 
-    env_id, actions, rows = labelled(args.task)
+    env_id, actions, rows = labelled(args.task, args.rendering, args.hit_up_to)
     random.Random(0).shuffle(rows)
     train, test = rows[: len(rows) * 3 // 4], rows[len(rows) * 3 // 4:]
     model, tokenizer = textgym.models.load(args.model)
