@@ -220,7 +220,8 @@ def plot(results: list[dict], out: Path) -> list[Path]:
             for r in sorted(runs, key=lambda r: r["algorithm"]):
                 xs = [p[x_key] / scale for p in r["curve"]]
                 ys = [p["return_mean"] for p in r["curve"]]
-                line, = ax.plot(xs, ys, label=f"{r['algorithm']} (greedy {r['before']:+.3f} -> {r['after']:+.3f})")
+                name = r["algorithm"] + (" after SFT warm start" if r.get("warm_start") else "")
+                line, = ax.plot(xs, ys, label=f"{name} (greedy {r['before']:+.3f} -> {r['after']:+.3f})")
                 if xs:  # stars: greedy evaluation on held-out seeds, before and after training
                     ax.scatter([0, xs[-1]], [r["before"], r["after"]], color=line.get_color(),
                                marker="*", s=80, zorder=3)

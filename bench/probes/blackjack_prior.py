@@ -7,6 +7,10 @@ preference ``log P(STICK) - log P(HIT)`` with the player's total, how often its 
 agrees with "stick at 17 or more", and the mean P(STICK) at low (<= 11, hitting is always safe),
 middle (12-16) and high (>= 17) totals.
 
+Unlike CartPole, no wording tried gives the untrained model a preference that follows the hand
+(``bench/results/probes/blackjack_prior.log``): P(STICK) is ~0.1 for a total of 6 and of 20
+alike. What the current wording does give is *learnability*: ``supervised_separability.py``.
+
 Same idea as ``cartpole_prior.py``: RL sharpens a preference the model already has far more
 easily than it teaches a new one (``bench/results/probes/README.md``: with the old wording every
 trainer went to "always STICK" and stayed there).
@@ -37,7 +41,7 @@ def risk_words(s) -> str:
 
 # name -> (renderer, stick action name)
 RENDERINGS = {
-    "textgym": (BlackjackText(), "STICK"),
+    "textgym (bust chance)": (BlackjackText(), "STICK"),
     "old: total, dealer": (lambda s: f"Your total {s[0]}{' with a usable ace' if s[2] else ''}. "
                                      f"Dealer shows {card(s[1])}.", "STICK"),
     "old, STAND": (lambda s: f"Your total {s[0]}{' with a usable ace' if s[2] else ''}. "
