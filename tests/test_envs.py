@@ -111,6 +111,10 @@ def test_hit_bust_chance_matches_gymnasiums_deck(total):
     assert hit_bust_chance(total, usable_ace=True) == 0.0
 
 
+def test_hit_bust_chance_known_values():
+    assert [hit_bust_chance(t) for t in (11, 12, 16, 21)] == [0.0, 4 / 13, 8 / 13, 1.0]
+
+
 def test_frozenlake_grid_marks_you_and_says_when_you_fell():
     env = textgym.make("textgym/FrozenLake-v1", is_slippery=False)
     obs, info = env.reset(seed=0)

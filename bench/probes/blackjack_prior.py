@@ -23,6 +23,7 @@ import torch
 
 import textgym
 from textgym.envs.classic import BlackjackText, hit_bust_chance
+from supervised_separability import old_blackjack_text  # bench/probes/ is on sys.path when run
 
 SYSTEM = ("Play blackjack: finish closer to 21 than the dealer without going over. HIT takes "
           "a card, {stick} stops.")
@@ -39,24 +40,18 @@ def risk_words(s) -> str:
     return f"Your total {s[0]}: a hit {risk}. Dealer shows {card(s[1])}."
 
 
-# name -> (renderer, stick action name)
-RENDERINGS = {
-    "textgym (bust chance)": (BlackjackText(), "STICK"),
-    "old: total, dealer": (lambda s: f"Your total {s[0]}{' with a usable ace' if s[2] else ''}. "
-                                     f"Dealer shows {card(s[1])}.", "STICK"),
-    "old, STAND": (lambda s: f"Your total {s[0]}{' with a usable ace' if s[2] else ''}. "
-                             f"Dealer shows {card(s[1])}.", "STAND"),
-    "points short of 21": (lambda s: f"Your total {s[0]}, {21 - s[0]} short of 21. "
-                                     f"Dealer shows {card(s[1])}.", "STICK"),
-    "bust chance %": (lambda s: f"Your total {s[0]}: a hit busts you with chance "
-                                f"{hit_bust_chance(s[0], bool(s[2])):.0%}. Dealer shows {card(s[1])}.",
-                      "STICK"),
-    "bust chance %, STAND": (lambda s: f"Your total {s[0]}: a hit busts you with chance "
-                                       f"{hit_bust_chance(s[0], bool(s[2])):.0%}. "
-                                       f"Dealer shows {card(s[1])}.", "STAND"),
-    "risk words": (risk_words, "STICK"),
-    "risk words, STAND": (risk_words, "STAND"),
+RENDERERS = {
+    "textgym (bust chance)": BlackjackText(),
+    "old: total, dealer": old_blackjack_text,
+    "points short of 21": lambda s: f"Your total {s[0]}, {21 - s[0]} short of 21. Dealer shows {card(s[1])}.",
+    "bust chance %": lambda s: (f"Your total {s[0]}: a hit busts you with chance "
+                                f"{hit_bust_chance(s[0], bool(s[2])):.0%}. Dealer shows {card(s[1])}."),
+    "risk words": risk_words,
 }
+# name -> (renderer, stick action name): each wording with STICK, some also with STAND.
+RENDERINGS = {name: (render, "STICK") for name, render in RENDERERS.items()}
+RENDERINGS.update({f"{name}, STAND": (RENDERERS[name], "STAND")
+                   for name in ("old: total, dealer", "bust chance %", "risk words")})
 
 STATES = [(total, dealer, ace) for total in range(4, 22) for dealer in range(1, 11) for ace in (0, 1)
           if not (ace and total < 12)]

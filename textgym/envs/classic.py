@@ -21,6 +21,7 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium.envs.toy_text.blackjack import deck as BLACKJACK_DECK
 
 __all__ = [
     "ACTION_NAMES", "AcrobotText", "BlackjackText", "hit_bust_chance", "CartPoleText", "GridText", "MountainCarText",
@@ -143,17 +144,16 @@ class AcrobotText(_Renderer):
 def hit_bust_chance(total: int, usable_ace: bool = False) -> float:
     """Chance that one more card takes a blackjack hand over 21.
 
-    Gymnasium's Blackjack deals from an infinite deck: 1-9 and four 10-valued cards out of 13.
+    Gymnasium's Blackjack deals with replacement from its ``deck`` (1-9 and four 10-valued cards).
     A usable ace can drop from 11 to 1, so such a hand never busts on one card.
 
     Example:
         >>> round(hit_bust_chance(16), 3), hit_bust_chance(11), hit_bust_chance(16, usable_ace=True)
         (0.615, 0.0, 0.0)
     """
-    if usable_ace or total <= 11:
+    if usable_ace:
         return 0.0
-    # values 1..10, with 10 four times as likely: bust when value > 21 - total
-    return sum(4 if value == 10 else 1 for value in range(1, 11) if value > 21 - total) / 13
+    return sum(total + card > 21 for card in BLACKJACK_DECK) / len(BLACKJACK_DECK)
 
 
 class BlackjackText(_Renderer):
