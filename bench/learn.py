@@ -84,6 +84,8 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         config["entropy_coef"] = args.entropy_coef
     if args.state_centering is not None:
         config["state_centering"] = args.state_centering
+    if args.grpo_credit is not None and algo == "grpo":
+        config["credit"] = args.grpo_credit
     if algo == "grpo":
         config["episodes_per_update"] -= config["episodes_per_update"] % config["group_size"]
         config["num_envs"] = max(config["group_size"],
@@ -187,15 +189,16 @@ def _untrained_evaluation(trainer, args: argparse.Namespace, env_key: str, episo
 
 
 def latest_results(out: Path) -> list[dict]:
-    """The newest result per (env, algorithm) in ``<out>/learn.jsonl`` (runs may be separate processes)."""
+    """The newest result per (env, algorithm, GRPO credit) in ``<out>/learn.jsonl`` (runs may be
+    separate processes)."""
     path = out / "learn.jsonl"
     if not path.exists():
         return []
-    latest: dict[tuple[str, str], dict] = {}
+    latest: dict[tuple[str, str, str | None], dict] = {}
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            latest[(r["env"], r["algorithm"])] = r
+            latest[(r["env"], r["algorithm"], r["config"].get("credit"))] = r
     return list(latest.values())
 
 
@@ -217,10 +220,11 @@ def plot(results: list[dict], out: Path) -> list[Path]:
         for ax, x_key, x_label in ((axes[0], "episodes", "training episodes"),
                                    (axes[1], "wall_time", "wall time (minutes)")):
             scale = 60.0 if x_key == "wall_time" else 1.0
-            for r in sorted(runs, key=lambda r: r["algorithm"]):
+            for r in sorted(runs, key=lambda r: (r["algorithm"], r["config"].get("credit") or "")):
                 xs = [p[x_key] / scale for p in r["curve"]]
                 ys = [p["return_mean"] for p in r["curve"]]
-                name = r["algorithm"] + (" after SFT warm start" if r.get("warm_start") else "")
+                name = r["algorithm"] + (", turn credit" if r["config"].get("credit") == "turn" else "")
+                name += " after SFT warm start" if r.get("warm_start") else ""
                 line, = ax.plot(xs, ys, label=f"{name} (greedy {r['before']:+.3f} -> {r['after']:+.3f})")
                 if xs:  # stars: greedy evaluation on held-out seeds, before and after training
                     ax.scatter([0, xs[-1]], [r["before"], r["after"]], color=line.get_color(),
@@ -262,6 +266,9 @@ def main() -> None:
     parser.add_argument("--entropy-coef", type=float, default=None)
     parser.add_argument("--state-centering", type=float, default=None,
                         help="TrainConfig.state_centering (how much of the shared shift to remove)")
+    parser.add_argument("--grpo-credit", choices=["episode", "turn"], default=None,
+                        help="GRPOConfig.credit: the episode's advantage on every decision, or each "
+                             "decision's return-to-go against the group's at the same turn")
     parser.add_argument("--lora-layers", type=int, default=None,
                         help="adapt only the top N transformer layers (faster updates)")
     parser.add_argument("--save-checkpoint", action="store_true")

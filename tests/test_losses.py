@@ -17,6 +17,7 @@ from textgym.trainers.losses import (
     masked_mean,
     normalize,
     returns_to_go,
+    turn_group_advantages,
 )
 
 
@@ -53,6 +54,21 @@ def test_group_advantages_normalise_within_each_group():
     assert torch.allclose(adv[0], torch.tensor([expected, -expected, expected, -expected]), atol=1e-4)
     assert adv[1].tolist() == [0.0, 0.0, 0.0, 0.0]  # all equal: no signal
     assert group_advantages(returns, scale=False)[0].tolist() == [0.5, -0.5, 0.5, -0.5]
+
+
+def test_turn_group_advantages_compare_members_at_the_same_turn():
+    # Member returns-to-go: A = [3, 1, 0], B = [1, 2], C = [2]
+    # turn 0: mean 2 -> A +1, B -1, C 0; turn 1: mean 1.5 -> A -0.5, B +0.5; turn 2: only A -> 0
+    group = [torch.tensor([3.0, 1.0, 0.0]), torch.tensor([1.0, 2.0]), torch.tensor([2.0])]
+    centred = turn_group_advantages(group, scale=False)
+    assert [c.tolist() for c in centred] == [[1.0, -0.5, 0.0], [-1.0, 0.5], [0.0]]
+    # scaled: divided by the population std of those six centred values
+    std = torch.tensor([1.0, -0.5, 0.0, -1.0, 0.5, 0.0]).std(correction=0)
+    scaled = turn_group_advantages(group)
+    assert torch.allclose(torch.cat(scaled), torch.tensor([1.0, -0.5, 0.0, -1.0, 0.5, 0.0]) / std, atol=1e-5)
+    # identical members: no signal anywhere
+    same = turn_group_advantages([torch.tensor([1.0, 2.0])] * 3)
+    assert all(a.tolist() == [0.0, 0.0] for a in same)
 
 
 def test_gae_by_hand():

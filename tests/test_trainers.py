@@ -198,6 +198,37 @@ def test_grpo_groups_share_their_start(tiny_policy):
     assert len({ep.seed for ep in episodes}) == 4
 
 
+def test_grpo_turn_credit_uses_each_groups_returns_to_go(tiny_policy, countdown_env_cls, monkeypatch):
+    import textgym.trainers.grpo as grpo_module
+    from textgym.vector import TextVectorEnv
+
+    seen, original = [], grpo_module.turn_group_advantages
+
+    def spy(group, scale=True):
+        seen.append([g.tolist() for g in group])
+        return original(group, scale=scale)
+
+    monkeypatch.setattr(grpo_module, "turn_group_advantages", spy)
+    venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
+    trainer = make_trainer("grpo", tiny_policy, env=venv,
+                           config=GRPOConfig(**{**SMALL, "group_size": 2}, credit="turn", gamma=0.5))
+    rollout = trainer.collect()
+    metrics = trainer.update(rollout.episodes, rollout.stats)
+    assert math.isfinite(metrics["loss"]) and metrics["decisions"] == sum(ep.length for ep in rollout.episodes)
+
+    def to_go(ep):  # discounted by hand
+        out, running = [], 0.0
+        for step in reversed(ep.steps):
+            running = float(step.reward) + 0.5 * running
+            out.insert(0, running)
+        return out
+
+    eps = rollout.episodes
+    assert seen == [[to_go(eps[g]), to_go(eps[g + 1])] for g in range(0, len(eps), 2)]
+    with pytest.raises(ValueError, match="credit"):
+        GRPOConfig(credit="step")
+
+
 def test_full_fine_tuning_changes_base_weights(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**SMALL, use_lora=False, kl_coef=0.1))

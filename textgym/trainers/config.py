@@ -171,6 +171,12 @@ class GRPOConfig(TrainConfig):
     """Clip range of the importance ratio against the rollout log-probs."""
     scale_rewards: bool = True
     """Divide group-centred returns by the group's std (``False``: only subtract the mean)."""
+    credit: str = "episode"
+    """How decisions get their advantage. ``"episode"``: every decision carries its episode's
+    group-normalised return (the original GRPO; suits one final reward). ``"turn"``: each decision's
+    discounted return-to-go (``gamma``) minus the group's mean return-to-go at the same turn, so a
+    push that kept the pole up gets more credit than one that dropped it in the same episode
+    (suits per-step rewards, e.g. CartPole)."""
 
     algorithm = "grpo"
 
@@ -178,6 +184,8 @@ class GRPOConfig(TrainConfig):
         super().__post_init__()
         if self.group_size < 2:
             raise ValueError(f"group_size must be >= 2, got {self.group_size}")
+        if self.credit not in ("episode", "turn"):
+            raise ValueError(f"credit must be 'episode' or 'turn', got {self.credit!r}")
         if self.episodes_per_update % self.group_size:
             raise ValueError(
                 f"episodes_per_update ({self.episodes_per_update}) must be a multiple of "

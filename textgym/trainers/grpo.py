@@ -3,7 +3,8 @@
 Each update resets the vector env so that every block of ``group_size`` sub-envs shares one env
 seed (same start state), plays one episode per sub-env, and gives each episode the advantage
 ``(return - group mean) / group std``. Every decision of an episode carries its episode's
-advantage. The policy then takes several epochs of clipped-ratio steps against the log-probs
+advantage; with ``credit="turn"``, each decision instead gets its return-to-go relative to the
+group's mean return-to-go at the same turn (per-step credit for envs with per-step rewards). The policy then takes several epochs of clipped-ratio steps against the log-probs
 recorded at rollout time, with an optional KL penalty to the reference policy.
 
 Example:
@@ -27,7 +28,7 @@ import torch
 
 from textgym.trainers.base import Trainer
 from textgym.trainers.config import GRPOConfig
-from textgym.trainers.losses import clipped_surrogate, group_advantages
+from textgym.trainers.losses import clipped_surrogate, group_advantages, returns_to_go, turn_group_advantages
 
 
 class GRPOTrainer(Trainer):
@@ -79,11 +80,17 @@ class GRPOTrainer(Trainer):
         returns = torch.tensor([float(ep.return_) for ep in episodes], dtype=torch.float32)
         if skipped := self.skip_nonfinite(returns):
             return skipped
-        episode_adv = group_advantages(returns.view(-1, G), scale=cfg.scale_rewards).view(-1)
-
-        # 2. Every decision of an episode carries the episode's advantage.
         decisions = [step.decision for ep in episodes for step in ep.steps]
-        advantages = torch.cat([episode_adv[i].repeat(len(ep.steps)) for i, ep in enumerate(episodes)])
+        if cfg.credit == "episode":
+            # 2. Every decision of an episode carries the episode's advantage.
+            episode_adv = group_advantages(returns.view(-1, G), scale=cfg.scale_rewards).view(-1)
+            advantages = torch.cat([episode_adv[i].repeat(len(ep.steps)) for i, ep in enumerate(episodes)])
+        else:
+            # 2'. Each decision: its return-to-go relative to the group's at the same turn.
+            to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma)
+                     for ep in episodes]
+            advantages = torch.cat([adv for g in range(0, len(episodes), G)
+                                    for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = self.reference_units(decisions) if cfg.kl_coef else None

@@ -75,6 +75,34 @@ def group_advantages(returns: torch.Tensor, scale: bool = True, eps: float = 1e-
     return centred / (returns.std(dim=1, keepdim=True) + eps)
 
 
+def turn_group_advantages(group: list[torch.Tensor], scale: bool = True, eps: float = 1e-6) -> list[torch.Tensor]:
+    """Per-decision GRPO advantages within one group: each return-to-go minus the group's mean
+    return-to-go at the same turn.
+
+    Members that have already ended do not count in the mean of later turns, so a turn that only
+    one member reached gets advantage 0. With ``scale``, the centred values are divided by their
+    std over the whole group (all members and turns).
+
+    Args:
+        group: one ``Tensor[T_i]`` of returns-to-go per member (episodes from the same start).
+        scale: divide by the group's std of the centred values (``False``: only centre).
+        eps: added to the std.
+
+    Example:
+        >>> turn_group_advantages([torch.tensor([3.0, 1.0]), torch.tensor([1.0])], scale=False)
+        [tensor([1., 0.]), tensor([-1.])]
+    """
+    turns = max(len(r) for r in group)
+    padded = torch.full((len(group), turns), float("nan"))
+    for i, r in enumerate(group):
+        padded[i, : len(r)] = r.float()
+    centred = padded - padded.nanmean(dim=0, keepdim=True)
+    if scale:
+        alive = centred[~centred.isnan()]
+        centred = centred / (alive.std(correction=0) + eps)
+    return [centred[i, : len(r)] for i, r in enumerate(group)]
+
+
 def gae(rewards: torch.Tensor, values: torch.Tensor, last_value: float, gamma: float,
         lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over one episode (Schulman et al., 2016).
