@@ -4,8 +4,9 @@ Each update resets the vector env so that every block of ``group_size`` sub-envs
 seed (same start state), plays one episode per sub-env, and gives each episode the advantage
 ``(return - group mean) / group std``. Every decision of an episode carries its episode's
 advantage; with ``credit="turn"``, each decision instead gets its return-to-go relative to the
-group's mean return-to-go at the same turn (per-step credit for envs with per-step rewards). The policy then takes several epochs of clipped-ratio steps against the log-probs
-recorded at rollout time, with an optional KL penalty to the reference policy.
+group's mean return-to-go at the same turn (per-step credit for envs with per-step rewards). The
+policy then takes several epochs of clipped-ratio steps against the log-probs recorded at rollout
+time, with an optional KL penalty to the reference policy.
 
 Example:
     >>> import textgym
