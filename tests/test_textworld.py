@@ -157,6 +157,19 @@ def test_truncation_at_step_limit(game_dir):
     assert flags == [False, False, True]
 
 
+def test_seeds_cover_the_pool_once_each(game_dir):
+    """reset(seed=s) plays game s % pool, so seeds 0..pool-1 evaluate every game exactly once."""
+    env = make(game_dir)
+    files = [env.reset(seed=s)[1]["game_file"] for s in range(2 * POOL)]
+    expected = [str(tw.generate_game(s % POOL, cache_dir=game_dir, **GEN)) for s in range(2 * POOL)]
+    assert files == expected
+    by_files = tw.make_textworld(game_files=game_dir)
+    listed = by_files.unwrapped.game_files
+    assert [by_files.reset(seed=s)[1]["game_file"] for s in range(POOL)] == listed
+    # an unseeded reset still draws from the pool
+    assert env.reset()[1]["game_file"] in expected
+
+
 def test_game_files_folder_and_list(game_dir):
     env = tw.make_textworld(game_files=game_dir)
     files = env.unwrapped.game_files

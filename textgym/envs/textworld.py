@@ -229,12 +229,13 @@ class TextWorldEnv(gym.Env):
         nb_objects: minimum objects in a generated game.
         quest_length: commands the generated quest needs.
         theme: TextWorld's grammar theme.
-        games: size of the pool of generated games: game seeds ``first_game .. first_game + games - 1``,
-            one picked by the env's RNG at each reset (``reset(seed=s)`` always picks the same).
+        games: size of the pool of generated games: game seeds ``first_game .. first_game + games - 1``.
+            ``reset(seed=s)`` plays game ``first_game + s % games`` (seeds ``0 .. games - 1`` play
+            each game once); ``reset()`` picks one with the env's RNG.
             ``None``: every reset plays a fresh game whose seed is drawn from the env's RNG.
         first_game: the first game seed of the pool (use disjoint pools for train and test games).
         game_files: play these existing games instead of generating: a folder (its ``*.z1``-``*.z8``
-            files, sorted) or a list of files. Each reset picks one with the env's RNG.
+            files, sorted) or a list of files, picked as the ``games`` pool is.
         max_episode_steps: commands per episode before ``truncated``.
         invalid_policy: ``"penalty"``, ``"default"``, ``"retry"`` or ``"terminate"`` (module docstring).
         invalid_penalty: reward added for an answer that names no admissible command.
@@ -316,14 +317,18 @@ class TextWorldEnv(gym.Env):
                                  "use .z8 games (tw-make ... --format z8)")
         return files
 
-    def _pick_game(self) -> str:
-        if self.game_files is not None:
-            return self.game_files[int(self.np_random.integers(len(self.game_files)))]
-        if self.games is None:
-            seed = int(self.np_random.integers(2**31 - 1))
+    def _pick_game(self, seed: int | None) -> str:
+        # A seeded reset plays game ``seed % pool`` so that seeds 0..pool-1 play every game once
+        # (an evaluation covers the pool exactly); an unseeded one draws from the env's RNG.
+        pool = len(self.game_files) if self.game_files is not None else self.games
+        if pool is not None:
+            index = int(seed) % pool if seed is not None else int(self.np_random.integers(pool))
+            if self.game_files is not None:
+                return self.game_files[index]
+            game_seed = self.first_game + index
         else:
-            seed = self.first_game + int(self.np_random.integers(self.games))
-        return str(generate_game(seed, cache_dir=self.cache_dir, **self.generation))
+            game_seed = int(self.np_random.integers(2**31 - 1))
+        return str(generate_game(game_seed, cache_dir=self.cache_dir, **self.generation))
 
     def _start(self, game_file: str):
         """A started textworld env for ``game_file`` (kept open: a few games are reused)."""
@@ -381,7 +386,7 @@ class TextWorldEnv(gym.Env):
     # -- Gymnasium API ----------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        self.game_file = self._pick_game()
+        self.game_file = self._pick_game(seed)
         self._game = self._start(self.game_file)
         self._state = self._game.reset()
         self.objective = (self._state.get("objective") or "").strip()
