@@ -81,7 +81,9 @@ def test_observation_is_clean_and_contract_holds(game_dir):
     assert "-= " in obs                                 # the room title stays
     assert obs.endswith(".") and "Commands: " in obs
     assert info["valid_actions"] and all(isinstance(c, str) for c in info["valid_actions"])
-    assert "Task: " in info["system_prompt"] and "TextWorld" in info["system_prompt"]
+    task = info["system_prompt"].split("Task: ", 1)[1]
+    assert task == env.unwrapped.objective and len(task.split()) >= 4
+    assert "TextWorld" not in task and "TextWorld" not in obs   # the greeting is trimmed away
     assert env.observation_space.contains(obs)
     obs, reward, terminated, truncated, info = env.step(info["valid_actions"][0])
     assert set(info["parse"]) >= {"raw", "action", "action_name", "parser", "valid", "invalid_count", "policy"}
@@ -94,6 +96,23 @@ def test_clean_feedback_strips_boilerplate():
     end = ("You win.\n\n*** The End ***\n\nWould you like to RESTART, RESTORE a saved game, QUIT or "
            "UNDO the last command?\n>   -= Kitchen =-1/2")
     assert tw.clean_feedback(end) == "You win.\n\n*** The End ***"
+
+
+def test_clean_objective_keeps_the_instructions_only():
+    assert tw.clean_objective("Hey, thanks for coming over to TextWorld! Please eat the carrot.") == \
+        "Please eat the carrot."
+    text = ("Welcome to TextWorld! Here is your task for today. First off, go south. "
+            "Then, close the box within the study. That's it!")
+    assert tw.clean_objective(text) == "First off, go south. Then, close the box within the study. That's it!"
+    assert tw.clean_objective("Your objective is to close the safe.") == "Your objective is to close the safe."
+    assert tw.clean_objective("Welcome to TextWorld!") == "Welcome to TextWorld!"   # nothing else: kept
+
+
+def test_task_in_the_first_observation_when_not_in_the_system_prompt(game_dir):
+    env = make(game_dir, task_in_system_prompt=False)
+    obs, info = env.reset(seed=0)
+    assert obs.startswith(env.unwrapped.objective + "\n\n-= ")
+    assert "Task: " not in info["system_prompt"] and obs.count(env.unwrapped.objective) == 1
 
 
 def test_check_env(game_dir):

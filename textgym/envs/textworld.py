@@ -67,6 +67,7 @@ __all__ = [
     "INVALID_POLICIES",
     "TextWorldEnv",
     "clean_feedback",
+    "clean_objective",
     "generate_game",
     "make_textworld",
     "register_envs",
@@ -201,6 +202,22 @@ def clean_feedback(text: str) -> str:
     text = re.sub(r"\n{3,}", "\n\n", text).strip()
     text = re.sub(r"^>\s*", "", text)
     return text
+
+
+_GREETING = re.compile(r"TextWorld|^Here is (your task for today|how to play)\s*[.!]$", re.IGNORECASE)
+
+
+def clean_objective(text: str) -> str:
+    """A generated game's objective without its greeting sentences (those naming TextWorld,
+    "Here is how to play!"): the instructions are kept word for word, the prompt gets shorter.
+
+    Example:
+        >>> clean_objective("Welcome to TextWorld! Here is how to play! First, go south. That's it!")
+        "First, go south. That's it!"
+    """
+    sentences = re.split(r"(?<=[.!?])\s+", text.strip())
+    kept = [s for s in sentences if not _GREETING.search(s)]
+    return " ".join(kept) if kept else text.strip()
 
 
 _NOT_TYPED = re.compile(r"[^a-z0-9 ,'-]+")   # the interpreter reads "\x" as its own escape commands
@@ -389,18 +406,17 @@ class TextWorldEnv(gym.Env):
         self.game_file = self._pick_game(seed)
         self._game = self._start(self.game_file)
         self._state = self._game.reset()
-        self.objective = (self._state.get("objective") or "").strip()
+        raw_objective = (self._state.get("objective") or "").strip()
+        self.objective = clean_objective(raw_objective)
         self._steps = 0
         self._invalid_count = 0
         self._retries = 0
         self._score = int(self._state.get("score") or 0)
         text = clean_feedback(self._state.get("feedback") or "")
-        if self.task_in_system_prompt and self.objective and text.startswith(self.objective):
-            text = text[len(self.objective):].strip()
-        elif self.task_in_system_prompt and self.objective:
-            text = text.replace(self.objective, "").strip()
-        if not self.task_in_system_prompt and self.objective and self.objective not in text:
-            text = f"{self.objective}\n\n{text}"
+        if raw_objective:  # the game opens with its objective: take it out, put the cleaned one back
+            text = text.replace(raw_objective, "").strip()
+            if not self.task_in_system_prompt:
+                text = f"{self.objective}\n\n{text}"
         self._obs = self._observation(text)
         return self._obs, self._info()
 
