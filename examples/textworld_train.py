@@ -67,6 +67,8 @@ def main() -> None:
     parser.add_argument("--episodes-per-update", type=int, default=16)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--normalization", default="sum", choices=["sum", "token", "word"],
+                        help="how a command's token log-probs become its score (textgym.Policy)")
     parser.add_argument("--lora-layers", type=int, default=8, help="adapt only the top N transformer layers")
     parser.add_argument("--gamma", type=float, default=0.9, help="discount: a quicker win is worth more")
     parser.add_argument("--entropy-coef", type=float, default=0.0)
@@ -108,7 +110,8 @@ def main() -> None:
     random_train, random_test = random_win_rate(train_games), random_win_rate(test_games)
     print(f"random player: win rate {random_train:.2f} on training games, {random_test:.2f} on held-out games")
 
-    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed)
+    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed,
+                                            normalization=args.normalization)
     before_train = model_win_rate(policy, train_games, args.num_envs)
     before_test = model_win_rate(policy, test_games, args.num_envs)
     print(f"before: win rate {before_train[0]:.2f} on training games, {before_test[0]:.2f} on held-out games",
