@@ -63,12 +63,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (textgym.models.load)")
     parser.add_argument("--algorithm", default="reinforce", choices=["reinforce", "grpo", "ppo"])
-    parser.add_argument("--updates", type=int, default=24)
+    parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--episodes-per-update", type=int, default=16)
     parser.add_argument("--num-envs", type=int, default=8)
     parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--normalization", default="sum", choices=["sum", "token", "word"],
+    parser.add_argument("--normalization", default="token", choices=["sum", "token", "word"],
                         help="how a command's token log-probs become its score (textgym.Policy)")
+    parser.add_argument("--temperature", type=float, default=1.0,
+                        help="sampling temperature while training (greedy evaluation ignores it)")
     parser.add_argument("--lora-layers", type=int, default=8, help="adapt only the top N transformer layers")
     parser.add_argument("--gamma", type=float, default=0.9, help="discount: a quicker win is worth more")
     parser.add_argument("--entropy-coef", type=float, default=0.0)
@@ -111,7 +113,7 @@ def main() -> None:
     print(f"random player: win rate {random_train:.2f} on training games, {random_test:.2f} on held-out games")
 
     policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed,
-                                            normalization=args.normalization)
+                                            normalization=args.normalization, temperature=args.temperature)
     before_train = model_win_rate(policy, train_games, args.num_envs)
     before_test = model_win_rate(policy, test_games, args.num_envs)
     print(f"before: win rate {before_train[0]:.2f} on training games, {before_test[0]:.2f} on held-out games",
@@ -123,11 +125,14 @@ def main() -> None:
                                    "lr": args.lr, "lora_layers": args.lora_layers, "gamma": args.gamma,
                                    "entropy_coef": args.entropy_coef, "seed": args.seed})
     train_started = time.time()
-    for metrics in trainer.train(updates=args.updates):
+
+    def report(metrics: dict) -> None:
         print(f"update {metrics['update']:3d}  return {metrics['return_mean']:+.2f}  "
               f"length {metrics['length_mean']:.2f}  loss {metrics.get('loss', float('nan')):+.3f}  "
               f"entropy {metrics.get('entropy', float('nan')):.2f}  "
               f"{metrics.get('decisions_per_s', 0):.1f} decisions/s", flush=True)
+
+    trainer.train(updates=args.updates, callback=report)
     train_seconds = time.time() - train_started
 
     after_train = model_win_rate(policy, train_games, args.num_envs)
