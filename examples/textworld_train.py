@@ -7,7 +7,7 @@ measured greedily, each game played once, on the training games and on ``--test-
 never trained on, beside a random player (uniform over the admissible commands, same step limit).
 
 Run (the default setting: one-room games whose quest needs one command, at most 3 commands per
-game; about 15 minutes on 2 cores):
+game; about 9 minutes on 2 cores):
     python examples/textworld_train.py
 Longer quests:
     python examples/textworld_train.py --world-size 1 --quest-length 2 --max-steps 4
@@ -63,10 +63,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (textgym.models.load)")
     parser.add_argument("--algorithm", default="reinforce", choices=["reinforce", "grpo", "ppo"])
-    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--episodes-per-update", type=int, default=16)
     parser.add_argument("--num-envs", type=int, default=8)
-    parser.add_argument("--lr", type=float, default=2e-4)
+    parser.add_argument("--lr", type=float, default=1e-3)
     parser.add_argument("--normalization", default="token", choices=["sum", "token", "word"],
                         help="how a command's token log-probs become its score (textgym.Policy)")
     parser.add_argument("--temperature", type=float, default=1.0,
