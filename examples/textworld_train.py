@@ -31,14 +31,13 @@ from textgym.rollout import collect
 from textgym.trainers import make_trainer
 
 
-def model_win_rate(policy, env_kwargs: dict, num_envs: int) -> tuple[float, float]:
-    """Greedy win rate and mean return, every game of the pool played once (seeds 0..games-1)."""
+def model_win_rate(policy, env_kwargs: dict, num_envs: int) -> float:
+    """Greedy win rate, every game of the pool played once (seeds 0..games-1)."""
     games = env_kwargs["games"]
     venv = textgym.make_vec("textgym/TextWorld-v0", num_envs=min(num_envs, games), seed=0, **env_kwargs)
     rollout = collect(policy, venv, episodes=games, seed=0, greedy=True)
     venv.close()
-    wins = [bool(ep.info.get("won")) for ep in rollout.episodes]
-    return float(np.mean(wins)), float(np.mean([ep.env_return for ep in rollout.episodes]))
+    return float(np.mean([bool(ep.info.get("won")) for ep in rollout.episodes]))
 
 
 def random_win_rate(env_kwargs: dict, repeats: int = 20, seed: int = 0) -> float:
@@ -116,7 +115,7 @@ def main() -> None:
                                             normalization=args.normalization, temperature=args.temperature)
     before_train = model_win_rate(policy, train_games, args.num_envs)
     before_test = model_win_rate(policy, test_games, args.num_envs)
-    print(f"before: win rate {before_train[0]:.2f} on training games, {before_test[0]:.2f} on held-out games",
+    print(f"before: win rate {before_train:.2f} on training games, {before_test:.2f} on held-out games",
           flush=True)
 
     trainer = make_trainer(args.algorithm, policy, env="textgym/TextWorld-v0", out_dir=args.out_dir,
@@ -137,15 +136,15 @@ def main() -> None:
 
     after_train = model_win_rate(policy, train_games, args.num_envs)
     after_test = model_win_rate(policy, test_games, args.num_envs)
-    print(f"after:  win rate {after_train[0]:.2f} on training games, {after_test[0]:.2f} on held-out games")
-    print(f"win rate on training games {before_train[0]:.2f} -> {after_train[0]:.2f}, "
-          f"held-out {before_test[0]:.2f} -> {after_test[0]:.2f} (random {random_train:.2f} / {random_test:.2f}); "
+    print(f"after:  win rate {after_train:.2f} on training games, {after_test:.2f} on held-out games")
+    print(f"win rate on training games {before_train:.2f} -> {after_train:.2f}, "
+          f"held-out {before_test:.2f} -> {after_test:.2f} (random {random_train:.2f} / {random_test:.2f}); "
           f"{trainer.episodes_seen} training episodes in {train_seconds / 60:.1f} min, "
           f"{(time.time() - started) / 60:.1f} min in all", flush=True)
     if args.out_dir:
         results = {"args": vars(args), "random": {"train": random_train, "test": random_test},
-                   "before": {"train": before_train[0], "test": before_test[0]},
-                   "after": {"train": after_train[0], "test": after_test[0]},
+                   "before": {"train": before_train, "test": before_test},
+                   "after": {"train": after_train, "test": after_test},
                    "training_episodes": trainer.episodes_seen, "training_seconds": round(train_seconds, 1)}
         Path(args.out_dir, "results.json").write_text(json.dumps(results, indent=1) + "\n")
 
