@@ -266,7 +266,8 @@ class Policy:
     def from_pretrained(cls, name_or_path: str = _models.DEFAULT_MODEL, mode: str = "score", *,
                         lora: bool = False, lora_r: int = 8, lora_alpha: int | None = None,
                         lora_dropout: float = 0.0, lora_target_modules: Sequence[str] | None = None,
-                        device: str | torch.device | None = None, dtype: torch.dtype | None = None,
+                        device: str | torch.device | None = None,
+                        dtype: str | torch.dtype | None = None, quantize: str | None = None,
                         **policy_kwargs: Any) -> Policy:
         """Load a model by name (see :func:`textgym.models.load`) and wrap it in a policy.
 
@@ -278,11 +279,12 @@ class Policy:
             lora_r: LoRA rank. lora_alpha: LoRA scale numerator (default ``2 * lora_r``).
             lora_dropout: LoRA dropout (default 0: acting and re-scoring see the same function).
             lora_target_modules: override the registry's target modules.
-            device, dtype: see :func:`textgym.models.load`.
+            device, dtype, quantize: see :func:`textgym.models.load` (default: CUDA if available,
+                else CPU; bf16 on a bf16-capable GPU, else fp32; not quantized).
             **policy_kwargs: passed to :class:`Policy` (temperature, normalization, seed, ...);
                 generate-mode defaults come from the registry.
         """
-        model, tokenizer = _models.load(name_or_path, device=device, dtype=dtype)
+        model, tokenizer = _models.load(name_or_path, device=device, dtype=dtype, quantize=quantize)
         entry = _models.spec(name_or_path)
         if lora:
             model = _wrap_lora(model, r=lora_r, alpha=lora_alpha or 2 * lora_r, dropout=lora_dropout,
@@ -372,8 +374,10 @@ class Policy:
 
     @classmethod
     def load(cls, directory: str | os.PathLike, device: str | torch.device | None = None,
-             dtype: torch.dtype | None = None, **overrides: Any) -> Policy:
-        """Load a policy written by :meth:`save` (the base model is loaded by name for an adapter)."""
+             dtype: str | torch.dtype | None = None, quantize: str | None = None,
+             **overrides: Any) -> Policy:
+        """Load a policy written by :meth:`save` (the base model is loaded by name for an adapter;
+        ``device``, ``dtype`` and ``quantize`` as in :func:`textgym.models.load`)."""
         folder = Path(directory)
         settings_file = folder / _POLICY_FILE
         if not settings_file.is_file():
@@ -383,7 +387,7 @@ class Policy:
         if lora:
             if name is None:
                 raise ValueError(f"{folder}: the adapter's base model name was not recorded")
-            model, _ = _models.load(name, device=device, dtype=dtype)
+            model, _ = _models.load(name, device=device, dtype=dtype, quantize=quantize)
             from transformers import AutoTokenizer
             tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
             from peft import PeftModel  # lazy: importing peft takes seconds
@@ -391,7 +395,8 @@ class Policy:
                 warnings.simplefilter("ignore", FutureWarning)
                 model = PeftModel.from_pretrained(model, folder / "adapter", is_trainable=True)
         else:
-            model, tokenizer = _models.load(str(folder / "model"), device=device, dtype=dtype)
+            model, tokenizer = _models.load(str(folder / "model"), device=device, dtype=dtype,
+                                            quantize=quantize)
         model.eval()
         return cls(model, tokenizer, name=name, **{**settings, **overrides})
 
