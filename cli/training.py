@@ -70,9 +70,11 @@ ENV_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
 
-# What a resumed run may change: its budget and how it reports. Everything else (env, model,
-# algorithm and its settings) comes from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes")
+# What a resumed run may change: its budget, how it reports, and where and in which precision
+# the model runs. Everything else (env, model, quantization, algorithm and its settings) comes
+# from the run's checkpoint.
+_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes",
+                         "device", "dtype")
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
@@ -188,16 +190,18 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str, seed: int | None = None) -> Any:
-    """Check the model name, load it and wrap it in a ``textgym.Policy`` (errors -> CLIError)."""
+def build_policy(model_name: str, mode: str, seed: int | None = None, device: str | None = None,
+                 dtype: str | None = None, quantize: str | None = None) -> Any:
+    """Check the model name, device, precision and quantization, load the model and wrap it in a
+    ``textgym.Policy`` (errors -> CLIError)."""
     from textgym.cli.modelcheck import check_model
 
-    check_model(model_name)
+    source = check_model(model_name, device, dtype, quantize)
     import textgym
     from textgym import models
 
     try:
-        model, tokenizer = models.load(model_name)
+        model, tokenizer = models.load(source, device=device, dtype=dtype, quantize=quantize)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
     # name: recorded in checkpoints; seed: reproducible sampling
@@ -257,9 +261,13 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
               f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
               f"run folder {run_dir}", flush=True)
     loading = time.monotonic()
-    policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
+    policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
+                          quantize=cfg.quantize)
     if not quiet:
-        print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s", flush=True)
+        weights = next(policy.model.parameters())
+        print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
+              f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
+              f"{', ' + cfg.quantize if cfg.quantize else ''})", flush=True)
 
     from textgym.trainers import make_trainer
 
