@@ -136,6 +136,9 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
         check_option_names(config.device, config.dtype, config.quantize)
     except ModelError as exc:
         raise CLIError(f"{where}: {exc}") from None
+    if config.quantize is not None and not config.lora:
+        raise CLIError(f"{where}: a {config.quantize} model trains through a LoRA adapter only: "
+                       "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
     return config

@@ -49,7 +49,7 @@ class Baseline(str, Enum):
 # --device/--dtype/--quantize of the commands that load a model; textgym.models checks the values.
 _DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps."
 _DTYPE_HELP = "auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16, float16."
-_QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; on a CUDA GPU)."
+_QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; textgym[quantize])."
 
 
 @app.callback()

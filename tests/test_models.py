@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib.machinery
+import importlib.util
 import sys
 import time
 import types
@@ -208,18 +209,41 @@ def test_an_unavailable_device_is_one_line_before_loading():
             models.load("tiny", device=device)
 
 
-@pytest.mark.skipif(sys.modules.get("bitsandbytes") is not None, reason="bitsandbytes is installed")
 def test_quantize_needs_bitsandbytes_on_a_device_it_supports(monkeypatch):
-    if importlib.util.find_spec("bitsandbytes") is None:
-        with pytest.raises(models.ModelError, match=r"needs bitsandbytes.*pip install 'textgym\[quantize\]'"):
-            models.load("tiny", device="cpu", quantize="4bit")
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # as if bitsandbytes were not installed
+                        lambda name, *args: None if name == "bitsandbytes" else find_spec(name, *args))
+    with pytest.raises(models.ModelError, match=r"needs bitsandbytes.*pip install 'textgym\[quantize\]'"):
+        models.load("tiny", device="cpu", quantize="4bit")
+    monkeypatch.setattr(importlib.util, "find_spec", find_spec)
     # with a bitsandbytes build that supports CUDA only, the CPU is refused in one line
     fake = types.ModuleType("bitsandbytes")
     fake.__spec__ = importlib.machinery.ModuleSpec("bitsandbytes", None)
-    fake.__version__, fake.supported_torch_devices = "0.49.0", {"cuda"}
+    fake.__version__, fake.supported_torch_devices = "0.45.0", {"cuda"}
     monkeypatch.setitem(sys.modules, "bitsandbytes", fake)
     with pytest.raises(models.ModelError, match="needs a device of type cuda; the device is cpu"):
         models.resolve_placement("cpu", quantize="8bit")
+
+
+@pytest.mark.parametrize("quantize", ["4bit", "8bit"])
+def test_a_quantized_model_trains_a_lora_adapter(quantize, tmp_path, tiny_model_and_tokenizer):
+    bitsandbytes = pytest.importorskip("bitsandbytes")  # the optional 'quantize' extra
+    if "cpu" not in getattr(bitsandbytes, "supported_torch_devices", ()):
+        pytest.skip(f"bitsandbytes {bitsandbytes.__version__} has no CPU backend")
+    model, tokenizer = tiny_model_and_tokenizer
+    model.save_pretrained(tmp_path / "m")
+    tokenizer.save_pretrained(tmp_path / "m")
+    quantized, _ = models.load(str(tmp_path / "m"), device="cpu", dtype="bfloat16", quantize=quantize)
+    assert getattr(quantized, f"is_loaded_in_{quantize}")
+    assert type(quantized.model.layers[0].self_attn.q_proj).__module__.startswith("bitsandbytes")
+    policy = textgym.Policy(models.prepare_for_kbit_training(quantized), tokenizer, seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=ReinforceConfig(
+        num_envs=4, episodes_per_update=8, minibatch_size=8, lr=1e-3))
+    adapter = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    losses = [m["loss"] for m in trainer.train(updates=2)]
+    assert all(torch.isfinite(torch.tensor(losses)))
+    after = dict(trainer.model.named_parameters())
+    assert adapter and any(not torch.equal(adapter[n], after[n]) for n in adapter)
 
 
 def test_an_unquantized_model_needs_no_kbit_preparation(tiny_model_and_tokenizer):

@@ -63,12 +63,16 @@ def test_bad_device_dtype_and_quantize_are_one_line_and_write_nothing(cli, tmp_p
     assert not run.exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("bitsandbytes") is not None,
-                    reason="bitsandbytes is installed")
-def test_quantize_without_bitsandbytes_is_one_line(cli, tmp_path):
+def test_quantize_without_bitsandbytes_is_one_line(cli, tmp_path, monkeypatch):
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",  # as if bitsandbytes were not installed
+                        lambda name, *args: None if name == "bitsandbytes" else find_spec(name, *args))
     line = one_error_line(cli("train", "bandit", "--model", "tiny", "--quantize", "4bit",
                               "--out", tmp_path / "run"))
     assert "needs bitsandbytes" in line and "pip install 'textgym[quantize]'" in line
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--quantize", "8bit", "--full",
+                              "--out", tmp_path / "run"))
+    assert "LoRA adapter only" in line
     assert not (tmp_path / "run").exists()
 
 

@@ -32,8 +32,8 @@ Device, precision and quantization (:func:`resolve_placement`):
   float16 on the CPU is allowed with a warning (slow; bfloat16 or float32 are the CPU choices).
 * ``quantize``: ``None``, ``"4bit"`` (NF4 with double quantization, the QLoRA recipe) or
   ``"8bit"``, through bitsandbytes (``pip install 'textgym[quantize]'``) on a device its build
-  supports (CUDA). Train a LoRA adapter on such a model after
-  :func:`prepare_for_kbit_training`.
+  supports (``bitsandbytes.supported_torch_devices``: CUDA; recent builds the CPU too). Train a
+  LoRA adapter on such a model after :func:`prepare_for_kbit_training`.
 
 This module imports torch, transformers and huggingface_hub only inside the functions that need
 them, so :func:`check_option_names` costs nothing.
@@ -432,7 +432,7 @@ def _check_quantize(quantize: str | None, device: torch.device) -> None:
     if device.type not in supported:
         raise ModelError(f"quantize={quantize!r} (bitsandbytes {bitsandbytes.__version__}) needs a "
                          f"device of type {' or '.join(sorted(supported))}; the device is "
-                         f"{device} (use --device cuda, or no quantization)")
+                         f"{device} (use another device, or no quantization)")
 
 
 def resolve_placement(device: str | torch.device | None = "auto",
