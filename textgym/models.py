@@ -466,7 +466,7 @@ def _bitsandbytes_config(placement: Placement) -> Any:
 def _pretrained_options(placement: Placement, local_files_only: bool = False) -> dict[str, Any]:
     """``from_pretrained`` keywords: weights read straight into the precision and onto the
     device (no fp32 copy on the host first), quantized when asked."""
-    options: dict[str, Any] = {"dtype": placement.dtype, "device_map": {"": placement.device}}
+    options: dict[str, Any] = {"dtype": placement.dtype, "device_map": {"": str(placement.device)}}
     if placement.quantize is not None:
         options["quantization_config"] = _bitsandbytes_config(placement)
     if local_files_only:
