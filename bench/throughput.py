@@ -13,7 +13,7 @@ Peak memory is the process's resident set size (RSS, from /proc/self/statm sampl
 during each phase: it includes the model weights and Python, not only tensors.
 
 Usage:
-    python bench/throughput.py                       # the full measurement (a few minutes)
+    python bench/throughput.py --json bench/results/throughput.json   # the full measurement
     python bench/throughput.py --decisions 32 --gen-decisions 16 --baseline-decisions 4   # quick check
 """
 
@@ -158,7 +158,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--baseline-tokens", type=int, default=32, help="new tokens per baseline decision")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the figures to this file (the recorded run: "
+                             "bench/results/throughput.json)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
