@@ -49,7 +49,9 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *args: An
 
 
 def _fail(message: str, exit_code: int) -> None:
-    print(f"textgym: error: {_one_line(message)}", file=sys.stderr, flush=True)
+    from textgym.cli.messages import say
+
+    say(f"textgym: error: {_one_line(message)}", style="bold red", err=True)
     sys.exit(exit_code)
 
 

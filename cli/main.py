@@ -187,8 +187,10 @@ def plot(
     """Learning curves (return, length, invalid rate, KL vs episodes and wall time) as a PNG."""
     from textgym.cli import plotting
 
+    from textgym.cli.messages import say
+
     path = plotting.plot_runs(runs, out)
-    typer.echo(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

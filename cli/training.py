@@ -23,6 +23,7 @@ from textgym.cli import runs
 from textgym.cli.display import LiveDisplay
 from textgym.cli.envtools import resolve_env
 from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
+from textgym.cli.messages import say
 from textgym.cli.runs import with_stderr
 
 #: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
@@ -101,8 +102,8 @@ class _Interrupts:
     def request(self) -> None:
         if not self.requested:
             self.requested = True
-            self.display.log("[yellow]Stopping after this update to save a checkpoint "
-                             "(Ctrl-C again to quit without saving).[/]")
+            self.display.log("Stopping after this update to save a checkpoint "
+                             "(Ctrl-C again to quit without saving).", style="yellow")
 
     def _handle(self, signum: int, frame: Any) -> None:
         if self.requested:
@@ -253,13 +254,13 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         _check_demonstrations(cfg.sft)
 
     if not quiet:
-        print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
-              f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
-              f"run folder {run_dir}", flush=True)
+        say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+            f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
+            f"run folder {run_dir}")
     loading = time.monotonic()
     policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
     if not quiet:
-        print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s", flush=True)
+        say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
 
     from textgym.trainers import make_trainer
 
@@ -270,7 +271,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
         dropped = _trim_metrics(run_dir, trainer.update_count)
         if dropped and not quiet:
-            print(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
+            say(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
     else:
         runs.prepare_new(run_dir, force=force)
         (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
@@ -305,13 +306,13 @@ def _check_demonstrations(path: str) -> None:
 
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
     if not quiet:
-        print(f"textgym: supervised warm-up on {cfg.sft}", flush=True)
+        say(f"textgym: supervised warm-up on {cfg.sft}")
     try:
         losses = trainer.warm_start(cfg.sft)
     except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"bad SFT file {cfg.sft}: {exc}") from exc
     if not quiet and losses:
-        print(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}", flush=True)
+        say(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}")
 
 
 def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
@@ -378,9 +379,9 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         if not quiet:
             why = ("stopped" if status == "interrupted"
                    else f"time budget of {cfg.minutes:g} min reached")
-            print(f"textgym: {why} after update {summary.get('updates')} "
-                  f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
-                  f"Continue with: textgym train --resume {run_dir}", flush=True)
+            say(f"textgym: {why} after update {summary.get('updates')} "
+                f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
+                f"Continue with: textgym train --resume {run_dir}")
         if status == "interrupted":
             raise typer.Exit(EXIT_INTERRUPTED)
         return
@@ -388,8 +389,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
         trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
         updates = summary.get("updates")
-        print(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
-              f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}", flush=True)
+        say(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
+            f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
 
 
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,

@@ -474,7 +474,28 @@ def test_live_display_on_a_terminal_shows_progress_stats_and_samples():
     assert "update 1 sample:" not in out
 
 
-def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
+def test_live_display_keeps_bar_count_and_eta_readable_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.display import LiveDisplay
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80, color_system=None)
+    metrics = {**_metrics(3, 120), "win_rate": 0.5, "kl": 0.00123, "length_mean": 21.4}
+    with LiveDisplay(total=400, console=console, description="ConnectFour-v3") as display:
+        display.update(metrics)
+    # the last frame: the bar line, then the statistics on their own line
+    frame = buffer.getvalue().rsplit("\x1b[2K", 1)[-1].splitlines()
+    bar, stats = frame[0], frame[1]
+    assert len(bar) <= 80 and len(stats) <= 80
+    assert bar.startswith("ConnectFour-v3 ━") and "120/400 episodes" in bar
+    assert "eta 0:00:" in bar or "eta -:--:--" in bar
+    assert stats.startswith("update 3 | return 0.75 | win 50% | len 21.4 | invalid 12.5%")
+
+
+def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet():
     import io
 
     from rich.console import Console
@@ -489,13 +510,36 @@ def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
         with display:
             for update in range(1, 51):          # 2 episodes per update
                 display.update(_metrics(update, 2 * update))
-            display.log("a message")
-    lines = capsys.readouterr().out.splitlines()
+            display.log("Stopping after this update.", style="yellow")
+    assert quiet.console.file.getvalue() == ""
+    lines = plain.console.file.getvalue().splitlines()
     progress = [line for line in lines if line.startswith("update ")]
     assert len(progress) == 10                    # one line per tenth of the run, not 50
     assert progress[0].startswith("update 5: 10/100 episodes | return 1.25 |")
     assert progress[-1].startswith("update 50: 100/100 episodes")
-    assert lines.count("a message") == 1          # from the plain display; the quiet one is silent
+    assert lines[-1] == "Stopping after this update."  # no markup, no colour codes
+
+
+def test_messages_are_styled_on_a_terminal_and_plain_elsewhere():
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.messages import say, styled
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, color_system="standard")
+    pipe = Console(file=io.StringIO(), force_terminal=False)
+    for console in (terminal, pipe):
+        say("Stopping after this update.", style="yellow", console=console)
+        say(styled(("update 2 sample:", "dim"), " runs/[bold]x -> 'cat'"), console=console)
+    assert pipe.file.getvalue() == ("Stopping after this update.\n"
+                                    "update 2 sample: runs/[bold]x -> 'cat'\n")
+    shown = terminal.file.getvalue()
+    assert "\x1b[33mStopping after this update.\x1b[0m" in shown   # yellow on a terminal
+    assert "runs/[bold]x" in shown                 # text is never read as markup
+    # a long line stays one line in a log file (no wrapping at the console width)
+    say("x" * 300, console=pipe)
+    assert pipe.file.getvalue().splitlines()[-1] == "x" * 300
 
 
 def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_config):
