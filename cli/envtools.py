@@ -41,11 +41,29 @@ def resolve_env(name: str) -> str:
     )
 
 
+def _reason(exc: Exception) -> str:
+    # Gymnasium appends "was raised from the environment creator for <id> with kwargs (...)".
+    return str(exc).split(" was raised from the environment creator", 1)[0]
+
+
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
     import textgym
 
     try:
         return textgym.make(env_id, **kwargs)
-    except TypeError as exc:
-        raise CLIError(f"cannot make {env_id} with {kwargs}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
+
+
+def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Make the env once with the run's ``[env_kwargs]`` and close it, so an unknown or bad
+    setting fails in milliseconds, before a model loads or a run folder is written (making a
+    text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
+    import textgym
+
+    try:
+        env = textgym.make(env_id, **env_kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
+    env.close()

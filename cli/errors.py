@@ -8,6 +8,7 @@ line) or ``TEXTGYM_DEBUG=1`` prints the full traceback instead.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -36,6 +37,22 @@ class CLIError(Exception):
     def __init__(self, message: str, exit_code: int = EXIT_ERROR):
         super().__init__(message)
         self.exit_code = exit_code
+
+
+_OS_ERROR_REASONS = {
+    errno.EACCES: "no permission to write there",
+    errno.EPERM: "no permission to write there",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.ENAMETOOLONG: "the name is too long",
+}
+
+
+def os_error_reason(exc: OSError) -> str:
+    """What an OSError means for the user, in plain words (no class name, no errno)."""
+    return _OS_ERROR_REASONS.get(exc.errno, exc.strerror or str(exc))
 
 
 def _one_line(message: str) -> str:

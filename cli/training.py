@@ -21,9 +21,10 @@ import typer
 from textgym.cli import config as run_config
 from textgym.cli import runs
 from textgym.cli.display import LiveDisplay
-from textgym.cli.envtools import resolve_env
+from textgym.cli.envtools import check_env_kwargs, resolve_env
 from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
 from textgym.cli.messages import say
+from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
 
 #: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
@@ -232,67 +233,96 @@ def _trim_metrics(run_dir: Path, updates_done: int) -> int:
 def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,
         resume: Path | None = None, force: bool = False, quiet: bool = False,
         stop_after: int | None = None) -> None:
-    """The ``train`` command (see the module docstring)."""
+    """The ``train`` command (see the module docstring).
+
+    Every check (config, run folder, env settings, SFT file) comes before the model loads and
+    before anything is written; then the run folder is created (a new run) and locked for the
+    session."""
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, flags, out)
-        checkpoint = run_dir / CHECKPOINT
-        from textgym.trainers.checkpoint import checkpoint_dir
-
-        try:
-            checkpoint_dir(checkpoint)
-        except FileNotFoundError:
-            raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
+        env_kwargs = _checkpoint_env_kwargs(run_dir)
     else:
         cfg = _new_config(file_layer, flags)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
-        runs.check_new(run_dir, force)  # before the slow model load; nothing touched yet
+        runs.check_new(run_dir, force)
+        env_kwargs = cfg.env_kwargs
+    check_env_kwargs(cfg.env, env_kwargs)
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
+    check_model(cfg.model)
 
-    if not quiet:
-        say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
-            f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
-            f"run folder {run_dir}")
-    loading = time.monotonic()
-    policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
-    if not quiet:
-        say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
+    with runs.claim(run_dir, new=resume is None):
+        if not quiet:
+            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+                f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
+                f"run folder {run_dir}")
+        loading = time.monotonic()
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
+        if not quiet:
+            say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
+        if resume is not None:
+            trainer = _resume_trainer(cfg, policy, run_dir, quiet)
+        else:
+            trainer = _new_trainer(cfg, trainer_config, policy, run_dir, force, quiet)
+        _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
 
+
+def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
+    """The env settings a resumed run's checkpoint makes its envs with (CLIError: none yet)."""
+    from textgym.trainers.checkpoint import read_state
+
+    try:
+        state = read_state(run_dir / CHECKPOINT)
+    except FileNotFoundError:
+        raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"cannot resume: unreadable checkpoint in {run_dir}: {exc}") from exc
+    env_kwargs = state.get("env_kwargs") or {}
+    if not isinstance(env_kwargs, dict):
+        raise CLIError(f"cannot resume: the checkpoint in {run_dir} has malformed env_kwargs")
+    return env_kwargs
+
+
+def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, run_dir: Path,
+                 force: bool, quiet: bool) -> Any:
+    """A trainer for a new run in the locked folder ``run_dir``; writes config.toml."""
     from textgym.trainers import make_trainer
 
-    if resume is not None:
-        trainer = _resume_trainer(run_dir / CHECKPOINT, policy, run_dir)
-        resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
-        if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
-            (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
-        dropped = _trim_metrics(run_dir, trainer.update_count)
-        if dropped and not quiet:
-            say(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
-    else:
-        runs.prepare_new(run_dir, force=force)
-        (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
-        trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
-                               out_dir=run_dir, **_env_kwargs_arg(cfg))
-        if cfg.sft:
-            _warm_start(trainer, cfg, quiet)
-    _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
+    if force:
+        runs.empty_for_new_run(run_dir)
+    trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
+                           out_dir=run_dir, **_env_kwargs_arg(cfg))
+    (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+    if cfg.sft:
+        _warm_start(trainer, cfg, quiet)
+    return trainer
 
 
 def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
     return {"env_kwargs": dict(cfg.env_kwargs)} if cfg.env_kwargs else {}
 
 
-def _resume_trainer(checkpoint: Path, policy: Any, run_dir: Path) -> Any:
+def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet: bool) -> Any:
+    """The trainer of the run in the locked folder ``run_dir``, from its checkpoint."""
     from textgym.trainers import Trainer
 
+    checkpoint = run_dir / CHECKPOINT
     try:
-        return Trainer.resume(checkpoint, policy=policy, out_dir=run_dir)
+        # env: the id checked by _resume_config, never the one trainer_state.json names.
+        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
+    resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
+    if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+        (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
+    dropped = _trim_metrics(run_dir, trainer.update_count)
+    if dropped and not quiet:
+        say(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
+    return trainer
 
 
 def _check_demonstrations(path: str) -> None:

@@ -1,0 +1,175 @@
+"""Tests of run-folder hardening in ``textgym train``: one writer per run folder, checks before
+anything is loaded or written, a run folder that never chooses code to import, metrics and
+TensorBoard that stay whole across resumes, and SIGTERM handled like Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from textgym.cli.main import app
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# The tiny random model on the one-step bandit, 8 episodes per update: an update takes ~0.1 s.
+FAST = 'model = "tiny"\nnum_envs = 8\nepisodes = 8\n[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n'
+
+
+@pytest.fixture
+def cli():
+    runner = CliRunner()
+
+    def invoke(*args):
+        return runner.invoke(app, [str(a) for a in args])
+
+    return invoke
+
+
+@pytest.fixture
+def fast_config(tmp_path):
+    path = tmp_path / "fast.toml"
+    path.write_text(FAST)
+    return path
+
+
+@pytest.fixture
+def no_model_load(monkeypatch):
+    """Make loading a model fail loudly: a test using this proves a check came first."""
+    from textgym.cli import training
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the model was loaded before the check")
+
+    monkeypatch.setattr(training, "build_policy", refuse)
+
+
+def one_error_line(result) -> str:
+    assert result.exit_code != 0, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("textgym: error: "), lines[0]
+    assert "Traceback" not in result.output
+    return lines[0]
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes), folders as empty entries."""
+    return {str(p.relative_to(folder)): (p.read_bytes() if p.is_file() else b"")
+            for p in sorted(folder.rglob("*"))}
+
+
+def lines_of(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+# --- one writer per run folder ------------------------------------------------------------------
+
+HOLD_LOCK = ("import sys, time\n"
+             "from textgym.cli.runlock import RunLock\n"
+             "RunLock(sys.argv[1]).acquire()\n"
+             "print('locked', flush=True)\n"
+             "time.sleep(120)\n")
+
+
+def test_a_second_writer_is_refused_and_a_stale_lock_is_taken_over(cli, tmp_path, fast_config):
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", fast_config, "--out", run, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert not (run / ".textgym.lock").exists()          # released at the end of the run
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK, str(run)],
+                              stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = snapshot(run)
+        for args in (("--resume", run, "--episodes", 16),
+                     ("bandit", "--config", fast_config, "--out", run, "--force")):
+            result = cli("train", *args)
+            line = one_error_line(result)
+            assert f"run folder {run} is in use by another textgym process (PID {holder.pid})" \
+                in line
+            assert result.stdout == ""                    # refused before loading anything
+            assert snapshot(run) == before
+    finally:
+        holder.kill()                                     # SIGKILL: its lock file stays behind
+        holder.wait()
+    assert (run / ".textgym.lock").read_text().strip() == str(holder.pid)
+
+    # the dead PID's lock is stale: the next session takes it over and trains
+    result = cli("train", "--resume", run, "--episodes", 16, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
+    assert not (run / ".textgym.lock").exists()
+
+
+def test_run_lock_is_exclusive_and_released():
+    import tempfile
+
+    from textgym.cli.errors import CLIError
+    from textgym.cli.runlock import RunLock, lock_holder
+
+    folder = Path(tempfile.mkdtemp())
+    with RunLock(folder) as lock:
+        assert lock.held and lock_holder(folder) == os.getpid()
+        # flock is per open file: a second lock in the same process is refused too
+        with pytest.raises(CLIError, match=f"PID {os.getpid()}"):
+            RunLock(folder).acquire()
+    assert lock_holder(folder) is None and list(folder.iterdir()) == []
+
+
+# --- checks before anything is loaded or written ----------------------------------------------
+
+
+def test_unknown_env_kwarg_fails_before_the_model_loads(cli, tmp_path, no_model_load):
+    config = tmp_path / "c.toml"
+    config.write_text('model = "tiny"\n[env_kwargs]\nshapping = 1.0\n')
+    run = tmp_path / "run"
+    result = cli("train", "cartpole", "--config", config, "--out", run)
+    line = one_error_line(result)
+    assert result.exit_code == 1
+    assert line.startswith("textgym: error: bad [env_kwargs] for textgym/CartPole-v1: ")
+    assert "'shapping'" in line and "was raised from" not in line
+    assert result.stdout == "" and not run.exists()
+    # a bad value of a known setting too
+    config.write_text('model = "tiny"\n[env_kwargs]\nshaping = -1.0\n')
+    line = one_error_line(cli("train", "cartpole", "--config", config, "--out", run))
+    assert "bad [env_kwargs] for textgym/CartPole-v1: shaping must be >= 0" in line
+    assert not run.exists()
+
+
+def test_out_under_a_file_or_in_an_unwritable_folder(cli, tmp_path, no_model_load):
+    a_file = tmp_path / "notes.txt"
+    a_file.write_text("keep me")
+    result = cli("train", "bandit", "--model", "tiny", "--out", a_file / "runs" / "r1")
+    line = one_error_line(result)
+    assert result.exit_code == 1
+    assert line == (f"textgym: error: cannot create run folder {a_file / 'runs' / 'r1'}: "
+                    f"{a_file} is a file, not a folder")
+    assert a_file.read_text() == "keep me"
+
+    if os.geteuid() == 0:  # root writes into any mode-0555 folder; sysfs refuses it too
+        locked, out = Path("/sys"), Path("/sys/textgym-run")
+    else:
+        locked = tmp_path / "read-only"
+        locked.mkdir(mode=0o555)
+        out = locked / "runs" / "r1"
+    before = sorted(p.name for p in locked.iterdir())
+    result = cli("train", "bandit", "--model", "tiny", "--out", out)
+    line = one_error_line(result)
+    assert result.exit_code == 1
+    assert line.startswith(f"textgym: error: cannot create run folder {out}: no permission")
+    assert result.stdout == ""
+    assert sorted(p.name for p in locked.iterdir()) == before
+
+
+def test_a_new_run_that_fails_to_start_leaves_no_folder(cli, tmp_path):
+    run = tmp_path / "runs" / "r1"
+    line = one_error_line(cli("train", "bandit", "--model", tmp_path / "no_model", "--out", run))
+    assert "does not exist" in line
+    assert not (tmp_path / "runs").exists()
