@@ -41,6 +41,33 @@ def resolve_env(name: str) -> str:
     )
 
 
+def recorded_env_id(name: str, env_id: str) -> str:
+    """The env id a run records: ``env_id``, prefixed with the module that ``name`` imported
+    (``"mygames.envs:Maze-v0"``), so a resumed run knows which module it needs again.
+
+    Example:
+        >>> recorded_env_id("mygames.envs:maze", "mygames/Maze-v0")
+        'mygames.envs:mygames/Maze-v0'
+        >>> recorded_env_id("cartpole", "textgym/CartPole-v1")
+        'textgym/CartPole-v1'
+    """
+    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name else env_id
+
+
+def refuse_env_import(name: str, source: str, command: str) -> None:
+    """Raise CLIError if ``name``, an env id read from ``source`` (a file, not the command
+    line), has the form ``module:Env``: textgym would import ``module`` to resolve it, and a
+    downloaded run folder or config file must never choose code to import. ``command`` is what
+    the user types to allow it (the same id on the command line)."""
+    if ":" not in name:
+        return
+    module = name.split(":", 1)[0]
+    raise CLIError(
+        f"{source} names the env {name!r}, which would import the Python module {module!r}; "
+        f"textgym imports a module only when you name it yourself. If you trust it, run: "
+        f"{command}")
+
+
 def _reason(exc: Exception) -> str:
     # Gymnasium appends "was raised from the environment creator for <id> with kwargs (...)".
     return str(exc).split(" was raised from the environment creator", 1)[0]

@@ -21,7 +21,12 @@ import typer
 from textgym.cli import config as run_config
 from textgym.cli import runs
 from textgym.cli.display import LiveDisplay
-from textgym.cli.envtools import check_env_kwargs, resolve_env
+from textgym.cli.envtools import (
+    check_env_kwargs,
+    recorded_env_id,
+    refuse_env_import,
+    resolve_env,
+)
 from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_model
@@ -116,15 +121,19 @@ class _Interrupts:
 # --- configuration ---------------------------------------------------------------------------
 
 
-def _new_config(file_layer: dict[str, Any], flags: dict[str, Any]) -> run_config.RunConfig:
+def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
+                config_file: Path | None) -> run_config.RunConfig:
     merged = run_config.resolve(file_layer, flags)
     if not merged.env:
         raise CLIError(
             "missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
+    if flags.get("env") is None:  # the env comes from the config file
+        refuse_env_import(merged.env, f"config file {config_file}",
+                          f"textgym train {merged.env} --config {config_file}")
     env_id = resolve_env(merged.env)
     defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
     cfg = run_config.resolve(defaults, file_layer, flags)
-    cfg.env = env_id
+    cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
 
 
@@ -137,9 +146,17 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
     if not (run_dir / CONFIG_FILE).is_file():
         raise CLIError(f"cannot resume: {run_dir} is not a textgym run folder (no {CONFIG_FILE})")
     saved = run_config.load_toml(run_dir / CONFIG_FILE)
+    if not saved.get("env"):
+        raise CLIError(f"cannot resume: {run_dir / CONFIG_FILE} names no env")
+    if flags.get("env") is None:  # a run folder (or a config file) never chooses code to import
+        refuse_env_import(saved["env"], f"the run in {run_dir}",
+                          f"textgym train {saved['env']} --resume {run_dir}")
+        if file_layer.get("env") is not None:
+            refuse_env_import(file_layer["env"], "the config file",
+                              f"textgym train {file_layer['env']} --resume {run_dir}")
     given = {**file_layer, **{k: v for k, v in flags.items() if v is not None}}
     if given.get("env") is not None:
-        given["env"] = resolve_env(given["env"])
+        given["env"] = recorded_env_id(given["env"], resolve_env(given["env"]))
     defaults = run_config.RunConfig().to_dict()
     for name, value in given.items():
         if name in _CHANGEABLE_ON_RESUME:
@@ -157,7 +174,7 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
                 f"{', '.join(_CHANGEABLE_ON_RESUME)})"
             )
     cfg = run_config.resolve(saved, file_layer, flags)
-    cfg.env = saved["env"]
+    cfg.env = given.get("env") or recorded_env_id(saved["env"], resolve_env(saved["env"]))
     return run_config.validate(cfg)
 
 
@@ -244,7 +261,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         cfg = _resume_config(run_dir, file_layer, flags, out)
         env_kwargs = _checkpoint_env_kwargs(run_dir)
     else:
-        cfg = _new_config(file_layer, flags)
+        cfg = _new_config(file_layer, flags, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
         runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs

@@ -173,3 +173,70 @@ def test_a_new_run_that_fails_to_start_leaves_no_folder(cli, tmp_path):
     line = one_error_line(cli("train", "bandit", "--model", tmp_path / "no_model", "--out", run))
     assert "does not exist" in line
     assert not (tmp_path / "runs").exists()
+
+
+# --- a run folder never chooses code to import ------------------------------------------------
+
+EVIL_MODULE = '''
+import pathlib
+
+import textgym
+
+pathlib.Path(__file__).with_name("IMPORTED").write_text("evilmod ran")
+textgym.register("Evil-v0", "textgym.envs.bandit:make_bandit", source="evilmod",
+                 kwargs={"max_episode_steps": None})
+'''
+
+
+@pytest.fixture
+def evil_module(tmp_path, monkeypatch):
+    """A module ``evilmod`` importable from the current folder (as with ``python -m`` run
+    there) that leaves a marker file when imported and registers ``Evil-v0`` (a bandit)."""
+    import gymnasium as gym
+
+    from textgym import registry
+
+    folder = tmp_path / "cwd"
+    folder.mkdir()
+    (folder / "evilmod.py").write_text(EVIL_MODULE)
+    monkeypatch.syspath_prepend(str(folder))
+    yield folder / "IMPORTED"
+    sys.modules.pop("evilmod", None)
+    registry._INFOS.pop("Evil-v0", None)
+    gym.registry.pop("Evil-v0", None)
+
+
+def test_a_run_folder_or_config_file_never_chooses_a_module_to_import(cli, tmp_path, fast_config,
+                                                                       evil_module):
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", fast_config, "--out", run, "--quiet")
+    assert result.exit_code == 0, result.output
+    # a downloaded run folder whose env names a module, in config.toml and trainer_state.json
+    config = run / "config.toml"
+    config.write_text(config.read_text().replace('"textgym/Bandit-v0"', '"evilmod:Evil-v0"'))
+    state_file = run / "checkpoint" / "trainer_state.json"
+    state = json.loads(state_file.read_text())
+    state_file.write_text(json.dumps({**state, "env_id": "evilmod:Evil-v0"}))
+    before = snapshot(run)
+
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert f"the run in {run} names the env 'evilmod:Evil-v0', which would import the " \
+           "Python module 'evilmod'" in line
+    assert line.endswith(f"If you trust it, run: textgym train evilmod:Evil-v0 --resume {run}")
+    # eval takes its env from the command line only, never from the checkpoint
+    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", 2, "--num-envs", 2, "--json")
+    assert result.exit_code == 0, result.output
+    # a config file may not choose a module either
+    bad_config = tmp_path / "bad.toml"
+    bad_config.write_text('env = "evilmod:Evil-v0"\n' + FAST)
+    line = one_error_line(cli("train", "--config", bad_config, "--out", tmp_path / "run2"))
+    assert "config file" in line and "'evilmod'" in line
+    assert f"run: textgym train evilmod:Evil-v0 --config {bad_config}" in line
+    assert not evil_module.exists() and "evilmod" not in sys.modules
+    assert snapshot(run) == before and not (tmp_path / "run2").exists()
+
+    # named on the command line, the same id is the user's choice: imported, and the run goes on
+    result = cli("train", "evilmod:Evil-v0", "--resume", run, "--episodes", 16, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert evil_module.read_text() == "evilmod ran"
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
