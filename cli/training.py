@@ -9,7 +9,6 @@ update and episode counters carry on and ``metrics.jsonl`` grows.
 
 from __future__ import annotations
 
-import json
 import signal
 import threading
 import time
@@ -223,30 +222,6 @@ def build_policy(model_name: str, mode: str, seed: int | None = None) -> Any:
     return textgym.Policy(model, tokenizer, mode=mode, name=model_name, seed=seed)
 
 
-def _trim_metrics(run_dir: Path, updates_done: int) -> int:
-    """Drop metrics lines of updates after the checkpoint (a hard kill between checkpoints):
-    they are redone after resuming, so each update appears once. Returns lines dropped."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1
-            continue
-        if isinstance(record.get("update"), int) and record["update"] > updates_done:
-            dropped += 1
-        else:
-            kept.append(line)
-    if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-        tmp.replace(path)
-    return dropped
-
-
 def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,
         resume: Path | None = None, force: bool = False, quiet: bool = False,
         stop_after: int | None = None) -> None:
@@ -336,9 +311,14 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
     if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
         (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
-    dropped = _trim_metrics(run_dir, trainer.update_count)
-    if dropped and not quiet:
-        say(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
+    repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
+    if repair is not None and not quiet:
+        if repair.past_checkpoint:
+            say(f"textgym: {repair.past_checkpoint} metrics lines after the checkpoint will be "
+                f"redone")
+        if repair.malformed or repair.restored:
+            say(f"textgym: metrics.jsonl repaired: {repair.malformed} torn lines dropped, "
+                f"{repair.restored} lines restored from the checkpoint")
     return trainer
 
 

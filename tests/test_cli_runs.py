@@ -240,3 +240,63 @@ def test_a_run_folder_or_config_file_never_chooses_a_module_to_import(cli, tmp_p
     assert result.exit_code == 0, result.output
     assert evil_module.read_text() == "evilmod ran"
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
+
+
+# --- metrics and TensorBoard across resumes -----------------------------------------------------
+
+
+def test_a_torn_metrics_line_is_restored_from_the_checkpoint(cli, tmp_path, fast_config):
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", 24, "--out", run,
+                 "--quiet")
+    assert result.exit_code == 0, result.output
+    lines = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["update"] for line in lines] == [1, 2, 3]
+    # the checkpoint keeps the metrics lines up to its update
+    assert (run / "checkpoint" / "metrics.jsonl").read_text().splitlines() == lines
+
+    # a crash tore the last line, the checkpoint's own update, mid-JSON
+    (run / "metrics.jsonl").write_text("\n".join(lines[:2]) + "\n" + lines[2][:40])
+    result = cli("train", "--resume", run, "--episodes", 40)
+    assert result.exit_code == 0, result.output
+    assert "metrics.jsonl repaired: 1 torn lines dropped, 1 lines restored from the checkpoint" \
+        in result.stdout
+    after = (run / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["update"] for line in after] == [1, 2, 3, 4, 5]  # once, in order
+    assert after[:3] == lines
+
+
+def test_tensorboard_matches_metrics_after_resume_and_a_failed_resume_changes_nothing(
+        cli, tmp_path, fast_config):
+    import shutil
+
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run = tmp_path / "run"
+    assert cli("train", "bandit", "--config", fast_config, "--episodes", 16, "--out", run,
+               "--quiet").exit_code == 0
+    shutil.copytree(run / "checkpoint", tmp_path / "checkpoint-2")
+    assert cli("train", "--resume", run, "--episodes", 24, "--quiet").exit_code == 0
+    # as if killed after update 3's metrics and TensorBoard events, before its checkpoint
+    shutil.rmtree(run / "checkpoint")
+    shutil.copytree(tmp_path / "checkpoint-2", run / "checkpoint")
+
+    # a resume that fails (here: the adapter weights are missing) changes nothing on disk
+    (run / "checkpoint" / "adapter").rename(tmp_path / "adapter")
+    before = snapshot(run)
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 32))
+    assert "cannot resume from" in line
+    assert snapshot(run) == before
+    (tmp_path / "adapter").rename(run / "checkpoint" / "adapter")
+
+    result = cli("train", "--resume", run, "--episodes", 32)
+    assert result.exit_code == 0, result.output
+    assert "1 metrics lines after the checkpoint will be redone" in result.stdout
+    metrics = lines_of(run / "metrics.jsonl")
+    assert [m["update"] for m in metrics] == [1, 2, 3, 4]
+    events = EventAccumulator(str(run / "tb"))
+    events.Reload()
+    scalars = events.Scalars("return_mean")
+    assert [s.step for s in scalars] == [1, 2, 3, 4]      # the first update 3 is superseded
+    assert [s.value for s in scalars] == pytest.approx([m["return_mean"] for m in metrics])
