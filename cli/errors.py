@@ -20,10 +20,16 @@ import typer
 from typer.core import TyperGroup
 
 #: Exit codes: 1 for bad input or a failed command, 2 for command-line usage errors
-#: (Click's convention), 130 for Ctrl-C.
+#: (Click's convention), 130 for Ctrl-C and 143 for SIGTERM (128 + the signal's number, the
+#: shell's convention).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where a command cannot stop cleanly: unwinds like Ctrl-C (see cli/stopping.py)."""
 
 
 class CLIError(Exception):
@@ -111,10 +117,14 @@ class TextgymGroup(TyperGroup):
             if debug:
                 traceback.print_exc()
             _fail(str(exc), exc.exit_code)
+        except Terminated:
+            if debug:
+                traceback.print_exc()
+            _fail("terminated (SIGTERM)", EXIT_TERMINATED)
         except (KeyboardInterrupt, typer.Abort):
             if debug:
                 traceback.print_exc()
-            _fail("interrupted", EXIT_INTERRUPTED)
+            _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one readable line
             if debug:
                 traceback.print_exc()

@@ -41,6 +41,13 @@ def _contents(path: Path) -> list[Path]:
     return [child for child in path.iterdir() if child.name != LOCK_FILE]
 
 
+def check_not_in_use(path: Path) -> None:
+    """Raise CLIError naming the PID of the session that trains into ``path``, if one does."""
+    holder = lock_holder(path)
+    if holder is not None:
+        raise CLIError(in_use_message(path, holder))
+
+
 def check_new(path: Path, force: bool) -> None:
     """Raise CLIError unless a new run may start in ``path`` (nothing is changed on disk).
 
@@ -50,9 +57,7 @@ def check_new(path: Path, force: bool) -> None:
     if path.exists() and not path.is_dir():
         raise CLIError(f"{path} exists and is not a folder")
     if path.is_dir():
-        holder = lock_holder(path)
-        if holder is not None:
-            raise CLIError(in_use_message(path, holder))
+        check_not_in_use(path)
         if _contents(path):
             if not force:
                 raise CLIError(

@@ -2,15 +2,13 @@
 
 A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``, ``checkpoint/``,
 ``curve.png`` (redrawn every ``plot_every`` updates) and ``summary.json`` (at the end, or when
-stopped). Ctrl-C stops after the current update and saves a checkpoint; a second Ctrl-C stops
-at once (the last periodic checkpoint stays). ``--resume DIR`` continues the same run: the
-update and episode counters carry on and ``metrics.jsonl`` grows.
+stopped). Ctrl-C or SIGTERM stops after the current update and saves a checkpoint; a second
+one stops at once (the last periodic checkpoint stays; see cli/stopping.py). ``--resume DIR``
+continues the same run: the update and episode counters carry on and ``metrics.jsonl`` grows.
 """
 
 from __future__ import annotations
 
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -18,7 +16,7 @@ from typing import Any
 import typer
 
 from textgym.cli import config as run_config
-from textgym.cli import runs
+from textgym.cli import runs, stopping
 from textgym.cli.display import LiveDisplay
 from textgym.cli.envtools import (
     check_env_kwargs,
@@ -26,10 +24,11 @@ from textgym.cli.envtools import (
     refuse_env_import,
     resolve_env,
 )
-from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
+from textgym.cli.errors import CLIError
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
+from textgym.cli.stopping import StopSignals
 
 #: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
 #: (smollm2-135m, score mode, LoRA) makes about 3 decisions per second on a quiet 2-core CPU,
@@ -87,36 +86,6 @@ CONFIG_FILE = "config.toml"
 CHECKPOINT = "checkpoint"
 
 
-class _Interrupts:
-    """First Ctrl-C: ask the run to stop after the current update. Second: stop at once."""
-
-    def __init__(self, display: LiveDisplay):
-        self.requested = False
-        self.display = display
-        self._previous: Any = None
-
-    def __enter__(self) -> _Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def request(self) -> None:
-        if not self.requested:
-            self.requested = True
-            self.display.log("Stopping after this update to save a checkpoint "
-                             "(Ctrl-C again to quit without saving).", style="yellow")
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
-        self.request()
-
-
 # --- configuration ---------------------------------------------------------------------------
 
 
@@ -142,6 +111,7 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
         raise CLIError("give either --resume DIR or --out DIR, not both")
     if not run_dir.is_dir():
         raise CLIError(f"cannot resume: run folder {run_dir} does not exist")
+    runs.check_not_in_use(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise CLIError(f"cannot resume: {run_dir} is not a textgym run folder (no {CONFIG_FILE})")
     saved = run_config.load_toml(run_dir / CONFIG_FILE)
@@ -247,7 +217,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         _check_demonstrations(cfg.sft)
     check_model(cfg.model)
 
-    with runs.claim(run_dir, new=resume is None):
+    with stopping.sigterm_unwinds(), runs.claim(run_dir, new=resume is None):
         if not quiet:
             say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
@@ -366,7 +336,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
     remaining = total - done
     seconds = cfg.minutes * 60 if cfg.minutes else None
-    with display, _Interrupts(display) as interrupts:
+    with display, StopSignals(display.log) as stop:
         last_update_end = time.monotonic()
 
         def callback(metrics: dict[str, Any]) -> bool:
@@ -380,10 +350,10 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
-                interrupts.request()
+                stop.request("Ctrl-C")
             # Stop when the next update would likely end past the time budget.
             out_of_time = seconds is not None and now - started + update_seconds > seconds
-            return not (interrupts.requested or out_of_time)
+            return not (stop.requested or out_of_time)
 
         if remaining > 0:
             try:
@@ -392,7 +362,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 # The last periodic checkpoint stays; say so in the summary, then fail.
                 _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
                 raise
-            if interrupts.requested:
+            if stop.requested:
                 status = "interrupted"
             elif trainer.episodes_seen < total:  # the time budget ran out first
                 status = "time_limit"
@@ -401,16 +371,17 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         trainer.save_checkpoint(run_dir / CHECKPOINT)
         redraw()
 
-    summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display)
-    if status in ("interrupted", "time_limit"):
+    summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display,
+                             stopped_by=stop.reason)
+    where = (f"after update {summary.get('updates')} ({summary.get('episodes')} of {total} "
+             f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
+    if status == "interrupted":
+        # A non-zero exit: said on stderr, even with --quiet, so a job log tells why it ended.
+        say(f"textgym: stopped by {stop.reason} {where}", err=True)
+        raise typer.Exit(stopping.exit_code(stop.reason))
+    if status == "time_limit":
         if not quiet:
-            why = ("stopped" if status == "interrupted"
-                   else f"time budget of {cfg.minutes:g} min reached")
-            say(f"textgym: {why} after update {summary.get('updates')} "
-                f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
-                f"Continue with: textgym train --resume {run_dir}")
-        if status == "interrupted":
-            raise typer.Exit(EXIT_INTERRUPTED)
+            say(f"textgym: time budget of {cfg.minutes:g} min reached {where}")
         return
     if not quiet:
         first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
@@ -421,14 +392,17 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
 
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
-                   trainer: Any = None, display: LiveDisplay | None = None) -> dict[str, Any]:
+                   trainer: Any = None, display: LiveDisplay | None = None,
+                   stopped_by: str | None = None) -> dict[str, Any]:
     """Write ``summary.json``: the run's outcome, from metrics.jsonl (and a final greedy
-    evaluation when ``eval_episodes`` is set and the run is complete)."""
+    evaluation when ``eval_episodes`` is set and the run is complete). ``stopped_by``: the
+    Ctrl-C or SIGTERM that stopped an interrupted run."""
     from textgym.cli.plotting import read_metrics
 
     records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     summary = {
         "status": status,
+        **({"stopped_by": stopped_by} if stopped_by else {}),
         "env": cfg.env,
         "algo": cfg.algo,
         "model": cfg.model,

@@ -391,7 +391,7 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     result = cli("train", "bandit", "--config", fast_config, "--episodes", "24", "--out", run,
                  "--stop-after", "1")
     assert result.exit_code == 130, result.output
-    assert f"textgym train --resume {run}" in result.stdout
+    assert f"textgym train --resume {run}" in result.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["updates"] == 1
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
@@ -542,10 +542,37 @@ def test_messages_are_styled_on_a_terminal_and_plain_elsewhere():
     assert pipe.file.getvalue().splitlines()[-1] == "x" * 300
 
 
-def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_config):
-    """A real SIGINT to the console script while it trains."""
-    import signal
+def _wait_for_first_update(run: Path, process=None, timeout: float = 120) -> None:
     import time
+
+    deadline = time.monotonic() + timeout
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+        if process is not None:
+            assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no update within {timeout} s"
+        time.sleep(0.1)
+
+
+def _check_stopped_run(run: Path, stderr: str, said: str) -> int:
+    """Checks of a run stopped by a signal; returns its number of updates."""
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"textgym: stopped by {said} after update ")
+    assert last.endswith(f"checkpoint saved. Continue with: textgym train --resume {run}")
+    assert "Traceback" not in stderr
+    updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["stopped_by"] == said
+    assert not (run / ".textgym.lock").exists()
+    return len(updates)
+
+
+def test_sigterm_stops_after_the_update_saves_a_checkpoint_and_resumes(cli, tmp_path,
+                                                                       fast_config):
+    """SIGTERM, what a cluster scheduler sends before it kills a job, to the console script
+    while it trains (meanwhile a second writer is refused): handled like the first Ctrl-C."""
+    import signal
 
     run = tmp_path / "run"
     command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
@@ -553,23 +580,46 @@ def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_con
         [*command, "train", "bandit", "--config", str(fast_config), "--episodes", "100000",
          "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no update within 120 s"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
+        _wait_for_first_update(run, process)
+        # the folder is locked by the training process: a second writer gets one line
+        line = one_error_line(cli("train", "--resume", run))
+        assert f"is in use by another textgym process (PID {process.pid})" in line
+        process.send_signal(signal.SIGTERM)
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, stderr
-    assert "Stopping after this update" in stdout and "--resume" in stdout
-    assert "Traceback" not in stderr
-    updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
-    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
-    assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
-    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    assert process.returncode == 143, stderr
+    assert "SIGTERM: stopping after this update to save a checkpoint" in stdout
+    assert "[yellow]" not in stdout and "\x1b[" not in stdout    # no markup off a terminal
+    updates = _check_stopped_run(run, stderr, "SIGTERM")
+
+    # --resume continues from that checkpoint
+    result = cli("train", "--resume", run, "--episodes", 8 * (updates + 1), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == list(range(1, updates + 2))
+
+
+def test_ctrl_c_stops_after_the_update_and_says_so(cli, tmp_path, fast_config):
+    """A real SIGINT to this process while the command trains in it (from another thread)."""
+    import os
+    import signal
+    import threading
+
+    run = tmp_path / "run"
+
+    def press_ctrl_c():
+        _wait_for_first_update(run)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", 100000, "--out", run,
+                 "--quiet")
+    presser.join()
+    assert result.exit_code == 130, result.output
+    assert result.stdout == ""                               # --quiet: no progress ...
+    _check_stopped_run(run, result.stderr, "Ctrl-C")        # ... but the line saying why it ended
 
 
 # --- pieces: config files, baselines -------------------------------------------------------------
