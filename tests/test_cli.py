@@ -55,6 +55,8 @@ def test_help_lists_every_command():
     assert result.returncode == 0, result.stderr
     for command in ("train", "eval", "envs", "play", "plot"):
         assert command in result.stdout
+    for option in ("--version", "--install-completion", "--show-completion"):
+        assert option in result.stdout
 
 
 def test_python_dash_m_runs_the_same_app():
@@ -62,6 +64,36 @@ def test_python_dash_m_runs_the_same_app():
                             capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "--resume" in result.stdout and "--lora" in result.stdout
+
+
+def test_version_comes_from_the_installed_package(cli):
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"textgym {version('textgym')}\n"
+
+
+def test_shell_completion_of_commands_flags_and_env_names():
+    import os
+
+    script = run_script("--show-completion", "bash")
+    assert script.returncode == 0, script.stderr
+    assert "_TEXTGYM_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_TEXTGYM_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split(" ")) - 1)}
+        command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("textgym tr") == ["train"]
+    assert complete("textgym train --algo ") == ["reinforce", "grpo", "ppo"]
+    assert complete("textgym train cl") == ["cliffwalking"]
+    assert "cartpole" in complete("textgym eval ")
 
 
 def test_importing_the_cli_does_not_import_torch():
@@ -158,6 +190,37 @@ def test_plot_overlays_runs(cli, tmp_path):
     assert result.exit_code == 0, result.output
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert out.stat().st_size > 10_000
+
+
+def _panels(figure) -> list[tuple[str, str]]:
+    """(y label, y scale) of each row of a curves figure (its left column)."""
+    axes = figure.get_axes()
+    return [(ax.get_ylabel(), ax.get_yscale()) for ax in axes[::2]]
+
+
+def test_plot_kl_axis_is_symlog_and_empty_panels_are_left_out():
+    from textgym.cli.plotting import figure_of
+
+    def records(kl_spike: float) -> list[dict]:
+        return [{"update": u, "episodes": 8 * u, "wall_time": 2.0 * u, "return_mean": 0.1 * u,
+                 "length_mean": 1.0, "kl": kl_spike if u == 3 else 0.002 * u}
+                for u in range(1, 6)]
+
+    figure = figure_of([("collapsed", records(2e15)), ("healthy", records(0.01))])
+    # no run logged an invalid rate or game outcomes: those panels are gone
+    assert _panels(figure) == [("mean return", "linear"), ("mean episode length", "linear"),
+                               ("KL: per update (solid), to reference (dashed)", "symlog")]
+    kl_axes = figure.get_axes()[4]
+    low, high = kl_axes.get_ylim()
+    assert high >= 2e15                                    # the spike is on the axis...
+    healthy = kl_axes.get_lines()[1]
+    assert healthy.get_label() == "healthy" and max(healthy.get_ydata()) == 0.01
+    transform = kl_axes.transScale.transform  # ...and the healthy run still spans a visible
+    spread = transform([[0, 0.01]])[0][1] - transform([[0, 0.002]])[0][1]  # part of it
+    assert spread / (transform([[0, high]])[0][1] - transform([[0, low]])[0][1]) > 0.02
+    assert [line.get_label() for line in figure.get_axes()[0].get_lines()] == [
+        "collapsed", "healthy"]
+    assert figure.get_axes()[0].get_legend() is not None
 
 
 def test_plot_missing_run(cli, tmp_path):
@@ -696,18 +759,14 @@ def test_eval_of_a_game_reports_win_draw_loss(cli):
 
 def test_stats_line_and_plot_show_the_win_rate_of_games(tmp_path):
     from textgym.cli.display import stats_line
-    from textgym.cli.plotting import plot_runs
+    from textgym.cli.plotting import figure_of
 
     assert "win 75%" in stats_line({"return_mean": 0.5, "win_rate": 0.75, "invalid_rate": 0.0})
     assert "win" not in stats_line({"return_mean": 20.0, "invalid_rate": 0.0})
-    (tmp_path / "metrics.jsonl").write_text("".join(
-        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u,
-                    "win_rate": 0.1 * u, "loss_rate": 0.5 - 0.1 * u}) + "\n" for u in (1, 2, 3)))
-    import matplotlib.image
-
-    with_games = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
-    (tmp_path / "metrics.jsonl").write_text("".join(
-        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u})
-        + "\n" for u in (1, 2, 3)))
-    without = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
-    assert with_games.shape[0] == without.shape[0] * 5 // 4   # one more panel row: win/loss rate
+    games = [{"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u,
+              "win_rate": 0.1 * u, "loss_rate": 0.5 - 0.1 * u, "invalid_rate": 0.0}
+             for u in (1, 2, 3)]
+    assert [label for label, _ in _panels(figure_of([("ttt", games)]))] == [
+        "mean return", "win rate (solid), loss rate (dashed)", "invalid-answer rate"]
+    win_axes = figure_of([("ttt", games)]).get_axes()[2]
+    assert [line.get_linestyle() for line in win_axes.get_lines()] == ["-", "--"]
