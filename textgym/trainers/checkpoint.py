@@ -6,6 +6,7 @@ Layout of a checkpoint folder::
     value_head.safetensors    PPO's value head (when there is one)
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
     trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, anything else
+    metrics.jsonl             (from a Trainer) the run's metrics lines up to this checkpoint
 
 It is written to ``<dir>.tmp`` and then renamed into place, so a crash mid-write leaves the
 previous checkpoint intact. Loading reads only safetensors and JSON: nothing is unpickled.
