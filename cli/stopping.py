@@ -67,8 +67,8 @@ class StopSignals:
         >>> messages = []
         >>> with StopSignals(lambda message, style=None: messages.append(message)) as stop:
         ...     stop.request("Ctrl-C")
-        >>> stop.reason, messages[0]
-        ('Ctrl-C', 'Ctrl-C: stopping after this update to save a checkpoint (Ctrl-C again to quit without saving).')
+        >>> stop.reason, messages[0][:42]
+        ('Ctrl-C', 'Ctrl-C: stopping after this update to save')
     """
 
     def __init__(self, notify: Callable[..., None]):

@@ -18,7 +18,8 @@ from textgym.cli.main import app
 ROOT = Path(__file__).resolve().parents[1]
 
 # The tiny random model on the one-step bandit, 8 episodes per update: an update takes ~0.1 s.
-FAST = 'model = "tiny"\nnum_envs = 8\nepisodes = 8\n[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n'
+FAST = ('model = "tiny"\nnum_envs = 8\nepisodes = 8\n'
+        '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n')
 
 
 @pytest.fixture
