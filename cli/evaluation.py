@@ -15,6 +15,7 @@ from typing import Any
 from textgym.cli import config as run_config
 from textgym.cli.envtools import make_env, resolve_env
 from textgym.cli.errors import CLIError
+from textgym.cli.messages import say, styled
 from textgym.cli.runs import with_stderr
 
 
@@ -115,8 +116,8 @@ def _print_table(env_id: str, episodes: int, seed: int,
     from rich.table import Table
 
     console = Console(width=max(Console().width, 100))
-    console.print(f"[bold]{env_id}[/]: {episodes} episodes per policy on held-out seeds from "
-                  f"{seed} (models act greedily)", highlight=False)
+    say(styled((env_id, "bold"), f": {episodes} episodes per policy on held-out seeds from "
+               f"{seed} (models act greedily)"), console=console)
     table = Table()
     table.add_column("policy", style="bold")
     table.add_column("return (mean ± s.e.)", justify="right")

@@ -27,7 +27,7 @@ from textgym.outcomes import outcome_of, outcome_rates
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import TrainConfig, config_for
 from textgym.trainers.losses import approx_kl, masked_mean
-from textgym.trainers.metrics import MetricsWriter
+from textgym.trainers.metrics import METRICS_FILE, MetricsWriter
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -567,7 +567,8 @@ class Trainer:
                        for key in ("name", "mode", "temperature", "normalization", "max_new_tokens")},
         }
         return ckpt.save_checkpoint(path, model=self.model, optimizers=optimizers, state=state,
-                                    value_head=self._value_head())
+                                    value_head=self._value_head(),
+                                    files={METRICS_FILE: self.writer.lines_up_to(self.update_count)})
 
     def load_state(self, path: str | Path) -> dict[str, Any]:
         """Load a checkpoint of this run into this trainer (weights, optimizer, counters, RNG)."""
@@ -589,6 +590,7 @@ class Trainer:
         # checkpoints written before outcomes were tracked hold 3-tuples
         self.recent.extend((*r, None)[:4] for r in state["recent"])
         self._load_algorithm_state(state.get("algorithm_state", {}))
+        self.writer.resume(ckpt.checkpoint_dir(path), self.update_count)  # metrics.jsonl, tb/
         return state
 
     @classmethod

@@ -6,6 +6,7 @@ Layout of a checkpoint folder::
     value_head.safetensors    PPO's value head (when there is one)
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
     trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, anything else
+    metrics.jsonl             (from a Trainer) the run's metrics lines up to this checkpoint
 
 It is written to ``<dir>.tmp`` and then renamed into place, so a crash mid-write leaves the
 previous checkpoint intact. Loading reads only safetensors and JSON: nothing is unpickled.
@@ -131,7 +132,8 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
 # --- the checkpoint folder -------------------------------------------------------------------
 
 def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],
-                    state: dict[str, Any], value_head: torch.nn.Module | None = None) -> Path:
+                    state: dict[str, Any], value_head: torch.nn.Module | None = None,
+                    files: dict[str, str] | None = None) -> Path:
     """Write a checkpoint atomically (to ``<path>.tmp``, then renamed).
 
     Args:
@@ -140,6 +142,8 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
         optimizers: optimizers by name; their tensors go to ``optimizer.safetensors``.
         state: JSON-able trainer state (counters, config, ...). RNG states are added here.
         value_head: optional module saved to ``value_head.safetensors``.
+        files: more text files to keep in the checkpoint, by name (e.g. the run's metrics lines
+            up to it, so that a line torn by a crash can be restored on resume).
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -159,6 +163,8 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
         all_tensors.update(tensors)
         optimizer_meta[name] = meta
     save_file(all_tensors, str(tmp / OPTIMIZER_FILE))
+    for name, text in (files or {}).items():
+        _write_synced(tmp / name, text)
     full_state = {**state, "weights": weights, "optimizers": optimizer_meta, "rng": get_rng_states()}
     with open(tmp / STATE_FILE, "w") as f:
         json.dump(full_state, f)
@@ -173,6 +179,13 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def checkpoint_dir(path: str | Path) -> Path:
