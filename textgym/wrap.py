@@ -74,7 +74,14 @@ def wrap(
         ValueError: the action space is not supported (e.g. ``Box``).
         TypeError: an unknown keyword argument.
     """
-    from textgym.wrappers import EpisodeStats, History, ParseAction, ShapeReward, TextObservation
+    from textgym.wrappers import (
+        EpisodeStats,
+        History,
+        ParseAction,
+        ShapeReward,
+        TextObservation,
+        resolve_actions,
+    )
 
     unknown = sorted(set(policy) - set(POLICY_KEYS))
     if unknown:
@@ -89,7 +96,7 @@ def wrap(
             f"action mask in info['action_mask']), or actions={{name: env_action}} for any space; "
             f"got {space}. For a Box action space, discretize it first, e.g. "
             f"gymnasium.wrappers.DiscretizeAction(env, bins=3).")
-    names = ParseAction._resolve_actions(env, actions)[0]
+    names = resolve_actions(env, actions).names
 
     if system_prompt is None:
         env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__

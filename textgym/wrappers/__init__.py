@@ -7,12 +7,15 @@ Stacked inner -> outer as :func:`textgym.wrap` does it::
 
 from textgym.wrappers.episode_stats import EpisodeStats
 from textgym.wrappers.history import History
-from textgym.wrappers.parse_action import (
+from textgym.wrappers.invalid_answer import (
     DEFAULT_FEEDBACK,
     INVALID_POLICIES,
-    ParseAction,
-    env_action_names,
+    RETRY_FALLBACKS,
+    InvalidAnswer,
+    InvalidAnswerRule,
+    as_answer_text,
 )
+from textgym.wrappers.parse_action import ActionTable, ParseAction, env_action_names, resolve_actions
 from textgym.wrappers.parsers import (
     DEFAULT_REGEX_PATTERNS,
     FunctionParser,
@@ -45,6 +48,8 @@ __all__ = [
     "DEFAULT_REGEX_PATTERNS",
     "DEFAULT_SYSTEM_PROMPT",
     "INVALID_POLICIES",
+    "RETRY_FALLBACKS",
+    "ActionTable",
     "Clip",
     "Constant",
     "EpisodeStats",
@@ -52,6 +57,8 @@ __all__ = [
     "FormatBonus",
     "FunctionParser",
     "History",
+    "InvalidAnswer",
+    "InvalidAnswerRule",
     "JSONParser",
     "KeywordParser",
     "LinearDecay",
@@ -66,9 +73,11 @@ __all__ = [
     "Scale",
     "ShapeReward",
     "TextObservation",
+    "as_answer_text",
     "as_parser",
     "as_schedule",
     "default_parser",
     "describe",
     "env_action_names",
+    "resolve_actions",
 ]
