@@ -117,6 +117,25 @@ def test_broken_plugin_warns_with_its_name_and_error_and_others_still_load(tmp_p
     assert "goodplug/Thing-v0" in ids and "textgym/CartPole-v1" in ids
 
 
+def test_a_plugin_calling_sys_exit_is_a_broken_plugin_not_the_end(tmp_path, monkeypatch,
+                                                                   clean_registry):
+    write_distribution(tmp_path, "exitplug", {"bye": "exitplug"},
+                       {"exitplug": "import sys\nsys.exit(3)\n"})
+    write_distribution(tmp_path, "goodplug", {"good": "goodplug"}, {"goodplug": GOOD})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(registry.PluginLoadWarning, match=r"'exitplug'.*SystemExit: 3"):
+        ids = {info.id for info in textgym.list_envs()}
+    assert "goodplug/Thing-v0" in ids and "textgym/CartPole-v1" in ids
+
+
+def test_ctrl_c_while_loading_a_plugin_still_stops(tmp_path, monkeypatch, clean_registry):
+    write_distribution(tmp_path, "slowplug", {"slow": "slowplug"},
+                       {"slowplug": "raise KeyboardInterrupt\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        textgym.list_envs()
+
+
 def test_duplicate_id_names_both_sources(tmp_path, monkeypatch, clean_registry):
     dup = f"""
         import textgym

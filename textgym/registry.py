@@ -13,8 +13,8 @@ Plugins: a package declares an entry point in the group ``textgym.envs``::
 
 and calls :func:`register` there. textgym scans the group once, lazily, on the first
 :func:`make`, :func:`resolve_id` or :func:`list_envs` (Gymnasium 1.x no longer loads plugins
-itself). A plugin that fails to load gives a :class:`PluginLoadWarning` naming it and its
-error; the others still load. Two sources registering the same id raise
+itself). A plugin that fails to load (an exception, or ``sys.exit()``, at import or
+registration) gives a :class:`PluginLoadWarning` naming it and its error; the others still load. Two sources registering the same id raise
 :class:`DuplicateEnvError` naming both. Call ``load_plugins(force=True)`` to rescan after
 installing a package (or changing ``sys.path``) in a running process.
 """
@@ -206,7 +206,9 @@ def load_plugins(force: bool = False) -> None:
                     target()
             except DuplicateEnvError:
                 raise
-            except Exception as error:  # noqa: BLE001 - any plugin bug must not break the others
+            # Any plugin bug must not break the others, sys.exit() at import included (it would end
+            # the process silently with the plugin's code); Ctrl-C still propagates.
+            except (Exception, SystemExit) as error:  # noqa: BLE001
                 warnings.warn(
                     f"textgym: {origin} failed to load and its envs are unavailable: "
                     f"{type(error).__name__}: {error}", PluginLoadWarning, stacklevel=3)
