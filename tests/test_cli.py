@@ -550,22 +550,6 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
         "q_proj", "v_proj"]
 
 
-@pytest.mark.parametrize("env, episodes", [
-    ("cartpole", 5), ("bandit", 20), ("frozenlake", 30), ("taxi", 5), ("cliffwalking", 2),
-    ("mountaincar", 3), ("tictactoe", 10),
-])
-def test_scripted_baseline_beats_random(env, episodes):
-    import textgym
-    from textgym.cli.baselines import evaluate_baseline
-
-    game = textgym.make(env)
-    random = evaluate_baseline(game, "random", episodes, seed=0)
-    scripted = evaluate_baseline(game, "scripted", episodes, seed=0)
-    assert scripted["return_mean"] > random["return_mean"] + 0.2
-    assert scripted["invalid_rate"] == random["invalid_rate"] == 0.0
-    assert random["episodes"] == scripted["episodes"] == episodes
-
-
 def test_an_env_without_a_scripted_policy_says_so(cli, countdown_env_cls):
     import gymnasium as gym
 
@@ -617,3 +601,17 @@ def test_stats_line_and_plot_show_the_win_rate_of_games(tmp_path):
         + "\n" for u in (1, 2, 3)))
     without = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
     assert with_games.shape[0] == without.shape[0] * 5 // 4   # one more panel row: win/loss rate
+
+
+def test_train_starts_from_the_settings_registered_with_the_env():
+    from textgym.cli import training
+    from textgym.registry import training_defaults
+
+    cfg = training._new_config({}, {"env": "cartpole"})
+    registered = training_defaults("textgym/CartPole-v1", "score")
+    assert (cfg.episodes, cfg.num_envs, cfg.minutes) == (registered.episodes, registered.num_envs,
+                                                          registered.minutes)
+    assert cfg.env_kwargs == {"shaping": 1.0} and cfg.trainer["gamma"] == 0.3
+    flagged = training._new_config({"trainer": {"gamma": 0.9}}, {"env": "cartpole", "episodes": 16})
+    assert flagged.episodes == 16 and flagged.trainer["gamma"] == 0.9      # file and flags win
+    assert flagged.trainer["episodes_per_update"] == 16                     # the rest stays

@@ -326,3 +326,14 @@ def test_a_game_without_textworld_metadata_takes_typed_commands(game_dir, tmp_pa
     assert info["parse"]["action"] == "inventory" and reward == 0.0 and "carrying" in obs.lower()
     obs, reward, terminated, truncated, info = env.step("quit")
     assert info["parse"]["valid"] is False and info["parse"]["action"] is None
+
+
+def test_scripted_reference_plays_the_walkthrough(game_dir):
+    import textgym
+    from textgym.baselines import evaluate_baseline
+
+    env = textgym.make("textgym/TextWorld-v0", game_files=str(game_dir))
+    result = evaluate_baseline(env, "scripted", episodes=POOL, seed=0)
+    assert result["return_mean"] == 1.0 and result["invalid_rate"] == 0.0
+    lengths = [len(tw.walkthrough(game_dir / f"game_{s}.z8")) for s in range(POOL)]
+    assert result["length_mean"] == pytest.approx(sum(lengths) / POOL)

@@ -16,7 +16,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["ANIMALS", "COLORS", "CueBanditEnv", "make_bandit"]
+from textgym.registry import ReferencePlayer, TrainingDefaults
+
+__all__ = ["ANIMALS", "COLORS", "TRAINING_DEFAULTS", "CueBanditEnv", "make_bandit", "scripted_bandit"]
 
 # Every word here is a single token for common LLM tokenizers, with and without a leading space.
 COLORS = ("red", "green", "blue", "yellow", "purple", "orange", "brown", "black", "white")
@@ -53,6 +55,11 @@ class CueBanditEnv(gym.Env[int, int]):
         self.observation_space = spaces.Discrete(num_cues)
         self.action_space = spaces.Discrete(num_arms)
         self._cue: int | None = None
+
+    @property
+    def correct_arm(self) -> int | None:
+        """The right arm for the current cue (``None`` before the first reset)."""
+        return None if self._cue is None else self.mapping[self._cue]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -128,3 +135,17 @@ class CueText:
 
     def __call__(self, cue: int | np.integer) -> str:
         return f"Color: {self.colors[int(cue)]}."
+
+
+def scripted_bandit(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The oracle: the right animal for the current color (reward 1 every episode)."""
+    names = list(env.get_wrapper_attr("action_names"))
+    return lambda info: names[env.unwrapped.correct_arm]
+
+
+#: Recommended training settings: one-step episodes are cheap, so many per update; the reward
+#: is 0/1, so the return is averaged over a wide window.
+TRAINING_DEFAULTS = TrainingDefaults(
+    episodes=512, minutes=15, num_envs=16, lr=3e-4,
+    trainer={"episodes_per_update": 32, "metrics_window": 64},
+)

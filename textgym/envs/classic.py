@@ -6,6 +6,9 @@ prompt, which a policy encodes once; the observation is paid for at every decisi
 short (a CartPole observation is about 33 SmolLM2 tokens).
 
 Every ``make_*`` function builds the real Gymnasium env and wraps it with :func:`textgym.wrap`.
+What each env knows beyond that lives here too: its recommended training settings
+(:data:`TRAINING_DEFAULTS`) and its scripted reference players (``scripted_*``,
+:data:`REFERENCE_POLICIES`), registered with the env in :mod:`textgym.envs`.
 They take the Gymnasium env's own kwargs (``is_slippery=``, ``map_name=``, ``natural=``,
 ``render_mode=`` ...), ``max_episode_steps`` (applied inside the text wrappers), a
 ``formatter`` that replaces the renderer, a ``system_prompt`` that replaces the default one,
@@ -23,10 +26,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.toy_text.blackjack import deck as BLACKJACK_DECK
 
+from textgym.registry import ReferencePlayer, TrainingDefaults
+
 __all__ = [
-    "ACTION_NAMES", "AcrobotText", "BlackjackText", "hit_bust_chance", "CartPoleText", "GridText", "MountainCarText",
-    "TaxiText", "make_acrobot", "pole_spin_potential", "make_blackjack", "make_cartpole", "make_cliffwalking",
-    "make_frozenlake", "make_mountaincar", "make_taxi",
+    "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
+    "CartPoleText", "GridText", "MountainCarText", "TaxiText", "hit_bust_chance", "make_acrobot",
+    "make_blackjack", "make_cartpole", "make_cliffwalking", "make_frozenlake", "make_mountaincar",
+    "make_taxi", "planned_tabular", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
+    "scripted_cartpole", "scripted_mountaincar",
 ]
 
 # Action names in the order of each Gymnasium env's action indices.
@@ -430,3 +437,121 @@ make_taxi = _maker(
 # Gymnasium registers CliffWalking without a step limit; a text agent needs one.
 make_cliffwalking = _maker("CliffWalking-v1", _cliffwalking_renderer, _cliffwalking_prompt,
                            default_max_steps=200)
+
+
+# --------------------------------------------------------------------------- scripted players
+# Reference players for ``textgym eval --baseline scripted``: they read the Gymnasium state
+# (``env.unwrapped``) and answer with an action name, parsed like a model's answer.
+
+
+def scripted_cartpole(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """A PD controller on the pole angle and cart position: push toward where the pole falls."""
+    names = ACTION_NAMES["CartPole-v1"]
+
+    def player(info: dict[str, Any]) -> str:
+        x, x_dot, theta, theta_dot = (float(v) for v in env.unwrapped.state)
+        return names[int(theta + 0.3 * theta_dot + 0.01 * x + 0.1 * x_dot > 0)]
+
+    return player
+
+
+def scripted_blackjack(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Basic strategy without doubling or splitting."""
+    from gymnasium.envs.toy_text.blackjack import sum_hand, usable_ace
+
+    stick, hit = ACTION_NAMES["Blackjack-v1"]
+
+    def player(info: dict[str, Any]) -> str:
+        base = env.unwrapped
+        total, dealer = sum_hand(base.player), int(base.dealer[0])
+        if usable_ace(base.player):
+            take = total <= 17 or (total == 18 and dealer in (9, 10, 1))
+        elif total <= 11:
+            take = True
+        elif total == 12:
+            take = dealer not in (4, 5, 6)
+        else:
+            take = total <= 16 and dealer not in (2, 3, 4, 5, 6)
+        return hit if take else stick
+
+    return player
+
+
+def scripted_mountaincar(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Push in the direction of motion: builds momentum until the car climbs out (~120 steps)."""
+    left, _, right = ACTION_NAMES["MountainCar-v0"]
+    return lambda info: right if env.unwrapped.state[1] >= 0 else left
+
+
+def scripted_acrobot(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Torque along the second joint's angular velocity: pumps energy into the swing."""
+    left, _, right = ACTION_NAMES["Acrobot-v1"]
+    return lambda info: right if env.unwrapped.state[3] > 0 else left
+
+
+def _value_iteration(transitions: dict, gamma: float = 0.99, tol: float = 1e-8) -> np.ndarray:
+    """Greedy policy (action per state) of the MDP ``P[s][a] = [(prob, s2, reward, done), ...]``."""
+    n_states, n_actions = len(transitions), len(transitions[0])
+    values = np.zeros(n_states)
+    for _ in range(10_000):
+        q = np.array([[sum(p * (r + (0.0 if done else gamma * values[s2]))
+                           for p, s2, r, done in transitions[s][a])
+                       for a in range(n_actions)] for s in range(n_states)])
+        new = q.max(axis=1)
+        if np.max(np.abs(new - values)) < tol:
+            break
+        values = new
+    return q.argmax(axis=1)
+
+
+def planned_tabular(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The optimal policy of a toy-text MDP (FrozenLake, Taxi, CliffWalking) by value iteration on
+    its transition table ``P`` (discount 0.99); the state is ``env.unwrapped.s``."""
+    plan = _value_iteration(env.unwrapped.P)
+    names = list(env.get_wrapper_attr("action_names"))
+    return lambda info: names[int(plan[int(env.unwrapped.s)])]
+
+
+#: The scripted reference player of each env (registered as its ``"scripted"`` reference policy).
+REFERENCE_POLICIES: dict[str, str] = {
+    "CartPole-v1": "textgym.envs.classic:scripted_cartpole",
+    "MountainCar-v0": "textgym.envs.classic:scripted_mountaincar",
+    "Acrobot-v1": "textgym.envs.classic:scripted_acrobot",
+    "Blackjack-v1": "textgym.envs.classic:scripted_blackjack",
+    "FrozenLake-v1": "textgym.envs.classic:planned_tabular",
+    "Taxi-v4": "textgym.envs.classic:planned_tabular",
+    "CliffWalking-v1": "textgym.envs.classic:planned_tabular",
+}
+
+# --------------------------------------------------------------------------- training defaults
+# Budgets for the default model (smollm2-135m, score mode, LoRA) on a 2-core CPU, where it makes
+# about 3 decisions per second: a time budget lets the default run end by itself, and small,
+# frequent updates show a trend within it. The measurements behind them are in docs/results.md.
+
+#: The recommended training settings of each env that has some (``textgym train`` starts from them).
+TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
+    "CartPole-v1": TrainingDefaults(
+        episodes=400, minutes=10, num_envs=8, lr=2e-4,
+        trainer={
+            "episodes_per_update": 16, "minibatch_size": 32,
+            # credit a push for the next few steps only: with the spin shaping, that is what
+            # makes the advantage follow the right push
+            "gamma": 0.3,
+            "warmup_updates": 2,      # keeps Adam's first, largest steps small
+            "metrics_window": 16,
+            "lora_layers": 8,         # an adapter on the top 8 layers only: ~5 instead of ~3 decisions/s
+        },
+        # pole-spin shaping credits each push for slowing the pole (see make_cartpole)
+        env_kwargs={"shaping": 1.0},
+    ),
+    "Blackjack-v1": TrainingDefaults(
+        episodes=1024, minutes=15, num_envs=16, lr=2e-4,
+        # one-to-three-step episodes with noisy outcomes: many episodes per update
+        trainer={"episodes_per_update": 64, "metrics_window": 128},
+    ),
+    "FrozenLake-v1": TrainingDefaults(
+        episodes=256, minutes=15, num_envs=8, lr=2e-4,
+        # the reward comes at the goal only, many steps later: a long horizon
+        trainer={"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
+    ),
+}

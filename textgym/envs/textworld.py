@@ -68,6 +68,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.registry import ReferencePlayer
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
 
@@ -76,12 +77,13 @@ __all__ = [
     "INVALID_POLICIES",
     "TextWorldEnv",
     "clean_feedback",
-    "control_verb",
     "clean_objective",
+    "control_verb",
     "generate_game",
     "make_textworld",
     "register_envs",
     "textgym_home",
+    "walkthrough_player",
 ]
 
 #: The retry feedback line (``{valid_actions}``, ``{answer}``, ``{retries_left}`` filled in).
@@ -550,10 +552,25 @@ def make_textworld(**kwargs: Any) -> gym.Env:
     return EpisodeStats(TextWorldEnv(**kwargs))
 
 
+def walkthrough_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Plays each game's walkthrough (the winning commands TextWorld stored with it): the
+    ``"scripted"`` reference policy of ``textgym/TextWorld-v0``. Once the walkthrough is done (or
+    for a game without one) it answers ``look``."""
+    commands: list[str] = []
+
+    def player(info: dict[str, Any]) -> str:
+        if "parse" not in info:              # a reset info: a new game
+            commands[:] = reversed(env.unwrapped.walkthrough or [])
+        return commands.pop() if commands else "look"
+
+    return player
+
+
 def register_envs() -> None:
     """Register ``textgym/TextWorld-v0`` (needs ``textgym[textworld]`` to make)."""
     from textgym.registry import register
 
     register("textgym/TextWorld-v0", "textgym.envs.textworld:make_textworld",
              description="TextWorld adventures generated offline per seed (world size, objects, quest length)",
-             source="textgym", kwargs={"max_episode_steps": 30})
+             source="textgym", kwargs={"max_episode_steps": 30},
+             reference_policies={"scripted": "textgym.envs.textworld:walkthrough_player"})

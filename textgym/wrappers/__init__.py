@@ -15,7 +15,12 @@ from textgym.wrappers.invalid_answer import (
     InvalidAnswerRule,
     as_answer_text,
 )
-from textgym.wrappers.parse_action import ActionTable, ParseAction, env_action_names, resolve_actions
+from textgym.wrappers.parse_action import (
+    ActionTable,
+    ParseAction,
+    env_action_names,
+    resolve_actions,
+)
 from textgym.wrappers.parsers import (
     DEFAULT_REGEX_PATTERNS,
     FunctionParser,
@@ -62,11 +67,11 @@ __all__ = [
     "JSONParser",
     "KeywordParser",
     "LinearDecay",
-    "Potential",
     "ParseAction",
     "ParseResult",
     "Parser",
     "ParserChain",
+    "Potential",
     "RegexParser",
     "RewardFn",
     "RewardTerm",

@@ -30,6 +30,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -130,12 +131,12 @@ class InvalidAnswerRule:
         except (TypeError, ValueError) as error:
             raise ValueError(f"invalid_penalty must be a number and max_retries an int, got "
                              f"{self.penalty!r} and {self.max_retries!r}") from error
-        if penalty != penalty or penalty in (float("inf"), float("-inf")):
+        if not math.isfinite(penalty):
             raise ValueError(f"invalid_penalty must be finite, got {self.penalty!r}")
         if max_retries < 0:
             raise ValueError(f"max_retries must be >= 0, got {self.max_retries!r}")
         if not isinstance(self.feedback, str):
-            raise ValueError(f"feedback must be a format string, got {type(self.feedback).__name__}")
+            raise TypeError(f"feedback must be a format string, got {type(self.feedback).__name__}")
         object.__setattr__(self, "penalty", penalty)
         object.__setattr__(self, "max_retries", max_retries)
 
