@@ -28,6 +28,7 @@ import numpy as np
 
 from textgym.outcomes import outcome_rates
 from textgym.registry import ReferencePlayer, ReferencePolicy, reference_policy
+from textgym.wrappers.episode_stats import episode_stats
 
 __all__ = ["evaluate_baseline", "evaluate_reference", "random_policy"]
 
@@ -65,7 +66,7 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int, see
             invalid += not (info.get("parse") or {}).get("valid", True)
             done = terminated or truncated
         decisions += length
-        stats = info.get("episode") or {}
+        stats = episode_stats(info) or {}
         returns.append(float(stats.get("return", total)))
         lengths.append(length)
         outcomes.append(info.get("outcome"))

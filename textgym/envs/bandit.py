@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.text_observation import Renderer
 
 __all__ = ["ANIMALS", "COLORS", "TRAINING_DEFAULTS", "CueBanditEnv", "make_bandit", "scripted_bandit"]
 
@@ -102,9 +103,11 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
     """
     from textgym.wrap import wrap
 
-    base = CueBanditEnv(num_cues, num_arms, mapping)
-    if max_episode_steps is not None:
-        base = gym.wrappers.TimeLimit(base, max_episode_steps)
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
+
+    base: gym.Env = CueBanditEnv(num_cues, num_arms, mapping)
+    if max_episode_steps is not None and max_episode_steps > 0:
+        base = InnerTimeLimit(base, max_episode_steps)
     arms = list(ANIMALS[:num_arms])
     colors = COLORS[:num_cues]
     if system_prompt is None:
@@ -120,18 +123,14 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
     return wrap(base, actions=arms, formatter=formatter, system_prompt=system_prompt, **wrap_kwargs)
 
 
-class CueText:
+class CueText(Renderer):
     """Renders a cue index as ``"Color: red."``."""
 
     def __init__(self, colors: Sequence[str]):
         self.colors = tuple(colors)
 
-    # Equal renderers let ``env.spec.make()`` (Gymnasium's env checker) rebuild the env.
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CueText) and other.colors == self.colors
-
-    def __hash__(self) -> int:
-        return hash(self.colors)
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return {"colors": list(self.colors)}
 
     def __call__(self, cue: int | np.integer) -> str:
         return f"Color: {self.colors[int(cue)]}."

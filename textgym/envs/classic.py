@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium.envs.toy_text.blackjack import deck as BLACKJACK_DECK
 
 from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.text_observation import Renderer
 
 __all__ = [
     "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
@@ -61,24 +62,7 @@ def _side(value: float, dead_zone: float, negative: str, positive: str, zero: st
 
 # --------------------------------------------------------------------------- renderers
 
-class _Renderer:
-    """Renderers compare equal when they render alike: ``env.spec.make()`` (used by
-    Gymnasium's env checker) rebuilds the env and checks its wrappers' kwargs are equal."""
-
-    def _key(self) -> tuple:
-        return ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._key() == self._key()
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._key()))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class CartPoleText(_Renderer):
+class CartPoleText(Renderer):
     """``Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.``
 
     The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad. The four
@@ -101,7 +85,7 @@ class CartPoleText(_Renderer):
                 f"cart at {x:+.2f}, velocity {velocity:+.2f}.")
 
 
-class MountainCarText(_Renderer):
+class MountainCarText(Renderer):
     """``Car at -0.47 valley bottom, velocity +0.012 moving right.``
 
     Positions run from -1.20 (far left) to +0.60; the valley bottom is at -0.52 and the flag
@@ -124,7 +108,7 @@ class MountainCarText(_Renderer):
         return f"Car at {position:+.2f} {where}, velocity {velocity:+.3f} {moving}."
 
 
-class AcrobotText(_Renderer):
+class AcrobotText(Renderer):
     """``Upper link +0.03 rad, lower -0.05 rad; speeds -0.09, +0.10. Tip height -1.99, falling.``
 
     Angles are 0 when hanging straight down and positive counterclockwise; the lower link's
@@ -163,7 +147,7 @@ def hit_bust_chance(total: int, usable_ace: bool = False) -> float:
     return sum(total + card > 21 for card in BLACKJACK_DECK) / len(BLACKJACK_DECK)
 
 
-class BlackjackText(_Renderer):
+class BlackjackText(Renderer):
     """``Your total 14: a hit busts you with chance 46%. Dealer shows 10.``
 
     The chance that one more card busts the hand (:func:`hit_bust_chance`) is spelled out, and
@@ -195,7 +179,7 @@ class BlackjackText(_Renderer):
         return f"{hand}. Dealer shows {card}."
 
 
-class GridText(_Renderer):
+class GridText(Renderer):
     """A grid map with ``@`` at your cell, then your row and column.
 
     Example:
@@ -213,8 +197,8 @@ class GridText(_Renderer):
         self.ncol = len(self.rows[0])
         self.notes = dict(notes or {})
 
-    def _key(self) -> tuple:
-        return tuple(self.rows), tuple(sorted(self.notes.items()))
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return {"rows": list(self.rows), "notes": dict(self.notes)}
 
     def __call__(self, state: int | np.integer) -> str:
         row, col = divmod(int(state), self.ncol)
@@ -227,13 +211,13 @@ class GridText(_Renderer):
         return text
 
 
-class TaxiText(_Renderer):
+class TaxiText(Renderer):
     """The Taxi map with ``@`` at the taxi, where the passenger and destination are, legal moves.
 
     Example:
         >>> import gymnasium as gym
         >>> taxi = gym.make("Taxi-v4").unwrapped
-        >>> print(TaxiText(taxi)(taxi.encode(3, 1, 2, 3)))
+        >>> print(TaxiText()(taxi.encode(3, 1, 2, 3)))
         +---------+
         |R: | : :G|
         | : | : : |
@@ -243,18 +227,17 @@ class TaxiText(_Renderer):
         +---------+
         Passenger at Y, destination B. Legal: SOUTH, NORTH, EAST.
 
-    Args:
-        taxi: the unwrapped ``TaxiEnv`` (its map, ``decode`` and ``action_mask``).
+    It reads states with a ``TaxiEnv`` of its own (``decode`` and ``action_mask``): Gymnasium's
+    Taxi has one fixed map, whatever its kwargs (``is_rainy``, ``fickle_passenger``).
     """
 
     LANDMARKS = "RGYB"
 
-    def __init__(self, taxi: Any):
-        self.taxi = taxi
-        self.rows = [b"".join(row).decode() for row in taxi.desc]
+    def __init__(self):
+        from gymnasium.envs.toy_text.taxi import TaxiEnv
 
-    def _key(self) -> tuple:
-        return tuple(self.rows)
+        self.taxi = TaxiEnv()
+        self.rows = [b"".join(row).decode() for row in self.taxi.desc]
 
     def __call__(self, state: int | np.integer) -> str:
         taxi_row, taxi_col, passenger, destination = self.taxi.decode(int(state))
@@ -304,11 +287,17 @@ def _text_env(
 ) -> gym.Env:
     from textgym.wrap import wrap
 
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
+
     env_kwargs, wrap_kwargs = _split_env_kwargs(base_id, kwargs)
-    # Gymnasium's TimeLimit goes on the base env, inside the text wrappers, so that
-    # EpisodeStats sees truncations. The outer gym.make adds the env checker once.
-    base = gym.make(base_id, max_episode_steps=max_episode_steps, disable_env_checker=True,
-                    **env_kwargs)
+    if env_kwargs.get("render_mode") == "ansi":   # the text the model sees, not the base env's
+        wrap_kwargs["render_mode"] = env_kwargs.pop("render_mode")
+    # The step limit goes on the base env, inside the text wrappers, so that EpisodeStats sees
+    # truncations. The outer gym.make adds the env checker once.
+    base = gym.make(base_id, max_episode_steps=-1, disable_env_checker=True, **env_kwargs)
+    limit = gym.spec(base_id).max_episode_steps if max_episode_steps is None else max_episode_steps
+    if limit is not None and limit > 0:
+        base = InnerTimeLimit(base, limit)
     wrap_kwargs.setdefault("instructions", _answer_format(ACTION_NAMES[base_id]))
     return wrap(
         base,
@@ -430,7 +419,7 @@ make_blackjack = _maker(
 make_frozenlake = _maker("FrozenLake-v1", _frozenlake_renderer, _frozenlake_prompt)
 
 make_taxi = _maker(
-    "Taxi-v4", TaxiText,
+    "Taxi-v4", lambda env: TaxiText(),
     lambda env: ("Drive the taxi (@) to the passenger, PICKUP, drive to the destination, DROPOFF. "
                  "R, G, Y, B are the stops; | is a wall."))
 

@@ -199,7 +199,7 @@ class TwoPlayerGameEnv(gym.Env):
         penalty: deprecated name of ``invalid_penalty``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, game: str = "tictactoe", opponent: Opponent = "random", seat: str = "random",
                  invalid_policy: str | None = None, invalid_penalty: float | None = None,
@@ -311,13 +311,12 @@ class TwoPlayerGameEnv(gym.Env):
 def _make_view(game: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
     """Entry point of ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3``: the view, then
     ``EpisodeStats`` (and a step limit when asked) as in every built-in text env."""
+    from textgym.wrappers.episode_stats import EpisodeStats
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
+
     env: gym.Env = TwoPlayerGameEnv(game, **kwargs)
-    if max_episode_steps is not None:
-        env = gym.wrappers.TimeLimit(env, max_episode_steps)
-    try:
-        from textgym.wrappers.episode_stats import EpisodeStats
-    except ImportError:  # the wrappers package is optional for this env to work
-        return env
+    if max_episode_steps is not None and max_episode_steps > 0:
+        env = InnerTimeLimit(env, max_episode_steps)
     return EpisodeStats(env)
 
 

@@ -304,7 +304,7 @@ class TextWorldEnv(gym.Env):
             the reward. 0 (default): the reward is the score alone (1 point at the end of a quest).
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, world_size: int = 2, nb_objects: int = 3, quest_length: int = 2,
                  theme: str = "house", games: int | None = None, first_game: int = 0,
@@ -346,7 +346,7 @@ class TextWorldEnv(gym.Env):
         self.game_file: str | None = None
         self.objective = ""
         self._state = None
-        self._obs = ""
+        self._obs = self._shown = ""
 
     # -- games ------------------------------------------------------------------------------
     @staticmethod
@@ -452,7 +452,7 @@ class TextWorldEnv(gym.Env):
             text = text.replace(raw_objective, "").strip()
             if not self.task_in_system_prompt:
                 text = f"{self.objective}\n\n{text}"
-        self._obs = self._observation(text)
+        self._obs = self._shown = self._observation(text)
         return self._obs, self._info()
 
     def _parse(self, answer: str) -> tuple[str | None, str | None]:
@@ -493,7 +493,7 @@ class TextWorldEnv(gym.Env):
             self._retries = verdict.retries
             if verdict.asks_again:
                 feedback = self.rule.feedback_line(self._valid(), verdict.retries, answer)
-                obs = f"{self._obs}\n{feedback}"[: self._max_length]
+                obs = self._shown = f"{self._obs}\n{feedback}"[: self._max_length]
                 info = self._info()
                 info["parse"] = record
                 info["feedback"] = feedback
@@ -502,7 +502,8 @@ class TextWorldEnv(gym.Env):
                 info = self._info()
                 info["valid_actions"] = []
                 info["parse"] = record
-                return "You gave up: that is not a command here.", verdict.reward, True, False, info
+                self._shown = "You gave up: that is not a command here."
+                return self._shown, verdict.reward, True, False, info
             # "penalty" / "default": the answer is typed into the game as it is
             command, penalty = typed, verdict.reward
             record["action"] = command or None
@@ -525,7 +526,7 @@ class TextWorldEnv(gym.Env):
         reward = float(score - self._score) + penalty + self.progress_reward * progress
         self._score = score
         terminated = self._done()
-        self._obs = self._observation(text)
+        self._obs = self._shown = self._observation(text)
         info = self._info()
         info["parse"] = record
         info["progress"] = progress
@@ -537,7 +538,8 @@ class TextWorldEnv(gym.Env):
         return self.max_episode_steps is not None and self._steps >= self.max_episode_steps
 
     def render(self) -> str | None:
-        return self._obs if self.render_mode == "ansi" else None
+        """``render_mode="ansi"``: the last observation returned (what the model read)."""
+        return self._shown if self.render_mode == "ansi" else None
 
     def close(self) -> None:
         for env in self._open.values():

@@ -3,9 +3,10 @@
 Stacked inner -> outer as :func:`textgym.wrap` does it::
 
     base env -> TextObservation -> ParseAction -> EpisodeStats [-> ShapeReward] [-> History]
+             [-> RenderText]
 """
 
-from textgym.wrappers.episode_stats import EpisodeStats
+from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, EpisodeStats, episode_stats
 from textgym.wrappers.history import History
 from textgym.wrappers.invalid_answer import (
     DEFAULT_FEEDBACK,
@@ -33,6 +34,7 @@ from textgym.wrappers.parsers import (
     as_parser,
     default_parser,
 )
+from textgym.wrappers.render_text import RenderText
 from textgym.wrappers.shape_reward import (
     Clip,
     Constant,
@@ -46,12 +48,18 @@ from textgym.wrappers.shape_reward import (
     ShapeReward,
     as_schedule,
 )
-from textgym.wrappers.text_observation import DEFAULT_SYSTEM_PROMPT, TextObservation, describe
+from textgym.wrappers.text_observation import (
+    DEFAULT_SYSTEM_PROMPT,
+    Renderer,
+    TextObservation,
+    describe,
+)
 
 __all__ = [
     "DEFAULT_FEEDBACK",
     "DEFAULT_REGEX_PATTERNS",
     "DEFAULT_SYSTEM_PROMPT",
+    "EPISODE_STATS_KEY",
     "INVALID_POLICIES",
     "RETRY_FALLBACKS",
     "ActionTable",
@@ -73,6 +81,8 @@ __all__ = [
     "ParserChain",
     "Potential",
     "RegexParser",
+    "RenderText",
+    "Renderer",
     "RewardFn",
     "RewardTerm",
     "Scale",
@@ -83,6 +93,7 @@ __all__ = [
     "as_schedule",
     "default_parser",
     "describe",
+    "episode_stats",
     "env_action_names",
     "resolve_actions",
 ]
