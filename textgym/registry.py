@@ -221,10 +221,10 @@ def register(
 
     Example:
         >>> import textgym
-        >>> textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit",
+        >>> textgym.register("example/Colors-v0", "textgym.envs.bandit:make_bandit",
         ...                  description="Four colors, four animals",
         ...                  action_names=["cat", "dog", "fox", "owl"], num_cues=4, num_arms=4)
-        >>> textgym.make("mine/Colors-v0").reset(seed=0)[1]["valid_actions"]
+        >>> textgym.make("example/Colors-v0").reset(seed=0)[1]["valid_actions"]
         ['cat', 'dog', 'fox', 'owl']
 
     Args:
