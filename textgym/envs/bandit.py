@@ -102,7 +102,6 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
         **wrap_kwargs: passed to :func:`textgym.wrap` (``invalid_policy=``, ``history=``, ...).
     """
     from textgym.wrap import wrap
-
     from textgym.wrappers.inner_time_limit import InnerTimeLimit
 
     base: gym.Env = CueBanditEnv(num_cues, num_arms, mapping)

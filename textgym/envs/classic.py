@@ -286,7 +286,6 @@ def _text_env(
     kwargs: dict[str, Any],
 ) -> gym.Env:
     from textgym.wrap import wrap
-
     from textgym.wrappers.inner_time_limit import InnerTimeLimit
 
     env_kwargs, wrap_kwargs = _split_env_kwargs(base_id, kwargs)

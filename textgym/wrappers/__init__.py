@@ -93,7 +93,7 @@ __all__ = [
     "as_schedule",
     "default_parser",
     "describe",
-    "episode_stats",
     "env_action_names",
+    "episode_stats",
     "resolve_actions",
 ]
