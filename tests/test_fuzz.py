@@ -87,7 +87,7 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
     kwargs = {"max_episode_steps": 25, **KWARGS.get(env_id, {})}
     env = textgym.make(env_id, invalid_policy=policy, **kwargs)
     rng = np.random.default_rng(0)
-    obs, info = env.reset(seed=0)
+    _, info = env.reset(seed=0)
     episodes = 0
     answers = [(a, True) for a in GARBAGE_TEXT + EMPTY_NON_TEXT] + [(a, False) for a in OTHER_NON_TEXT]
     for i, (answer, garbage) in enumerate(answers):
@@ -98,7 +98,7 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
                 info = check_step(result, policy)
                 assert info["parse"]["valid"] is False
                 if result[2] or result[3]:
-                    obs, info = env.reset()
+                    _, info = env.reset()
         result = env.step(answer)
         info = check_step(result, policy)
         if garbage:
@@ -111,6 +111,8 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
             episodes += 1
             assert "episode_stats" in info
             _, info = env.reset()
+    if policy == "terminate":                      # every garbage answer ended its episode
+        assert episodes >= len(GARBAGE_TEXT) + len(EMPTY_NON_TEXT)
     # the env still plays whole episodes with valid answers
     for _ in range(3):
         done = False
