@@ -303,3 +303,17 @@ def test_stack_wrappers_example_runs_and_prints_the_parse_records():
     assert "valid=False policy=penalty reward=+0.00" in parsed[2]
     assert "Your action: 'uhh, banana?' (invalid)" in out.stdout       # History shows the bad answer
     assert lines[-1] == "EPISODE: {'return': 4.0, 'length': 5, 'invalid_count': 1}"
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_every_env_takes_the_same_invalid_answer_keywords(env_id):
+    """One vocabulary (InvalidAnswerRule's): classic envs, the bandit and the board-game views
+    (TextWorld: tests/test_textworld.py) take the same keywords, with the same meaning."""
+    env = textgym.make(env_id, invalid_policy="retry", invalid_penalty=-3.0, max_retries=1,
+                       retry_fallback="terminate", feedback="No! {valid_actions}")
+    _, info = env.reset(seed=0)
+    obs, reward, terminated, _, step_info = env.step("?!")
+    assert (reward, terminated, step_info["parse"]["policy"]) == (0.0, False, "retry")
+    assert "No! " + ", ".join(info["valid_actions"]) in obs
+    _, reward, terminated, _, step_info = env.step("?!")
+    assert (reward, terminated, step_info["parse"]["policy"]) == (-3.0, True, "terminate")
