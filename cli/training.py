@@ -85,7 +85,8 @@ def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
     ``textgym.registry.training_defaults``), as the lowest config layer."""
     from textgym.registry import training_defaults
 
-    return {k: v for k, v in training_defaults(env_id, mode).to_dict().items() if k in run_config.FIELDS}
+    defaults = training_defaults(env_id, mode).to_dict()
+    return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],

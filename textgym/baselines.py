@@ -43,7 +43,8 @@ def random_policy(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     return player
 
 
-def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int, seed: int = 0) -> dict[str, Any]:
+def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
+                       seed: int = 0) -> dict[str, Any]:
     """Play ``episodes`` episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) with ``policy``.
 
     Returns the statistics of a model's greedy evaluation: ``episodes``, ``return_mean``,
@@ -82,7 +83,8 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int, see
     }
 
 
-def evaluate_baseline(env: gym.Env, name: str, episodes: int, seed: int = 0) -> dict[str, Any] | None:
+def evaluate_baseline(env: gym.Env, name: str, episodes: int,
+                      seed: int = 0) -> dict[str, Any] | None:
     """:func:`evaluate_reference` with the env's registered reference policy ``name``
     (``"random"``, ``"scripted"``...); ``None`` when the env has no policy by that name."""
     if env.spec is None:

@@ -14,11 +14,11 @@ Plugins: a package declares an entry point in the group ``textgym.envs``::
     more = "mygames.extra:register_envs"     # a callable: calling it registers its envs
 
 and calls :func:`register` there (with ``training_defaults=`` and ``reference_policies=`` if
-it has them). textgym scans the group once, lazily, on the first
-:func:`make`, :func:`resolve_id` or :func:`list_envs` (Gymnasium 1.x no longer loads plugins
-itself). A plugin that fails to load (an exception, or ``sys.exit()``, at import or
-registration) gives a :class:`PluginLoadWarning` naming it and its error; the others still load. Two sources registering the same id raise
-:class:`DuplicateEnvError` naming both. Call ``load_plugins(force=True)`` to rescan after
+it has them). textgym scans the group once, lazily, on the first :func:`make`,
+:func:`resolve_id` or :func:`list_envs` (Gymnasium 1.x no longer loads plugins itself). A
+plugin that fails to load (an exception, or ``sys.exit()``, at import or registration) gives a
+:class:`PluginLoadWarning` naming it and its error; the others still load. Two sources
+registering the same id raise :class:`DuplicateEnvError` naming both. Call ``load_plugins(force=True)`` to rescan after
 installing a package (or changing ``sys.path``) in a running process.
 """
 
