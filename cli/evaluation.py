@@ -95,12 +95,13 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
                                                       num_envs, seed)
         results[label] = result
     if baselines:
-        from textgym.cli.baselines import evaluate_baseline
+        from textgym.baselines import evaluate_baseline
 
         game = make_env(env_id, **env_kwargs)  # the same env settings as the run
         try:
             for kind in dict.fromkeys(baselines):
-                results[kind] = evaluate_baseline(game, kind, episodes, seed)
+                result = evaluate_baseline(game, kind, episodes, seed)
+                results[kind] = with_stderr(result) if result is not None else None
         finally:
             game.close()
     if json_out:

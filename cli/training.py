@@ -30,51 +30,6 @@ from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
-#: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
-#: (smollm2-135m, score mode, LoRA) makes about 3 decisions per second on a quiet 2-core CPU,
-#: acting and training included (measured on CartPole; about 5/s with an adapter on the top 8
-#: layers only, ``lora_layers``), so the budgets are small: a time budget (``minutes``) makes the
-#: default run finish by itself, and small frequent updates (8 episodes each) show a trend
-#: within it.
-ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "textgym/CartPole-v1": {
-        "episodes": 400, "minutes": 10, "num_envs": 8, "lr": 2e-4,
-        # Measured on the 2-core CPU (2026-11-23, bench/results/probes/README.md): the untrained
-        # model already prefers, weakly, to push the way the pole turns (the renderer's one
-        # direction word); plain REINFORCE sharpens that. Pole-spin shaping 1.0 with gamma 0.3
-        # credits each push for slowing the pole (the advantage then correlates ~0.8 with the
-        # right push); 2 warm-up updates keep Adam's first steps small. Sampled return 25 -> 194
-        # by update 7, greedy 201.5 on held-out seeds. Once the policy is good, an update of 16
-        # ~200-step episodes takes ~8-9 minutes, so the run ends up to ~10 minutes past its budget.
-        "trainer": {"episodes_per_update": 16, "minibatch_size": 32, "gamma": 0.3,
-                    "warmup_updates": 2, "metrics_window": 16, "lora_layers": 8},
-        "env_kwargs": {"shaping": 1.0},
-    },
-    "textgym/Bandit-v0": {
-        "episodes": 512, "minutes": 15, "num_envs": 16, "lr": 3e-4,
-        "trainer": {"episodes_per_update": 32, "metrics_window": 64},
-    },
-    "textgym/Blackjack-v1": {
-        "episodes": 1024, "minutes": 15, "num_envs": 16, "lr": 2e-4,
-        "trainer": {"episodes_per_update": 64, "metrics_window": 128},
-    },
-    "textgym/TicTacToe-v0": {
-        # Against the random opponent, from a random seat. Rewards +1/-1/0 at the end of the game
-        # (gamma 1); 64 games per update (~230 decisions), win rate over the last 128 games.
-        # Measured (2026-11-23): lr 2e-4 moved the policy ~0.001 KL per update (training win rate
-        # 42% -> 53%, greedy unchanged); lr 1e-3 took it 42% -> 71% by update 4 and greedy play
-        # from 61.5% to 67.5% over 200 held-out games.
-        "episodes": 1024, "minutes": 10, "num_envs": 16, "lr": 1e-3,
-        "trainer": {"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
-                    "metrics_window": 128, "lora_layers": 8},
-    },
-    "textgym/FrozenLake-v1": {
-        "episodes": 256, "minutes": 15, "num_envs": 8, "lr": 2e-4,
-        "trainer": {"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
-    },
-}
-GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
-
 # What a resumed run may change: its budget and how it reports. Everything else (env, model,
 # algorithm and its settings) comes from the run's checkpoint.
 _CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes")
@@ -99,10 +54,18 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
         refuse_env_import(merged.env, f"config file {config_file}",
                           f"textgym train {merged.env} --config {config_file}")
     env_id = resolve_env(merged.env)
-    defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
-    cfg = run_config.resolve(defaults, file_layer, flags)
+    cfg = run_config.resolve(_env_defaults(env_id, merged.mode), file_layer, flags)
     cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
+
+
+def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
+    """The env's recommended training settings in ``mode`` (registered with the env, see
+    ``textgym.registry.training_defaults``), as the lowest config layer."""
+    from textgym.registry import training_defaults
+
+    defaults = training_defaults(env_id, mode).to_dict()
+    return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],

@@ -241,6 +241,9 @@ def test_envs_lists_builtins_with_actions_and_package(cli):
     assert rows["textgym/CartPole-v1"]["action_names"] == ["LEFT", "RIGHT"]
     assert rows["textgym/CartPole-v1"]["source"] == "textgym"
     assert rows["textgym/Bandit-v0"]["description"]
+    assert rows["textgym/CartPole-v1"]["reference_policies"] == ["random", "scripted"]
+    assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0}
+    assert rows["textgym/Acrobot-v1"]["training_defaults"] is None
     table = cli("envs")
     assert table.exit_code == 0
     assert "textgym/Blackjack-v1" in table.stdout and "STICK, HIT" in table.stdout
@@ -707,22 +710,6 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
         "q_proj", "v_proj"]
 
 
-@pytest.mark.parametrize("env, episodes", [
-    ("cartpole", 5), ("bandit", 20), ("frozenlake", 30), ("taxi", 5), ("cliffwalking", 2),
-    ("mountaincar", 3), ("tictactoe", 10),
-])
-def test_scripted_baseline_beats_random(env, episodes):
-    import textgym
-    from textgym.cli.baselines import evaluate_baseline
-
-    game = textgym.make(env)
-    random = evaluate_baseline(game, "random", episodes, seed=0)
-    scripted = evaluate_baseline(game, "scripted", episodes, seed=0)
-    assert scripted["return_mean"] > random["return_mean"] + 0.2
-    assert scripted["invalid_rate"] == random["invalid_rate"] == 0.0
-    assert random["episodes"] == scripted["episodes"] == episodes
-
-
 def test_an_env_without_a_scripted_policy_says_so(cli, countdown_env_cls):
     import gymnasium as gym
 
@@ -770,3 +757,18 @@ def test_stats_line_and_plot_show_the_win_rate_of_games(tmp_path):
         "mean return", "win rate (solid), loss rate (dashed)", "invalid-answer rate"]
     win_axes = figure_of([("ttt", games)]).get_axes()[2]
     assert [line.get_linestyle() for line in win_axes.get_lines()] == ["-", "--"]
+
+
+def test_train_starts_from_the_settings_registered_with_the_env():
+    from textgym.cli import training
+    from textgym.registry import training_defaults
+
+    cfg = training._new_config({}, {"env": "cartpole"}, None)
+    registered = training_defaults("textgym/CartPole-v1", "score")
+    assert (cfg.episodes, cfg.num_envs, cfg.minutes) == (registered.episodes, registered.num_envs,
+                                                          registered.minutes)
+    assert cfg.env_kwargs == {"shaping": 1.0} and cfg.trainer["gamma"] == 0.3
+    flagged = training._new_config({"trainer": {"gamma": 0.9}}, {"env": "cartpole", "episodes": 16},
+                                 None)
+    assert flagged.episodes == 16 and flagged.trainer["gamma"] == 0.9      # file and flags win
+    assert flagged.trainer["episodes_per_update"] == 16                     # the rest stays

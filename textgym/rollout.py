@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textgym.policy import Decision
+from textgym.wrappers.episode_stats import episode_stats
 
 __all__ = ["Episode", "Rollout", "Step", "collect"]
 
@@ -48,7 +49,7 @@ class Episode:
     """The seed its env was reset with (``None``: the env's generator continued)."""
     system_prompt: str = ""
     info: dict[str, Any] = field(default_factory=dict)
-    """The last step's info (with ``info["episode"]`` from ``EpisodeStats``, unshaped return)."""
+    """The last step's info (with ``info["episode_stats"]`` from ``EpisodeStats``, unshaped return)."""
 
     @property
     def return_(self) -> float:
@@ -57,9 +58,9 @@ class Episode:
 
     @property
     def env_return(self) -> float:
-        """The env's own return (``EpisodeStats``' ``info["episode"]["return"]``: before reward
-        shaping), or :attr:`return_` when the env does not record it."""
-        record = self.info.get("episode") if self.info else None
+        """The env's own return (``EpisodeStats``' ``info["episode_stats"]["return"]``: before
+        reward shaping), or :attr:`return_` when the env does not record it."""
+        record = episode_stats(self.info)
         return float(record["return"]) if record and "return" in record else self.return_
 
     @property
