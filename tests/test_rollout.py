@@ -95,7 +95,7 @@ def test_stats_count_prefix_cache_reuse(tiny_policy, countdown_env_cls):
     envs = [countdown_env_cls(max_length=4) for _ in range(4)]
     rollout = collect(tiny_policy, envs, episodes=4, seed=0)
     steps = rollout.steps
-    prefix = len(tiny_policy._system_prefix(countdown_env_cls.system_prompt))
+    prefix = len(tiny_policy.prompts.system_prefix(countdown_env_cls.system_prompt))
     assert rollout.stats["prompt_tokens_total"] == sum(len(s.decision.prompt_ids) for s in steps)
     # the shared prefix is run once, not once per decision
     assert rollout.stats["prompt_tokens"] == prefix + sum(len(s.decision.prompt_ids) - prefix for s in steps)
