@@ -9,8 +9,8 @@ import torch
 
 import textgym
 from textgym.trainers import GRPOConfig, PPOConfig, ReinforceConfig, make_trainer
-from textgym.trainers.optimization import lr_factor
 from textgym.trainers.metrics import read_metrics
+from textgym.trainers.optimization import lr_factor
 
 SMALL = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 8, "lr": 1e-3}
 
@@ -417,7 +417,7 @@ def test_the_trainer_config_shapes_the_lora_adapter_of_the_readme_flow():
 def test_a_model_that_has_an_adapter_keeps_training_it_and_says_where_the_config_differs(tiny_policy):
     import warnings
 
-    from textgym.lora import LoraSettings, add_lora, adapter_settings
+    from textgym.lora import LoraSettings, adapter_settings, add_lora
 
     tiny_policy.model = add_lora(tiny_policy.model, LoraSettings(r=8, alpha=16))  # e.g. a loaded checkpoint
     adapter = tiny_policy.model

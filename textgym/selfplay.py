@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     from pettingzoo import AECEnv
 
     from textgym.envs.games import Opponent
-    from textgym.trainers import Trainer, TrainConfig
+    from textgym.trainers import TrainConfig, Trainer
 
 __all__ = ["GameRecord", "GameSlot", "SelfPlay", "SelfPlayConfig", "evaluate_vs", "play_selfplay_games"]
 

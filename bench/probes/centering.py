@@ -17,8 +17,8 @@ import time
 import torch
 
 import textgym
-from textgym.trainers import make_trainer
 from textgym.rollout import decisions_of
+from textgym.trainers import make_trainer
 
 
 def spin_is_right(step) -> bool:

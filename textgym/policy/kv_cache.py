@@ -16,11 +16,14 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from textgym.policy.prompts import common_prefix_length
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
 
 __all__ = ["BatchState", "Counters", "PrefixCache", "run_prompts", "shared_prefix_length", "unique_rows",
            "weights_version"]
@@ -36,7 +39,7 @@ PrefixKV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
 class BatchState:
     """The state after running a batch of prompts on top of a shared prefix."""
 
-    cache: Any
+    cache: DynamicCache
     """A ``transformers.DynamicCache`` with one row per prompt: prefix + padded suffix."""
     attention_mask: torch.Tensor
     """``[B, cache length]`` long: which cache positions are real."""
@@ -129,7 +132,7 @@ class PrefixCache:
         return kv
 
 
-def _new_cache(model: torch.nn.Module, kv: PrefixKV | None, rows: int) -> Any:
+def _new_cache(model: torch.nn.Module, kv: PrefixKV | None, rows: int) -> DynamicCache:
     from transformers import DynamicCache
 
     if kv is None:

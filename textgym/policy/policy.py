@@ -14,7 +14,7 @@ import os
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -23,13 +23,22 @@ from textgym.lora import is_peft_model
 from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
 from textgym.policy.decision import Decision, Evaluation
-from textgym.policy.kv_cache import BatchState, PrefixCache, run_prompts, shared_prefix_length, unique_rows, \
-    weights_version
+from textgym.policy.kv_cache import (
+    BatchState,
+    PrefixCache,
+    run_prompts,
+    shared_prefix_length,
+    unique_rows,
+    weights_version,
+)
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
 from textgym.policy.rescoring import rescore_candidates, rescore_tokens
 from textgym.policy.sampling import generate, sample_candidate
 from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["Policy"]
 
@@ -52,7 +61,7 @@ class Policy:
             (``policy.temperature``).
     """
 
-    def __init__(self, model: torch.nn.Module, tokenizer: Any, mode: str | None = None, *,
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, mode: str | None = None, *,
                  config: PolicyConfig | None = None, device: str | torch.device | None = None,
                  name: str | None = None, **overrides: Any):
         if mode is not None:

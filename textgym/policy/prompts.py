@@ -18,7 +18,12 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["ChatPrompts", "common_prefix_length", "end_token_ids"]
 
@@ -32,7 +37,7 @@ def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     return i
 
 
-def end_token_ids(tokenizer: Any, model: Any) -> set[int]:
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> set[int]:
     """The tokens that end an answer: the tokenizer's end token and the model's generation ``eos``."""
     ids = {tokenizer.eos_token_id}
     config = getattr(model, "generation_config", None)
@@ -53,7 +58,7 @@ class ChatPrompts:
         cache_size: how many system prompts keep their prefix ids cached.
     """
 
-    def __init__(self, tokenizer: Any, chat_template: str | None = None, system_role: bool = True,
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, chat_template: str | None = None, system_role: bool = True,
                  cache_size: int = 1024):
         self.tokenizer = tokenizer
         self.chat_template = chat_template

@@ -8,7 +8,7 @@ Identical rows (same prompt and answer or candidates) are run through the model 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -16,11 +16,14 @@ from textgym.policy.decision import Decision, Evaluation
 from textgym.policy.kv_cache import Counters, run_prompts, unique_rows
 from textgym.policy.scoring import candidate_scores, score_candidates
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 __all__ = ["rescore_candidates", "rescore_tokens"]
 
 
 def rescore_candidates(model: torch.nn.Module, decisions: Sequence[Decision], prefix_length: int, *,
-                       temperature: float, normalization: str, tokenizer: Any, pad_id: int,
+                       temperature: float, normalization: str, tokenizer: PreTrainedTokenizerBase, pad_id: int,
                        device: torch.device, chunk_bytes: int, counters: Counters) -> Evaluation:
     """Score-mode decisions: per decision, the log-softmax over its candidates (``T=1`` unit)."""
     prompts = [list(d.prompt_ids) for d in decisions]

@@ -17,11 +17,14 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from textgym.policy.kv_cache import BatchState, Counters
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["generate", "sample_candidate", "sample_next"]
 
@@ -57,7 +60,7 @@ def sample_candidate(scores: torch.Tensor, temperature: float, greedy: bool,
     return int(torch.multinomial(logp.exp(), 1, generator=generator)), logp
 
 
-def _hit_stop(tokenizer: Any, stop: Sequence[str], answer: list[int]) -> bool:
+def _hit_stop(tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], answer: list[int]) -> bool:
     if not stop:
         return False
     text = tokenizer.decode(answer[-16:], skip_special_tokens=True)
@@ -66,7 +69,7 @@ def _hit_stop(tokenizer: Any, stop: Sequence[str], answer: list[int]) -> bool:
 
 def generate(model: torch.nn.Module, batch: BatchState, *, max_new_tokens: int, temperature: float,
              top_p: float, greedy: bool, generator: torch.Generator | None, end_ids: set[int],
-             stop: Sequence[str], tokenizer: Any, counters: Counters) -> list[tuple[list[int], list[float]]]:
+             stop: Sequence[str], tokenizer: PreTrainedTokenizerBase, counters: Counters) -> list[tuple[list[int], list[float]]]:
     """Sample an answer per row of ``batch``: ``(answer ids, their log-probs)`` per row.
 
     An answer ends with an end-of-turn token (kept), a stop string (kept) or after

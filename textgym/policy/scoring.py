@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from textgym.policy.kv_cache import BatchState, Counters
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = ["CandidateTokens", "CandidateTrie", "candidate_scores", "score_candidates"]
 
@@ -71,7 +74,7 @@ class CandidateTokens:
         cache_size: how many action texts keep their ids (least recently used dropped).
     """
 
-    def __init__(self, tokenizer: Any, score_end: bool | str = "auto", cache_size: int = 4096):
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, score_end: bool | str = "auto", cache_size: int = 4096):
         self.tokenizer = tokenizer
         self.score_end = score_end
         self.cache_size = cache_size

@@ -29,13 +29,13 @@ import torch
 from textgym import lora
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Policy
-from textgym.rollout import Envs, Episode, Rollout, collect, decisions_of
+from textgym.rollout import Envs, Episode, Rollout, collect
 from textgym.trainers import checkpoint as ckpt
-from textgym.trainers.config import TrainConfig, config_for
+from textgym.trainers.config import SFTConfig, TrainConfig, config_for
 from textgym.trainers.evaluation import evaluate_greedy
 from textgym.trainers.metrics import MetricsWriter
 from textgym.trainers.optimization import LossFn, lr_factor, run_minibatches
-from textgym.trainers.sft import OnlineSFT
+from textgym.trainers.sft import Demonstration, OnlineSFT, sft
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -291,13 +291,12 @@ class Trainer:
 
     # --- warm start ---------------------------------------------------------------------------
 
-    def warm_start(self, demonstrations: Any, config: Any = None) -> list[float]:
+    def warm_start(self, demonstrations: Sequence[Demonstration] | str | Path,
+                   config: SFTConfig | None = None) -> list[float]:
         """SFT on demonstrations (a JSONL path or a list) before RL; returns the loss per epoch.
 
         Demonstrations without a system prompt get the env's. See :func:`textgym.trainers.sft.sft`.
         """
-        from textgym.trainers.sft import sft
-
         try:
             system_prompt = self.venv.envs[0].get_wrapper_attr("system_prompt")
         except AttributeError:  # no env, or an env without TextObservation

@@ -29,7 +29,13 @@ from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import PPOConfig
 from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
-from textgym.trainers.losses import all_finite, clipped_surrogate, clipped_value_loss, gae, normalize
+from textgym.trainers.losses import (
+    all_finite,
+    clipped_surrogate,
+    clipped_value_loss,
+    gae,
+    normalize,
+)
 from textgym.trainers.value_head import ValueHead
 
 
