@@ -17,8 +17,8 @@ Example:
     >>> run = SelfPlay(policy, "reinforce", SelfPlayConfig(num_games=4, games_per_update=4, eval_games=4),
     ...                trainer_config={"lr": 1e-3})
     >>> metrics = run.train(updates=1)[-1]
-    >>> sorted(k for k in metrics if k.startswith("first/"))[:2]
-    ['first/draw_rate', 'first/loss_rate']
+    >>> sorted(k for k in metrics if k.startswith("first/"))
+    ['first/baseline', 'first/draw_rate', 'first/loss_rate', 'first/return_mean', 'first/win_rate']
 """
 
 from __future__ import annotations

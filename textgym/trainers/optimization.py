@@ -10,8 +10,8 @@ Example:
     >>> weight = torch.nn.Parameter(torch.ones(2))
     >>> optimizer = torch.optim.SGD([weight], lr=0.5)
     >>> weight.grad = torch.tensor([3.0, 4.0])                # norm 5, clipped to 1
-    >>> optimizer_step(optimizer, max_grad_norm=1.0), weight.detach().tolist()
-    (True, [0.699999988079071, 0.6000000238418579])
+    >>> optimizer_step(optimizer, max_grad_norm=1.0), [round(w, 4) for w in weight.tolist()]
+    (True, [0.7, 0.6])
 """
 
 from __future__ import annotations
