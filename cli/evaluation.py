@@ -51,6 +51,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
         state = read_state(folder)
@@ -65,7 +66,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             raise CLIError(f"which base model does {checkpoint} fine-tune? give --model "
                            f"(its run folder has no config.toml)")
     mode = mode or saved.get("mode") or "score"
-    policy = build_policy(model, mode)
+    # The checkpoint's own policy settings (normalization, chat template...) when it is its base model.
+    settings = {k: v for k, v in recorded.items() if k not in ("name", "mode", "seed") and v is not None} \
+        if recorded.get("name") == model else {}
+    policy = build_policy(model, mode, **settings)
     trainer_config = dict(state.get("config", {}))
     algorithm = trainer_config.pop("algorithm", state.get("algorithm", "reinforce"))
     # A bare model gets a fresh LoRA adapter, which starts as the identity (B = 0).

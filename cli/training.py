@@ -139,20 +139,22 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str, seed: int | None = None) -> Any:
-    """Check the model name, load it and wrap it in a ``textgym.Policy`` (errors -> CLIError)."""
+def build_policy(model_name: str, mode: str, seed: int | None = None, **settings: Any) -> Any:
+    """Check the model name, load it and wrap it in a ``textgym.Policy`` with the model
+    registry's defaults and ``settings`` on top (errors -> CLIError)."""
     from textgym.cli.modelcheck import check_model
 
     check_model(model_name)
-    import textgym
-    from textgym import models
+    from textgym.policy import Policy, PolicyConfig
 
-    try:
-        model, tokenizer = models.load(model_name)
+    try:  # seed: reproducible sampling
+        config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid policy settings: {exc}") from exc
+    try:  # the name is recorded in checkpoints
+        return Policy.from_pretrained(model_name, config=config)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
-    # name: recorded in checkpoints; seed: reproducible sampling
-    return textgym.Policy(model, tokenizer, mode=mode, name=model_name, seed=seed)
 
 
 def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,

@@ -5,7 +5,8 @@ Layout of a checkpoint folder::
     adapter/                  PEFT save_pretrained (safetensors)   -- or model/ for full fine-tuning
     value_head.safetensors    PPO's value head (when there is one)
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
-    trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, anything else
+    trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, the policy
+                              (base model name and every PolicyConfig setting), anything else
     metrics.jsonl             (from a Trainer) the run's metrics lines up to this checkpoint
 
 It is written to ``<dir>.tmp`` and then renamed into place, so a crash mid-write leaves the
@@ -32,6 +33,14 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from textgym.lora import is_peft_model
+from textgym.policy import Policy
+from textgym.policy.persistence import policy_record
+
+__all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
+           "policy_from_record", "policy_record", "read_state", "save_checkpoint", "save_model_weights",
+           "set_rng_states", "unflatten_optimizer"]
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -92,10 +101,6 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 # --- model weights ------------------------------------------------------------------------------
 
-def is_peft_model(model: torch.nn.Module) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
 def save_model_weights(model: torch.nn.Module, folder: Path) -> str:
     """``adapter/`` (PEFT format) for a PEFT model, else ``model/`` (full weights); returns which."""
     if is_peft_model(model):
@@ -127,6 +132,19 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
     for file in files:
         # strict=False: save_pretrained leaves out tied weights (e.g. lm_head tied to the embeddings).
         model.load_state_dict(load_file(str(file)), strict=False)
+
+
+# --- the policy --------------------------------------------------------------------------------
+
+def policy_from_record(record: dict[str, Any]) -> Policy:
+    """The policy a checkpoint's ``"policy"`` record (:func:`policy_record`: the base model's name
+    and every setting) describes, built by :meth:`Policy.from_pretrained` (without the adapter:
+    the trainer adds it and loads its weights)."""
+    settings = {k: v for k, v in record.items() if v is not None}
+    name = settings.pop("name", None)
+    if name is None:
+        raise ValueError("the checkpoint does not name its base model: pass resume(path, policy=...)")
+    return Policy.from_pretrained(name, **settings)
 
 
 # --- the checkpoint folder -------------------------------------------------------------------
