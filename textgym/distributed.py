@@ -484,17 +484,17 @@ def init(cpu: bool | None = None, timeout_seconds: float | None = None) -> Proce
 
 
 @contextlib.contextmanager
-def _patched_environ(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
+def _environ(values: Mapping[str, str]) -> Iterator[None]:
+    """``os.environ`` with ``values`` set, restored afterwards (the elastic launcher adds variables
+    to its own process's environment)."""
+    saved = dict(os.environ)
     os.environ.update(values)
     try:
         yield
     finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+        for key in set(os.environ) - set(saved):
+            del os.environ[key]
+        os.environ.update(saved)
 
 
 def launch(command: Sequence[str], processes: int, shutdown_timeout: int = SHUTDOWN_TIMEOUT) -> int:
@@ -539,7 +539,7 @@ def launch(command: Sequence[str], processes: int, shutdown_timeout: int = SHUTD
     handlers = {sig: signal.getsignal(sig) for sig in handled}
     sys.stdout.flush()
     try:
-        with _patched_environ(env):
+        with _environ(env):
             run(args)  # the elastic agent installs its own SIGINT/SIGTERM handlers: it forwards them
         return 0
     except ChildFailedError as failed:
