@@ -113,6 +113,16 @@ def test_docstring_example_runs():
     assert result.attempted > 0 and result.failed == 0
 
 
+def test_the_cli_can_check_the_launch_without_importing_torch():
+    code = ("import sys; from textgym import distributed; distributed.check_launch_config(); "
+            "distributed.is_launched(); "
+            "print([m for m in ('torch', 'accelerate', 'transformers') if m in sys.modules])")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+
+
 def test_launch_refuses_to_nest(monkeypatch):
     monkeypatch.setenv("WORLD_SIZE", "2")
     with pytest.raises(RuntimeError, match="inside a launched process"):

@@ -136,6 +136,8 @@ _SHARDING_REASON = ("textgym keeps a whole policy replica per process and averag
 # Environment variables with which each launcher reports the process layout, in accelerate's order
 # (torchrun / `accelerate launch`, Intel MPI, Open MPI, MVAPICH).
 _WORLD_SIZE_VARS = ("WORLD_SIZE", "PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MV2_COMM_WORLD_SIZE")
+_LOCAL_WORLD_SIZE_VARS = ("LOCAL_WORLD_SIZE", "MPI_LOCALNRANKS", "OMPI_COMM_WORLD_LOCAL_SIZE",
+                          "MV2_COMM_WORLD_LOCAL_SIZE")
 
 
 class UnsupportedLaunch(ValueError):
@@ -176,11 +178,15 @@ def check_launch_config(environ: Mapping[str, str] | None = None) -> None:
             "the trainer's gradient_accumulation_steps instead")
 
 
-def _launched_world_size(environ: Mapping[str, str]) -> int:
-    for name in _WORLD_SIZE_VARS:
+def _first_int(environ: Mapping[str, str], names: Sequence[str], default: int) -> int:
+    for name in names:
         if environ.get(name, "").strip():
             return int(environ[name])
-    return 1
+    return default
+
+
+def _launched_world_size(environ: Mapping[str, str]) -> int:
+    return _first_int(environ, _WORLD_SIZE_VARS, 1)
 
 
 def is_launched(environ: Mapping[str, str] | None = None) -> bool:
@@ -226,7 +232,7 @@ def episode_shard(total: int, world_size: int, rank: int, group_size: int = 1) -
 
     Raises:
         ValueError: ``total`` is not a whole number of groups, or there are fewer groups than ranks
-            (a rank without episodes would stall every collective of the update).
+            (every rank plays at least one episode: an idle process is a configuration mistake).
     """
     if group_size < 1:
         raise ValueError(f"group_size must be >= 1, got {group_size}")
@@ -464,7 +470,7 @@ def init(cpu: bool | None = None, timeout_seconds: float | None = None) -> Proce
 
     if cpu is None:
         cpu = _flag(os.environ, "ACCELERATE_USE_CPU") or not torch.cuda.is_available()
-    local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", "0") or 0) or _launched_world_size(os.environ)
+    local_world_size = _first_int(os.environ, _LOCAL_WORLD_SIZE_VARS, _launched_world_size(os.environ))
     configure_threads(local_world_size)
     kwargs: dict[str, Any] = {}
     if timeout_seconds is not None:
