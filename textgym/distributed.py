@@ -86,6 +86,7 @@ launch``; each process calls :func:`init` and gets its own rank.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
@@ -486,6 +487,9 @@ def init(cpu: bool | None = None, timeout_seconds: float | None = None) -> Proce
     _context = ProcessContext(rank=state.process_index, world_size=state.num_processes,
                               local_rank=state.local_process_index,
                               local_world_size=local_world_size, device=state.device)
+    # Without this, gloo's threads are torn down by the interpreter's exit and now and then abort
+    # the process ("terminate called without an active exception", exit code -6) after a clean run.
+    atexit.register(state.destroy_process_group)
     return _context
 
 
