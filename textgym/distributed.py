@@ -420,7 +420,9 @@ class ProcessContext:
 
         Call it once per update with this rank's reasons to stop (a Ctrl-C or SIGTERM received, its
         time budget spent, an early-stop rule met: the main process may be the only one asking),
-        so all ranks stop after the same update.
+        so all ranks stop after the same update. The same call makes the early exits inside an
+        update collective (a minibatch over the KL limit, a non-finite loss): a rank that left the
+        loop alone would leave the others waiting in the next all-reduce.
         """
         if not self.is_distributed:
             return bool(request)
