@@ -53,10 +53,12 @@ def gradients(ctx, report: dict) -> None:
     import torch
 
     from textgym import distributed
+    from textgym.lora import add_lora
     from textgym.policy import Policy
 
+    policy = Policy.from_pretrained("tiny", seed=0)
     torch.manual_seed(100 + ctx.rank)  # a different LoRA initialisation on each rank
-    policy = Policy.from_pretrained("tiny", lora=True, seed=0)
+    policy.model = add_lora(policy.model, model_name="tiny")
     params = [p for p in policy.model.parameters() if p.requires_grad]
     report["checksum_initial"] = distributed.checksum(params)
     ctx.broadcast_parameters(params)
