@@ -71,8 +71,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     if out_dir.exists():
         for f in ("metrics.jsonl",):
             (out_dir / f).unlink(missing_ok=True)
-    model, tokenizer = textgym.models.load(args.model)
-    policy = textgym.Policy(model, tokenizer, mode="score", seed=args.seed, name=args.model)
+    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed)
     config = {**SETTINGS[env_key], **ALGO_SETTINGS[algo], "seed": args.seed}
     if args.lr is not None:
         config["lr"] = args.lr

@@ -13,7 +13,7 @@ Peak memory is the process's resident set size (RSS, from /proc/self/statm sampl
 during each phase: it includes the model weights and Python, not only tensors.
 
 Usage:
-    python bench/throughput.py                       # the full measurement (a few minutes)
+    python bench/throughput.py --json bench/results/throughput.json   # the full measurement
     python bench/throughput.py --decisions 32 --gen-decisions 16 --baseline-decisions 4   # quick check
 """
 
@@ -34,7 +34,7 @@ import torch
 
 import textgym
 from textgym import models
-from textgym.policy import Policy
+from textgym.policy import Policy, PolicyConfig
 from textgym.rollout import collect
 
 ENV_ID = "textgym/CartPole-v1"
@@ -84,9 +84,10 @@ def matmul_flops(size: int = 1536, repeats: int = 5, seconds: float = 2.0) -> fl
     return best
 
 
-def textgym_phase(model, tokenizer, mode: str, envs: int, decisions: int, new_tokens: int,
+def textgym_phase(model, tokenizer, model_name: str, mode: str, envs: int, decisions: int, new_tokens: int,
                   params: int, seed: int) -> dict:
-    policy = Policy(model, tokenizer, mode=mode, max_new_tokens=new_tokens, seed=seed)
+    config = PolicyConfig.for_model(model_name, mode=mode, max_new_tokens=new_tokens, seed=seed)
+    policy = Policy(model, tokenizer, config=config, name=model_name)
     venv = textgym.make_vec(ENV_ID, num_envs=envs, seed=seed)
     collect(policy, venv, steps=envs, seed=seed + 1000)  # warm-up: fills the prefix cache, allocators
     with PeakRSS() as memory:
@@ -158,7 +159,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--baseline-tokens", type=int, default=32, help="new tokens per baseline decision")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the figures to this file (the recorded run: "
+                             "bench/results/throughput.json)")
     args = parser.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -169,10 +172,10 @@ def main(argv: list[str] | None = None) -> dict:
           f"{torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
     rows = []
     for label, run in (
-        ("score", lambda: textgym_phase(model, tokenizer, "score", args.envs, args.decisions, 1,
+        ("score", lambda: textgym_phase(model, tokenizer, args.model, "score", args.envs, args.decisions, 1,
                                         params, args.seed)),
-        ("generate", lambda: textgym_phase(model, tokenizer, "generate", args.envs, args.gen_decisions,
-                                           args.gen_tokens, params, args.seed)),
+        ("generate", lambda: textgym_phase(model, tokenizer, args.model, "generate", args.envs,
+                                           args.gen_decisions, args.gen_tokens, params, args.seed)),
         ("baseline", lambda: baseline_phase(model, tokenizer, args.baseline_decisions,
                                             args.baseline_tokens, params, args.seed)),
     ):

@@ -47,7 +47,7 @@ class RunConfig:
     mode: str = "score"
     """``score``: pick the most likely valid action name; ``generate``: sample free text."""
     episodes: int | None = None
-    """Total training episodes (None: the env's default from cli/defaults)."""
+    """Total training episodes (None: the env's recommended budget, ``textgym.registry.training_defaults``)."""
     minutes: float | None = None
     """Time budget of one training session in minutes (None: none): the run stops cleanly after
     the last update expected to end within it, and ``--resume`` continues it."""

@@ -1,9 +1,11 @@
-"""The live training display: a rich progress bar with ETA, mean return, invalid-answer rate,
-decisions/s and, every few updates, a sample answer.
+"""The live training display: a rich progress bar with ETA, a line of statistics below it (mean
+return, invalid-answer rate, decisions/s, KL) and, every few updates, a sample answer.
 
-On a terminal it animates; when stdout is not a terminal (CI, pipes, log files) it prints a
-plain line every tenth of the run (or every minute of a slow one) instead; with ``quiet`` it
-prints nothing.
+On a terminal it animates; the statistics have their own line so that the bar, the episode
+count and the ETA stay readable in an 80-column terminal. When stdout is not a terminal (CI,
+pipes, log files) it prints a plain line every tenth of the run (or every minute of a slow one)
+instead; with ``quiet`` it prints nothing. Messages go through :func:`textgym.cli.messages.say`
+(styled on a terminal, plain elsewhere).
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import sys
 import time
 from typing import Any
 
-from rich.console import Console
-from rich.markup import escape
+from collections.abc import Iterable
+
+from rich.console import Console, RenderableType
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -22,6 +25,9 @@ from rich.progress import (
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
+from rich.text import Text
+
+from textgym.cli.messages import say, styled
 
 
 #: Off a terminal, a progress line is printed every tenth of the run, or after this many seconds
@@ -60,6 +66,18 @@ def sample_line(sample: dict[str, Any], width: int = 60) -> str:
     return f"{prompt!r} -> {answer!r} (reward {_fmt(sample.get('reward'))})"
 
 
+class ProgressWithStats(Progress):
+    """A Rich progress bar with one line of text below it (the latest update's statistics)."""
+
+    def __init__(self, *columns: Any, stats: str = "", **kwargs: Any):
+        self.stats = Text(stats)  # before Progress.__init__, which renders once
+        super().__init__(*columns, **kwargs)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield self.make_tasks_table(self.tasks)
+        yield self.stats
+
+
 class LiveDisplay:
     """Progress of a training run, driven by the trainer's per-update metrics.
 
@@ -80,22 +98,22 @@ class LiveDisplay:
         self.sample_every = sample_every
         self._next_report = done + max(1, total // 10)
         self._last_report = time.monotonic()
-        self._progress: Progress | None = None
+        self._progress: ProgressWithStats | None = None
         if self.live:
-            self._progress = Progress(
-                TextColumn("[bold]{task.description}"),
-                BarColumn(),
+            self._progress = ProgressWithStats(
+                TextColumn("{task.description}", style="bold", markup=False),
+                BarColumn(bar_width=None),  # the bar takes what the other columns leave
                 MofNCompleteColumn(),
                 TextColumn("episodes"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
                 TimeRemainingColumn(),
-                TextColumn("{task.fields[stats]}"),
                 console=self.console,
                 transient=False,
+                expand=True,
+                stats="collecting the first batch...",
             )
-            self._task = self._progress.add_task(description, total=total, completed=done,
-                                                 stats="collecting the first batch...")
+            self._task = self._progress.add_task(description, total=total, completed=done)
 
     def __enter__(self) -> LiveDisplay:
         if self._progress is not None:
@@ -106,14 +124,12 @@ class LiveDisplay:
         if self._progress is not None:
             self._progress.stop()
 
-    def log(self, message: str) -> None:
-        """A line of text (above the progress bar on a terminal)."""
+    def log(self, message: str | Text, style: str | None = None) -> None:
+        """A line of text (above the progress bar on a terminal), styled on a terminal only."""
         if self.quiet:
             return
-        if self._progress is not None:
-            self._progress.console.print(message, highlight=False)
-        else:
-            print(message, flush=True)
+        console = self._progress.console if self._progress is not None else self.console
+        say(message, style=style, console=console)
 
     def update(self, metrics: dict[str, Any]) -> None:
         """Advance to the episode count of ``metrics`` and show its statistics."""
@@ -123,13 +139,17 @@ class LiveDisplay:
         update = metrics.get("update")
         stats = stats_line(metrics)
         if self._progress is not None:
-            self._progress.update(self._task, completed=min(done, self.total), stats=escape(stats))
+            # One line, cut with an ellipsis rather than wrapped mid-figure on a narrow terminal.
+            self._progress.stats = Text(f"update {update} | {stats}", no_wrap=True,
+                                        overflow="ellipsis")
+            self._progress.update(self._task, completed=min(done, self.total))
             samples = metrics.get("samples") or []
             if samples and self.sample_every and isinstance(update, int) \
                     and update % self.sample_every == 0:
-                self.log(f"[dim]update {update} sample:[/] {escape(sample_line(samples[0]))}")
+                self.log(styled((f"update {update} sample:", "dim"), " ",
+                                sample_line(samples[0])))
         elif (done >= self._next_report or done >= self.total
               or time.monotonic() - self._last_report >= PLAIN_REPORT_SECONDS):
             self._next_report = done + max(1, self.total // 10)
             self._last_report = time.monotonic()
-            print(f"update {update}: {done}/{self.total} episodes | {stats}", flush=True)
+            say(f"update {update}: {done}/{self.total} episodes | {stats}", console=self.console)

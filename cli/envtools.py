@@ -41,11 +41,56 @@ def resolve_env(name: str) -> str:
     )
 
 
+def recorded_env_id(name: str, env_id: str) -> str:
+    """The env id a run records: ``env_id``, prefixed with the module that ``name`` imported
+    (``"mygames.envs:Maze-v0"``), so a resumed run knows which module it needs again.
+
+    Example:
+        >>> recorded_env_id("mygames.envs:maze", "mygames/Maze-v0")
+        'mygames.envs:mygames/Maze-v0'
+        >>> recorded_env_id("cartpole", "textgym/CartPole-v1")
+        'textgym/CartPole-v1'
+    """
+    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name else env_id
+
+
+def refuse_env_import(name: str, source: str, command: str) -> None:
+    """Raise CLIError if ``name``, an env id read from ``source`` (a file, not the command
+    line), has the form ``module:Env``: textgym would import ``module`` to resolve it, and a
+    downloaded run folder or config file must never choose code to import. ``command`` is what
+    the user types to allow it (the same id on the command line)."""
+    if ":" not in name:
+        return
+    module = name.split(":", 1)[0]
+    raise CLIError(
+        f"{source} names the env {name!r}, which would import the Python module {module!r}; "
+        f"textgym imports a module only when you name it yourself. If you trust it, run: "
+        f"{command}")
+
+
+def _reason(exc: Exception) -> str:
+    # Gymnasium appends "was raised from the environment creator for <id> with kwargs (...)".
+    return str(exc).split(" was raised from the environment creator", 1)[0]
+
+
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
     import textgym
 
     try:
         return textgym.make(env_id, **kwargs)
-    except TypeError as exc:
-        raise CLIError(f"cannot make {env_id} with {kwargs}: {exc}") from exc
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
+
+
+def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
+    """Make the env once with the run's ``[env_kwargs]`` and close it, so an unknown or bad
+    setting fails in milliseconds, before a model loads or a run folder is written (making a
+    text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
+    import textgym
+
+    try:
+        env = textgym.make(env_id, **env_kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
+    env.close()

@@ -8,6 +8,7 @@ line) or ``TEXTGYM_DEBUG=1`` prints the full traceback instead.
 
 from __future__ import annotations
 
+import errno
 import os
 import sys
 import traceback
@@ -19,10 +20,16 @@ import typer
 from typer.core import TyperGroup
 
 #: Exit codes: 1 for bad input or a failed command, 2 for command-line usage errors
-#: (Click's convention), 130 for Ctrl-C.
+#: (Click's convention), 130 for Ctrl-C and 143 for SIGTERM (128 + the signal's number, the
+#: shell's convention).
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM where a command cannot stop cleanly: unwinds like Ctrl-C (see cli/stopping.py)."""
 
 
 class CLIError(Exception):
@@ -38,6 +45,22 @@ class CLIError(Exception):
         self.exit_code = exit_code
 
 
+_OS_ERROR_REASONS = {
+    errno.EACCES: "no permission to write there",
+    errno.EPERM: "no permission to write there",
+    errno.EROFS: "the file system is read-only",
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.ENOTDIR: "a part of the path is a file, not a folder",
+    errno.ENAMETOOLONG: "the name is too long",
+}
+
+
+def os_error_reason(exc: OSError) -> str:
+    """What an OSError means for the user, in plain words (no class name, no errno)."""
+    return _OS_ERROR_REASONS.get(exc.errno, exc.strerror or str(exc))
+
+
 def _one_line(message: str) -> str:
     return " ".join(str(message).split())
 
@@ -49,7 +72,9 @@ def _one_line_warning(message: Warning | str, category: type[Warning], *args: An
 
 
 def _fail(message: str, exit_code: int) -> None:
-    print(f"textgym: error: {_one_line(message)}", file=sys.stderr, flush=True)
+    from textgym.cli.messages import say
+
+    say(f"textgym: error: {_one_line(message)}", style="bold red", err=True)
     sys.exit(exit_code)
 
 
@@ -92,10 +117,14 @@ class TextgymGroup(TyperGroup):
             if debug:
                 traceback.print_exc()
             _fail(str(exc), exc.exit_code)
+        except Terminated:
+            if debug:
+                traceback.print_exc()
+            _fail("terminated (SIGTERM)", EXIT_TERMINATED)
         except (KeyboardInterrupt, typer.Abort):
             if debug:
                 traceback.print_exc()
-            _fail("interrupted", EXIT_INTERRUPTED)
+            _fail("interrupted (Ctrl-C)", EXIT_INTERRUPTED)
         except Exception as exc:  # noqa: BLE001 - every failure becomes one readable line
             if debug:
                 traceback.print_exc()

@@ -15,6 +15,7 @@ from typing import Any
 from textgym.cli import config as run_config
 from textgym.cli.envtools import make_env, resolve_env
 from textgym.cli.errors import CLIError
+from textgym.cli.messages import say, styled
 from textgym.cli.modelcheck import check_option_names
 from textgym.cli.runs import with_stderr
 
@@ -52,6 +53,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
+    recorded: dict[str, Any] = {}
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
         state = read_state(folder)
@@ -66,8 +68,11 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             raise CLIError(f"which base model does {checkpoint} fine-tune? give --model "
                            f"(its run folder has no config.toml)")
     mode = mode or saved.get("mode") or "score"
+    # The checkpoint's own policy settings (normalization, chat template...) when it is its base model.
+    settings = {k: v for k, v in recorded.items() if k not in ("name", "mode", "seed") and v is not None} \
+        if recorded.get("name") == model else {}
     # Device, precision and quantization are this machine's choice (flags), not the run's.
-    policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize)
+    policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize, **settings)
     trainer_config = dict(state.get("config", {}))
     algorithm = trainer_config.pop("algorithm", state.get("algorithm", "reinforce"))
     # A bare model gets a fresh LoRA adapter, which starts as the identity (B = 0).
@@ -99,12 +104,13 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
                                                       num_envs, seed, device, dtype, quantize)
         results[label] = result
     if baselines:
-        from textgym.cli.baselines import evaluate_baseline
+        from textgym.baselines import evaluate_baseline
 
         game = make_env(env_id, **env_kwargs)  # the same env settings as the run
         try:
             for kind in dict.fromkeys(baselines):
-                results[kind] = evaluate_baseline(game, kind, episodes, seed)
+                result = evaluate_baseline(game, kind, episodes, seed)
+                results[kind] = with_stderr(result) if result is not None else None
         finally:
             game.close()
     if json_out:
@@ -120,8 +126,8 @@ def _print_table(env_id: str, episodes: int, seed: int,
     from rich.table import Table
 
     console = Console(width=max(Console().width, 100))
-    console.print(f"[bold]{env_id}[/]: {episodes} episodes per policy on held-out seeds from "
-                  f"{seed} (models act greedily)", highlight=False)
+    say(styled((env_id, "bold"), f": {episodes} episodes per policy on held-out seeds from "
+               f"{seed} (models act greedily)"), console=console)
     table = Table()
     table.add_column("policy", style="bold")
     table.add_column("return (mean ± s.e.)", justify="right")

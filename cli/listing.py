@@ -1,4 +1,5 @@
-"""``textgym envs``: every registered text env, its package, actions and description."""
+"""``textgym envs``: every registered text env, its package, actions and description (``--json``:
+also its reference policies and recommended training settings)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ def run(json_out: bool = False) -> None:
         rows = [
             {"id": i.id, "short_name": i.short_name, "source": i.source,
              "action_names": list(i.action_names) if i.action_names is not None else None,
-             "description": i.description}
+             "description": i.description, "reference_policies": list(i.reference_policies),
+             "training_defaults": i.training_defaults.to_dict() if i.training_defaults else None}
             for i in infos
         ]
         print(json.dumps(rows, indent=2))

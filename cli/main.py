@@ -23,11 +23,19 @@ app = typer.Typer(
     cls=TextgymGroup,
     name="textgym",
     help="Turn Gymnasium envs into text envs and train LLM agents on them with online RL.",
-    add_completion=False,
+    add_completion=True,  # --install-completion / --show-completion (bash, zsh, fish, PowerShell)
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
+
+
+def _complete_env(incomplete: str) -> list[str]:
+    """Shell completion of ENV: the short names of the registered text envs (plugins too)."""
+    import textgym
+
+    names = sorted({info.short_name for info in textgym.list_envs()})
+    return [name for name in names if name.startswith(incomplete.lower())]
 
 
 class Algo(str, Enum):
@@ -52,10 +60,29 @@ _DTYPE_HELP = "auto (bfloat16 on a CUDA GPU that supports it, else float32), flo
 _QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; textgym[quantize])."
 
 
+def _print_version(value: bool) -> None:
+    if not value:
+        return
+    from importlib.metadata import PackageNotFoundError, version
+
+    from textgym.cli.messages import say
+
+    try:
+        installed = version("textgym")
+    except PackageNotFoundError:  # run from a source tree that was never pip-installed
+        installed = "(not installed)"
+    say(f"textgym {installed}")
+    raise typer.Exit()
+
+
 @app.callback()
 def _root(
     debug: bool = typer.Option(
         False, "--debug", help="Show full tracebacks (accepted anywhere on the command line)."
+    ),
+    version: bool = typer.Option(
+        False, "--version", callback=_print_version, is_eager=True,
+        help="Print textgym's version (of the installed package) and exit.",
     ),
 ) -> None:
     """Turn Gymnasium envs into text envs and train LLM agents on them with online RL."""
@@ -65,7 +92,7 @@ def _root(
 def train(
     env: str | None = typer.Argument(
         None, help="Env short name (cartpole, blackjack, frozenlake, bandit, ...) or id.",
-        show_default=False,
+        show_default=False, autocompletion=_complete_env,
     ),
     algo: Algo | None = typer.Option(None, help="RL algorithm.", show_default="reinforce"),
     model: str | None = typer.Option(
@@ -139,7 +166,8 @@ def train(
 
 @app.command("eval")
 def evaluate(
-    env: str = typer.Argument(..., help="Env short name or id.", show_default=False),
+    env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
+                              autocompletion=_complete_env),
     checkpoint: Path | None = typer.Option(
         None, help="Checkpoint folder, or a run folder (its latest checkpoint)."
     ),
@@ -182,7 +210,8 @@ def envs(
 
 @app.command()
 def play(
-    env: str = typer.Argument(..., help="Env short name or id.", show_default=False),
+    env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
+                              autocompletion=_complete_env),
     seed: int | None = typer.Option(None, help="Seed of the first episode."),
     episodes: int = typer.Option(1, min=1, help="Episodes to play."),
 ) -> None:
@@ -202,8 +231,10 @@ def plot(
     """Learning curves (return, length, invalid rate, KL vs episodes and wall time) as a PNG."""
     from textgym.cli import plotting
 
+    from textgym.cli.messages import say
+
     path = plotting.plot_runs(runs, out)
-    typer.echo(f"wrote {path}")
+    say(f"wrote {path}")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -55,7 +55,7 @@ def run(env: str, seed: int | None = None, episodes: int = 1) -> None:
                 print(f"parse: {json.dumps(_plain(info.get('parse', {})))}")
                 print(f"reward: {float(reward):g}" + ("  (terminated)" if terminated else "")
                       + ("  (truncated)" if truncated else ""))
-            stats = info.get("episode") or {"return": total, "length": steps}
+            stats = info.get("episode_stats") or {"return": total, "length": steps}
             print(_rule("episode over"))
             print(f"return {float(stats['return']):g}, length {int(stats['length'])}, "
                   f"invalid answers {int(stats.get('invalid_count', 0))}")

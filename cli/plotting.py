@@ -1,8 +1,11 @@
 """Learning curves from ``metrics.jsonl`` files (one JSON object per update).
 
-Four quantities (mean return, mean episode length, invalid-answer rate, KL to the reference
-policy) against two x axes (episodes and wall time); several runs are overlaid. Uses
-matplotlib's Agg backend in-process, so ``textgym train`` can redraw ``curve.png`` cheaply.
+Up to five quantities (mean return, win/loss rates of games, mean episode length,
+invalid-answer rate, KL) against two x axes (episodes and wall time); several runs are
+overlaid. A panel no run has data for is left out. The KL axis is symmetric-log: a policy that
+collapses can log a KL of 1e15 once, and a linear axis would flatten every other point of
+every run. Uses matplotlib's Agg backend in-process, so ``textgym train`` can redraw
+``curve.png`` cheaply.
 """
 
 from __future__ import annotations
@@ -16,15 +19,17 @@ from textgym.cli.errors import CLIError
 
 # (metrics keys drawn in the panel, y label). ``kl`` is the approximate KL between the rollout
 # policy and the updated one (how far each update moved); ``ref_kl``, logged when the trainer
-# has a KL penalty, is the KL to the reference policy (dashed).
+# has a KL penalty, is the KL to the reference policy (dashed). Game outcomes (two-player
+# games) come second.
 PANELS = (
     (("return_mean",), "mean return"),
+    (("win_rate", "loss_rate"), "win rate (solid), loss rate (dashed)"),
     (("length_mean",), "mean episode length"),
     (("invalid_rate",), "invalid-answer rate"),
     (("kl", "ref_kl"), "KL: per update (solid), to reference (dashed)"),
 )
-#: Drawn too when a run reports game outcomes (two-player games).
-OUTCOME_PANEL = (("win_rate", "loss_rate"), "win rate (solid), loss rate (dashed)")
+#: Panels whose values span many orders of magnitude: symmetric-log y axis, linear below this.
+SYMLOG_PANELS = {"kl": 1e-4}
 X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
 
 
@@ -64,48 +69,58 @@ def _label(run: Path) -> str:
     return (run.parent if run.name == "metrics.jsonl" else run).name or str(run)
 
 
-def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
-    """Draw the curves of ``runs`` (folders or metrics.jsonl files) into the PNG ``out``.
-
-    The image is written to a temporary file and renamed, so a reader never sees half a PNG.
-    """
+def figure_of(series: list[tuple[str, list[dict[str, Any]]]], title: str | None = None) -> Any:
+    """A matplotlib Figure of the curves of ``series`` (``(label, metrics records)`` per run):
+    one row per panel that some run has data for, one column per x axis."""
     import matplotlib
 
     matplotlib.use("Agg", force=True)
     from matplotlib.figure import Figure  # no pyplot: no global state, no GUI backend
 
-    series = [(_label(Path(run)), read_metrics(run)) for run in runs]
-    panels = PANELS
-    if any("win_rate" in r for _, records in series for r in records):
-        panels = (PANELS[0], OUTCOME_PANEL, *PANELS[1:])
-    figure = Figure(figsize=(11, 3 * len(panels)), layout="constrained")
-    axes = figure.subplots(len(panels), len(X_AXES), squeeze=False)
+    def points(records: list[dict[str, Any]], x_key: str, key: str) -> list[tuple[float, float]]:
+        return [(r[x_key], r[key]) for r in records
+                if _is_number(r.get(x_key)) and _is_number(r.get(key))]
+
+    panels = [(keys, name) for keys, name in PANELS
+              if any(points(records, x_key, key) for _, records in series
+                     for key in keys for x_key, _ in X_AXES)]
+    figure = Figure(figsize=(11, 3 * max(1, len(panels))), layout="constrained")
+    if not panels:
+        figure.text(0.5, 0.5, "no metrics recorded yet", ha="center", va="center", color="gray")
+    axes = figure.subplots(len(panels), len(X_AXES), squeeze=False) if panels else []
     colors = [f"C{i % 10}" for i in range(len(series))]
     for row, (keys, name) in enumerate(panels):
         for col, (x_key, x_name) in enumerate(X_AXES):
             ax = axes[row][col]
-            drawn = False
             for (label, records), color in zip(series, colors):
                 for key, style in zip(keys, ("-", "--")):
-                    points = [(r[x_key], r[key]) for r in records
-                              if _is_number(r.get(x_key)) and _is_number(r.get(key))]
-                    if points:
-                        xs, ys = zip(*points)
+                    drawn = points(records, x_key, key)
+                    if drawn:
+                        xs, ys = zip(*drawn)
                         ax.plot(xs, ys, style, color=color, label=label if key == keys[0] else None,
-                                marker="." if len(points) < 30 else None)
-                        drawn = True
-            if not drawn:
-                ax.text(0.5, 0.5, f"no {keys[0]} recorded", ha="center", va="center",
-                        transform=ax.transAxes, color="gray")
+                                marker="." if len(drawn) < 30 else None)
+            if keys[0] in SYMLOG_PANELS:
+                ax.set_yscale("symlog", linthresh=SYMLOG_PANELS[keys[0]])
+                ax.yaxis.get_major_locator().set_params(numticks=8)  # not one tick per decade
             ax.set_xlabel(x_name)
             ax.set_ylabel(name)
             ax.grid(alpha=0.3)
-            if drawn and len(series) > 1 and row == 0:
+            if len(series) > 1 and row == 0 and ax.get_legend_handles_labels()[0]:
                 ax.legend(fontsize="small")
     if title is None and len(series) == 1:
         title = series[0][0]
     if title:
         figure.suptitle(title)
+    return figure
+
+
+def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None) -> Path:
+    """Draw the curves of ``runs`` (folders or metrics.jsonl files) into the PNG ``out``.
+
+    The image is written to a temporary file and renamed, so a reader never sees half a PNG.
+    """
+    series = [(_label(Path(run)), read_metrics(run)) for run in runs]
+    figure = figure_of(series, title)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(out.name + ".tmp.png")

@@ -1,8 +1,9 @@
-"""Run folders: creation without clobbering, config, summary.
+"""Run folders: creation without clobbering, locking, config, summary.
 
 A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl`` (one line per
 update), ``checkpoint/`` (the latest checkpoint), ``curve.png`` (redrawn while training) and
-``summary.json`` (written at the end).
+``summary.json`` (written at the end); while a session trains into it, also ``.textgym.lock``
+(see :mod:`textgym.cli.runlock`).
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from textgym.cli.errors import CLIError
+from textgym.cli.errors import CLIError, os_error_reason
+from textgym.cli.runlock import LOCK_FILE, RunLock, in_use_message, lock_holder
 
 RUN_FILES = ("config.toml", "metrics.jsonl", "checkpoint", "curve.png", "summary.json")
 
@@ -32,30 +36,105 @@ def looks_like_run(path: Path) -> bool:
     return any((path / name).exists() for name in RUN_FILES)
 
 
+def _contents(path: Path) -> list[Path]:
+    """What a folder holds besides a lock file (a stale one is left by a killed session)."""
+    return [child for child in path.iterdir() if child.name != LOCK_FILE]
+
+
+def check_not_in_use(path: Path) -> None:
+    """Raise CLIError naming the PID of the session that trains into ``path``, if one does."""
+    holder = lock_holder(path)
+    if holder is not None:
+        raise CLIError(in_use_message(path, holder))
+
+
 def check_new(path: Path, force: bool) -> None:
     """Raise CLIError unless a new run may start in ``path`` (nothing is changed on disk).
 
-    An existing non-empty folder needs ``force``, and even then only a textgym run folder may
-    be emptied: --force never deletes unrelated files."""
+    A folder another session trains into is refused (naming its PID). An existing non-empty
+    folder needs ``force``, and even then only a textgym run folder may be emptied: --force
+    never deletes unrelated files. ``path`` must be a folder or creatable as one."""
     if path.exists() and not path.is_dir():
         raise CLIError(f"{path} exists and is not a folder")
-    if path.is_dir() and any(path.iterdir()):
-        if not force:
-            raise CLIError(
-                f"run folder {path} already exists; use --resume {path} to continue it "
-                f"or --force to start over"
-            )
-        if not looks_like_run(path):
-            raise CLIError(f"--force refuses to empty {path}: it is not a textgym run folder")
+    if path.is_dir():
+        check_not_in_use(path)
+        if _contents(path):
+            if not force:
+                raise CLIError(
+                    f"run folder {path} already exists; use --resume {path} to continue it "
+                    f"or --force to start over"
+                )
+            if not looks_like_run(path):
+                raise CLIError(f"--force refuses to empty {path}: it is not a textgym run folder")
+        return
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise CLIError(f"cannot create run folder {path}: {ancestor} is a file, not a folder")
 
 
-def prepare_new(path: Path, force: bool) -> Path:
-    """Create an empty run folder (emptying an old run folder when ``force``)."""
-    check_new(path, force)
-    if path.is_dir() and any(path.iterdir()):
-        shutil.rmtree(path)
-    path.mkdir(parents=True, exist_ok=True)
-    return path
+def _make_folders(path: Path) -> list[Path]:
+    """``mkdir -p path`` with a plain-words error; returns the folders created, outermost first
+    (on failure the ones already created are removed again)."""
+    missing = []
+    folder = path
+    while not folder.exists():
+        missing.append(folder)
+        folder = folder.parent
+    created: list[Path] = []
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:  # made meanwhile by someone else: not ours to remove
+            continue
+        except OSError as exc:
+            _remove_empty(created)
+            raise CLIError(f"cannot create run folder {path}: {os_error_reason(exc)} "
+                           f"({folder.parent})") from exc
+        created.append(folder)
+    return created
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    for folder in reversed(folders):
+        try:
+            folder.rmdir()  # only ever removes an empty folder
+        except OSError:
+            return
+
+
+@contextmanager
+def claim(path: Path, new: bool) -> Iterator[RunLock]:
+    """Hold the run folder ``path`` for a training session: create it (a new run) and lock it.
+
+    The lock is released however the session ends. A session that fails before it writes a file
+    (a model that does not load, Ctrl-C while loading) leaves no folder it created behind, so
+    a retry does not find a "run folder already exists".
+
+    Raises:
+        CLIError: the folder cannot be created or written, or another session holds it.
+    """
+    created = _make_folders(path) if new else []
+    try:
+        lock = RunLock(path).acquire()
+    except BaseException:
+        _remove_empty(created)
+        raise
+    try:
+        yield lock
+    finally:
+        lock.release()
+        _remove_empty(created)
+
+
+def empty_for_new_run(path: Path) -> None:
+    """Delete an old run's files (``--force``) from a locked run folder, keeping the lock."""
+    for child in _contents(path):
+        if child.is_dir() and not child.is_symlink():
+            shutil.rmtree(child)
+        else:
+            child.unlink()
 
 
 def write_json(path: Path, data: Any) -> None:

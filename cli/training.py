@@ -2,16 +2,13 @@
 
 A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``, ``checkpoint/``,
 ``curve.png`` (redrawn every ``plot_every`` updates) and ``summary.json`` (at the end, or when
-stopped). Ctrl-C stops after the current update and saves a checkpoint; a second Ctrl-C stops
-at once (the last periodic checkpoint stays). ``--resume DIR`` continues the same run: the
-update and episode counters carry on and ``metrics.jsonl`` grows.
+stopped). Ctrl-C or SIGTERM stops after the current update and saves a checkpoint; a second
+one stops at once (the last periodic checkpoint stays; see cli/stopping.py). ``--resume DIR``
+continues the same run: the update and episode counters carry on and ``metrics.jsonl`` grows.
 """
 
 from __future__ import annotations
 
-import json
-import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -19,56 +16,19 @@ from typing import Any
 import typer
 
 from textgym.cli import config as run_config
-from textgym.cli import runs
+from textgym.cli import runs, stopping
 from textgym.cli.display import LiveDisplay
-from textgym.cli.envtools import resolve_env
-from textgym.cli.errors import EXIT_INTERRUPTED, CLIError
+from textgym.cli.envtools import (
+    check_env_kwargs,
+    recorded_env_id,
+    refuse_env_import,
+    resolve_env,
+)
+from textgym.cli.errors import CLIError
+from textgym.cli.messages import say
+from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
-
-#: Per-env defaults of ``textgym train`` (below the config file and flags). The default model
-#: (smollm2-135m, score mode, LoRA) makes about 3 decisions per second on a quiet 2-core CPU,
-#: acting and training included (measured on CartPole; about 5/s with an adapter on the top 8
-#: layers only, ``lora_layers``), so the budgets are small: a time budget (``minutes``) makes the
-#: default run finish by itself, and small frequent updates (8 episodes each) show a trend
-#: within it.
-ENV_DEFAULTS: dict[str, dict[str, Any]] = {
-    "textgym/CartPole-v1": {
-        "episodes": 400, "minutes": 10, "num_envs": 8, "lr": 2e-4,
-        # Measured on the 2-core CPU (2026-11-23, bench/results/probes/README.md): the untrained
-        # model already prefers, weakly, to push the way the pole turns (the renderer's one
-        # direction word); plain REINFORCE sharpens that. Pole-spin shaping 1.0 with gamma 0.3
-        # credits each push for slowing the pole (the advantage then correlates ~0.8 with the
-        # right push); 2 warm-up updates keep Adam's first steps small. Sampled return 25 -> 194
-        # by update 7, greedy 201.5 on held-out seeds. Once the policy is good, an update of 16
-        # ~200-step episodes takes ~8-9 minutes, so the run ends up to ~10 minutes past its budget.
-        "trainer": {"episodes_per_update": 16, "minibatch_size": 32, "gamma": 0.3,
-                    "warmup_updates": 2, "metrics_window": 16, "lora_layers": 8},
-        "env_kwargs": {"shaping": 1.0},
-    },
-    "textgym/Bandit-v0": {
-        "episodes": 512, "minutes": 15, "num_envs": 16, "lr": 3e-4,
-        "trainer": {"episodes_per_update": 32, "metrics_window": 64},
-    },
-    "textgym/Blackjack-v1": {
-        "episodes": 1024, "minutes": 15, "num_envs": 16, "lr": 2e-4,
-        "trainer": {"episodes_per_update": 64, "metrics_window": 128},
-    },
-    "textgym/TicTacToe-v0": {
-        # Against the random opponent, from a random seat. Rewards +1/-1/0 at the end of the game
-        # (gamma 1); 64 games per update (~230 decisions), win rate over the last 128 games.
-        # Measured (2026-11-23): lr 2e-4 moved the policy ~0.001 KL per update (training win rate
-        # 42% -> 53%, greedy unchanged); lr 1e-3 took it 42% -> 71% by update 4 and greedy play
-        # from 61.5% to 67.5% over 200 held-out games.
-        "episodes": 1024, "minutes": 10, "num_envs": 16, "lr": 1e-3,
-        "trainer": {"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
-                    "metrics_window": 128, "lora_layers": 8},
-    },
-    "textgym/FrozenLake-v1": {
-        "episodes": 256, "minutes": 15, "num_envs": 8, "lr": 2e-4,
-        "trainer": {"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
-    },
-}
-GENERIC_DEFAULTS: dict[str, Any] = {"episodes": 256, "num_envs": 8}
+from textgym.cli.stopping import StopSignals
 
 # What a resumed run may change: its budget, how it reports, and where and in which precision
 # the model runs. Everything else (env, model, quantization, algorithm and its settings) comes
@@ -83,49 +43,31 @@ CONFIG_FILE = "config.toml"
 CHECKPOINT = "checkpoint"
 
 
-class _Interrupts:
-    """First Ctrl-C: ask the run to stop after the current update. Second: stop at once."""
-
-    def __init__(self, display: LiveDisplay):
-        self.requested = False
-        self.display = display
-        self._previous: Any = None
-
-    def __enter__(self) -> _Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._handle)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        if self._previous is not None:
-            signal.signal(signal.SIGINT, self._previous)
-
-    def request(self) -> None:
-        if not self.requested:
-            self.requested = True
-            self.display.log("[yellow]Stopping after this update to save a checkpoint "
-                             "(Ctrl-C again to quit without saving).[/]")
-
-    def _handle(self, signum: int, frame: Any) -> None:
-        if self.requested:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            raise KeyboardInterrupt
-        self.request()
-
-
 # --- configuration ---------------------------------------------------------------------------
 
 
-def _new_config(file_layer: dict[str, Any], flags: dict[str, Any]) -> run_config.RunConfig:
+def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
+                config_file: Path | None) -> run_config.RunConfig:
     merged = run_config.resolve(file_layer, flags)
     if not merged.env:
         raise CLIError(
             "missing ENV: name an env (e.g. `textgym train cartpole`) or give --resume DIR")
+    if flags.get("env") is None:  # the env comes from the config file
+        refuse_env_import(merged.env, f"config file {config_file}",
+                          f"textgym train {merged.env} --config {config_file}")
     env_id = resolve_env(merged.env)
-    defaults = {**GENERIC_DEFAULTS, **ENV_DEFAULTS.get(env_id, {})}
-    cfg = run_config.resolve(defaults, file_layer, flags)
-    cfg.env = env_id
+    cfg = run_config.resolve(_env_defaults(env_id, merged.mode), file_layer, flags)
+    cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
+
+
+def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
+    """The env's recommended training settings in ``mode`` (registered with the env, see
+    ``textgym.registry.training_defaults``), as the lowest config layer."""
+    from textgym.registry import training_defaults
+
+    defaults = training_defaults(env_id, mode).to_dict()
+    return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],
@@ -134,12 +76,21 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
         raise CLIError("give either --resume DIR or --out DIR, not both")
     if not run_dir.is_dir():
         raise CLIError(f"cannot resume: run folder {run_dir} does not exist")
+    runs.check_not_in_use(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise CLIError(f"cannot resume: {run_dir} is not a textgym run folder (no {CONFIG_FILE})")
     saved = run_config.load_toml(run_dir / CONFIG_FILE)
+    if not saved.get("env"):
+        raise CLIError(f"cannot resume: {run_dir / CONFIG_FILE} names no env")
+    if flags.get("env") is None:  # a run folder (or a config file) never chooses code to import
+        refuse_env_import(saved["env"], f"the run in {run_dir}",
+                          f"textgym train {saved['env']} --resume {run_dir}")
+        if file_layer.get("env") is not None:
+            refuse_env_import(file_layer["env"], "the config file",
+                              f"textgym train {file_layer['env']} --resume {run_dir}")
     given = {**file_layer, **{k: v for k, v in flags.items() if v is not None}}
     if given.get("env") is not None:
-        given["env"] = resolve_env(given["env"])
+        given["env"] = recorded_env_id(given["env"], resolve_env(given["env"]))
     defaults = run_config.RunConfig().to_dict()
     for name, value in given.items():
         if name in _CHANGEABLE_ON_RESUME:
@@ -157,7 +108,7 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
                 f"{', '.join(_CHANGEABLE_ON_RESUME)})"
             )
     cfg = run_config.resolve(saved, file_layer, flags)
-    cfg.env = saved["env"]
+    cfg.env = given.get("env") or recorded_env_id(saved["env"], resolve_env(saved["env"]))
     return run_config.validate(cfg)
 
 
@@ -190,116 +141,127 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str, seed: int | None = None, device: str | None = None,
-                 dtype: str | None = None, quantize: str | None = None) -> Any:
+def build_policy(model_name: str, mode: str, seed: int | None = None, *, device: str | None = None,
+                 dtype: str | None = None, quantize: str | None = None, **settings: Any) -> Any:
     """Check the model name, device, precision and quantization, load the model and wrap it in a
-    ``textgym.Policy`` (errors -> CLIError)."""
-    from textgym.cli.modelcheck import check_model
+    ``textgym.Policy`` with the model registry's defaults and ``settings`` on top (errors ->
+    CLIError)."""
+    check_model(model_name, device, dtype, quantize)
+    from textgym.policy import Policy, PolicyConfig
 
-    source = check_model(model_name, device, dtype, quantize)
-    import textgym
-    from textgym import models
-
-    try:
-        model, tokenizer = models.load(source, device=device, dtype=dtype, quantize=quantize)
+    try:  # seed: reproducible sampling
+        config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid policy settings: {exc}") from exc
+    try:  # the name is recorded in checkpoints
+        return Policy.from_pretrained(model_name, config=config, device=device, dtype=dtype,
+                                      quantize=quantize)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
-    # name: recorded in checkpoints; seed: reproducible sampling
-    return textgym.Policy(model, tokenizer, mode=mode, name=model_name, seed=seed)
-
-
-def _trim_metrics(run_dir: Path, updates_done: int) -> int:
-    """Drop metrics lines of updates after the checkpoint (a hard kill between checkpoints):
-    they are redone after resuming, so each update appears once. Returns lines dropped."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    kept, dropped = [], 0
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            dropped += 1
-            continue
-        if isinstance(record.get("update"), int) and record["update"] > updates_done:
-            dropped += 1
-        else:
-            kept.append(line)
-    if dropped:
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-        tmp.replace(path)
-    return dropped
 
 
 def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,
         resume: Path | None = None, force: bool = False, quiet: bool = False,
         stop_after: int | None = None) -> None:
-    """The ``train`` command (see the module docstring)."""
+    """The ``train`` command (see the module docstring).
+
+    Every check (config, run folder, env settings, SFT file) comes before the model loads and
+    before anything is written; then the run folder is created (a new run) and locked for the
+    session."""
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, flags, out)
-        checkpoint = run_dir / CHECKPOINT
-        from textgym.trainers.checkpoint import checkpoint_dir
-
-        try:
-            checkpoint_dir(checkpoint)
-        except FileNotFoundError:
-            raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
+        env_kwargs = _checkpoint_env_kwargs(run_dir)
     else:
-        cfg = _new_config(file_layer, flags)
+        cfg = _new_config(file_layer, flags, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
-        runs.check_new(run_dir, force)  # before the slow model load; nothing touched yet
+        runs.check_new(run_dir, force)
+        env_kwargs = cfg.env_kwargs
+    check_env_kwargs(cfg.env, env_kwargs)
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
+    check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
 
-    if not quiet:
-        print(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
-              f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
-              f"run folder {run_dir}", flush=True)
-    loading = time.monotonic()
-    policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=cfg.device, dtype=cfg.dtype,
-                          quantize=cfg.quantize)
-    if not quiet:
-        weights = next(policy.model.parameters())
-        print(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
-              f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
-              f"{', ' + cfg.quantize if cfg.quantize else ''})", flush=True)
+    with stopping.sigterm_unwinds(), runs.claim(run_dir, new=resume is None):
+        if not quiet:
+            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+                f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
+                f"run folder {run_dir}")
+        loading = time.monotonic()
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=cfg.device,
+                              dtype=cfg.dtype, quantize=cfg.quantize)
+        if not quiet:
+            weights = next(policy.model.parameters())
+            say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
+                f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
+                f"{', ' + cfg.quantize if cfg.quantize else ''})")
+        if resume is not None:
+            trainer = _resume_trainer(cfg, policy, run_dir, quiet)
+        else:
+            trainer = _new_trainer(cfg, trainer_config, policy, run_dir, force, quiet)
+        _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
 
+
+def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
+    """The env settings a resumed run's checkpoint makes its envs with (CLIError: none yet)."""
+    from textgym.trainers.checkpoint import read_state
+
+    try:
+        state = read_state(run_dir / CHECKPOINT)
+    except FileNotFoundError:
+        raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
+    except (OSError, ValueError) as exc:
+        raise CLIError(f"cannot resume: unreadable checkpoint in {run_dir}: {exc}") from exc
+    env_kwargs = state.get("env_kwargs") or {}
+    if not isinstance(env_kwargs, dict):
+        raise CLIError(f"cannot resume: the checkpoint in {run_dir} has malformed env_kwargs")
+    return env_kwargs
+
+
+def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, run_dir: Path,
+                 force: bool, quiet: bool) -> Any:
+    """A trainer for a new run in the locked folder ``run_dir``; writes config.toml."""
     from textgym.trainers import make_trainer
 
-    if resume is not None:
-        trainer = _resume_trainer(run_dir / CHECKPOINT, policy, run_dir)
-        resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
-        if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
-            (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
-        dropped = _trim_metrics(run_dir, trainer.update_count)
-        if dropped and not quiet:
-            print(f"textgym: {dropped} metrics lines after the checkpoint will be redone")
-    else:
-        runs.prepare_new(run_dir, force=force)
-        (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
-        trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
-                               out_dir=run_dir, **_env_kwargs_arg(cfg))
-        if cfg.sft:
-            _warm_start(trainer, cfg, quiet)
-    _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
+    if force:
+        runs.empty_for_new_run(run_dir)
+    trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
+                           out_dir=run_dir, **_env_kwargs_arg(cfg))
+    (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+    if cfg.sft:
+        _warm_start(trainer, cfg, quiet)
+    return trainer
 
 
 def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
     return {"env_kwargs": dict(cfg.env_kwargs)} if cfg.env_kwargs else {}
 
 
-def _resume_trainer(checkpoint: Path, policy: Any, run_dir: Path) -> Any:
+def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet: bool) -> Any:
+    """The trainer of the run in the locked folder ``run_dir``, from its checkpoint."""
     from textgym.trainers import Trainer
 
+    checkpoint = run_dir / CHECKPOINT
     try:
-        return Trainer.resume(checkpoint, policy=policy, out_dir=run_dir)
+        # env: the id checked by _resume_config, never the one trainer_state.json names.
+        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
+    resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
+    if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+        (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
+    repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
+    if repair is not None and not quiet:
+        if repair.past_checkpoint:
+            say(f"textgym: {repair.past_checkpoint} metrics lines after the checkpoint will be "
+                f"redone")
+        if repair.malformed or repair.restored:
+            say(f"textgym: metrics.jsonl repaired: {repair.malformed} torn lines dropped, "
+                f"{repair.restored} lines restored from the checkpoint")
+    return trainer
 
 
 def _check_demonstrations(path: str) -> None:
@@ -313,13 +275,13 @@ def _check_demonstrations(path: str) -> None:
 
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
     if not quiet:
-        print(f"textgym: supervised warm-up on {cfg.sft}", flush=True)
+        say(f"textgym: supervised warm-up on {cfg.sft}")
     try:
         losses = trainer.warm_start(cfg.sft)
     except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"bad SFT file {cfg.sft}: {exc}") from exc
     if not quiet and losses:
-        print(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}", flush=True)
+        say(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}")
 
 
 def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
@@ -346,7 +308,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
     remaining = total - done
     seconds = cfg.minutes * 60 if cfg.minutes else None
-    with display, _Interrupts(display) as interrupts:
+    with display, StopSignals(display.log) as stop:
         last_update_end = time.monotonic()
 
         def callback(metrics: dict[str, Any]) -> bool:
@@ -360,10 +322,10 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
-                interrupts.request()
+                stop.request("Ctrl-C")
             # Stop when the next update would likely end past the time budget.
             out_of_time = seconds is not None and now - started + update_seconds > seconds
-            return not (interrupts.requested or out_of_time)
+            return not (stop.requested or out_of_time)
 
         if remaining > 0:
             try:
@@ -372,7 +334,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 # The last periodic checkpoint stays; say so in the summary, then fail.
                 _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
                 raise
-            if interrupts.requested:
+            if stop.requested:
                 status = "interrupted"
             elif trainer.episodes_seen < total:  # the time budget ran out first
                 status = "time_limit"
@@ -381,34 +343,38 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         trainer.save_checkpoint(run_dir / CHECKPOINT)
         redraw()
 
-    summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display)
-    if status in ("interrupted", "time_limit"):
+    summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display,
+                             stopped_by=stop.reason)
+    where = (f"after update {summary.get('updates')} ({summary.get('episodes')} of {total} "
+             f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
+    if status == "interrupted":
+        # A non-zero exit: said on stderr, even with --quiet, so a job log tells why it ended.
+        say(f"textgym: stopped by {stop.reason} {where}", err=True)
+        raise typer.Exit(stopping.exit_code(stop.reason))
+    if status == "time_limit":
         if not quiet:
-            why = ("stopped" if status == "interrupted"
-                   else f"time budget of {cfg.minutes:g} min reached")
-            print(f"textgym: {why} after update {summary.get('updates')} "
-                  f"({summary.get('episodes')} of {total} episodes); checkpoint saved. "
-                  f"Continue with: textgym train --resume {run_dir}", flush=True)
-        if status == "interrupted":
-            raise typer.Exit(EXIT_INTERRUPTED)
+            say(f"textgym: time budget of {cfg.minutes:g} min reached {where}")
         return
     if not quiet:
         first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
         trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
         updates = summary.get("updates")
-        print(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
-              f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}", flush=True)
+        say(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
+            f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
 
 
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
-                   trainer: Any = None, display: LiveDisplay | None = None) -> dict[str, Any]:
+                   trainer: Any = None, display: LiveDisplay | None = None,
+                   stopped_by: str | None = None) -> dict[str, Any]:
     """Write ``summary.json``: the run's outcome, from metrics.jsonl (and a final greedy
-    evaluation when ``eval_episodes`` is set and the run is complete)."""
+    evaluation when ``eval_episodes`` is set and the run is complete). ``stopped_by``: the
+    Ctrl-C or SIGTERM that stopped an interrupted run."""
     from textgym.cli.plotting import read_metrics
 
     records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     summary = {
         "status": status,
+        **({"stopped_by": stopped_by} if stopped_by else {}),
         "env": cfg.env,
         "algo": cfg.algo,
         "model": cfg.model,

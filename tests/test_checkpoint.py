@@ -143,8 +143,11 @@ def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_
     for name, p in resumed.model.named_parameters():
         if p.requires_grad:
             assert torch.allclose(p, weights[name], atol=1e-5), name
-    # The run folder's metrics continue: updates 1, 2, 3 (first session), then 3 again (resumed).
-    assert [m["update"] for m in read_metrics(tmp_path / "run")] == [1, 2, 3, 3]
+    # The run folder's metrics continue: the first session's update 3 (after the checkpoint) was
+    # dropped on resume and redone, so each update has one line.
+    metrics = read_metrics(tmp_path / "run")
+    assert [m["update"] for m in metrics] == [1, 2, 3]
+    assert metrics[2]["return_mean"] == pytest.approx(again["return_mean"])
 
 
 def test_resume_without_a_policy_rebuilds_it_from_the_checkpoint(tmp_path):
@@ -162,3 +165,20 @@ def test_resume_without_a_policy_rebuilds_it_from_the_checkpoint(tmp_path):
     assert resumed.update_count == 1 and resumed.config.group_size == 4
     for (n1, p1), (n2, p2) in zip(trainer.model.named_parameters(), resumed.model.named_parameters()):
         assert n1 == n2 and torch.equal(p1, p2), n1
+
+
+def test_a_checkpoint_records_every_policy_setting(tmp_path):
+    import textgym
+    from textgym.trainers import Trainer, make_trainer
+
+    template = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+                "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+    policy = textgym.Policy.from_pretrained("tiny", mode="generate", temperature=0.7, chat_template=template,
+                                            system_role=False, stop=["}"], normalization="token", seed=3)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                           config={"num_envs": 2, "episodes_per_update": 2})
+    trainer.save_checkpoint(tmp_path / "ck")
+    recorded = ckpt.read_state(tmp_path / "ck")["policy"]
+    assert recorded == {"name": "tiny", **policy.config.to_dict()}
+    resumed = Trainer.resume(tmp_path / "ck")
+    assert resumed.policy.config == policy.config and resumed.policy.name == "tiny"

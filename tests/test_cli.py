@@ -55,6 +55,8 @@ def test_help_lists_every_command():
     assert result.returncode == 0, result.stderr
     for command in ("train", "eval", "envs", "play", "plot"):
         assert command in result.stdout
+    for option in ("--version", "--install-completion", "--show-completion"):
+        assert option in result.stdout
 
 
 def test_python_dash_m_runs_the_same_app():
@@ -62,6 +64,36 @@ def test_python_dash_m_runs_the_same_app():
                             capture_output=True, text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
     assert "--resume" in result.stdout and "--lora" in result.stdout
+
+
+def test_version_comes_from_the_installed_package(cli):
+    from importlib.metadata import version
+
+    result = cli("--version")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"textgym {version('textgym')}\n"
+
+
+def test_shell_completion_of_commands_flags_and_env_names():
+    import os
+
+    script = run_script("--show-completion", "bash")
+    assert script.returncode == 0, script.stderr
+    assert "_TEXTGYM_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
+
+    def complete(words: str) -> list[str]:
+        env = {**os.environ, "_TEXTGYM_COMPLETE": "complete_bash", "COMP_WORDS": words,
+               "COMP_CWORD": str(len(words.split(" ")) - 1)}
+        command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
+        done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=60,
+                              cwd=ROOT)
+        assert done.returncode == 0, done.stderr
+        return done.stdout.split()
+
+    assert complete("textgym tr") == ["train"]
+    assert complete("textgym train --algo ") == ["reinforce", "grpo", "ppo"]
+    assert complete("textgym train cl") == ["cliffwalking"]
+    assert "cartpole" in complete("textgym eval ")
 
 
 def test_importing_the_cli_does_not_import_torch():
@@ -160,6 +192,37 @@ def test_plot_overlays_runs(cli, tmp_path):
     assert out.stat().st_size > 10_000
 
 
+def _panels(figure) -> list[tuple[str, str]]:
+    """(y label, y scale) of each row of a curves figure (its left column)."""
+    axes = figure.get_axes()
+    return [(ax.get_ylabel(), ax.get_yscale()) for ax in axes[::2]]
+
+
+def test_plot_kl_axis_is_symlog_and_empty_panels_are_left_out():
+    from textgym.cli.plotting import figure_of
+
+    def records(kl_spike: float) -> list[dict]:
+        return [{"update": u, "episodes": 8 * u, "wall_time": 2.0 * u, "return_mean": 0.1 * u,
+                 "length_mean": 1.0, "kl": kl_spike if u == 3 else 0.002 * u}
+                for u in range(1, 6)]
+
+    figure = figure_of([("collapsed", records(2e15)), ("healthy", records(0.01))])
+    # no run logged an invalid rate or game outcomes: those panels are gone
+    assert _panels(figure) == [("mean return", "linear"), ("mean episode length", "linear"),
+                               ("KL: per update (solid), to reference (dashed)", "symlog")]
+    kl_axes = figure.get_axes()[4]
+    low, high = kl_axes.get_ylim()
+    assert high >= 2e15                                    # the spike is on the axis...
+    healthy = kl_axes.get_lines()[1]
+    assert healthy.get_label() == "healthy" and max(healthy.get_ydata()) == 0.01
+    transform = kl_axes.transScale.transform  # ...and the healthy run still spans a visible
+    spread = transform([[0, 0.01]])[0][1] - transform([[0, 0.002]])[0][1]  # part of it
+    assert spread / (transform([[0, high]])[0][1] - transform([[0, low]])[0][1]) > 0.02
+    assert [line.get_label() for line in figure.get_axes()[0].get_lines()] == [
+        "collapsed", "healthy"]
+    assert figure.get_axes()[0].get_legend() is not None
+
+
 def test_plot_missing_run(cli, tmp_path):
     line = one_error_line(cli("plot", tmp_path / "nothing"))
     assert "no run at" in line and "nothing" in line
@@ -178,6 +241,9 @@ def test_envs_lists_builtins_with_actions_and_package(cli):
     assert rows["textgym/CartPole-v1"]["action_names"] == ["LEFT", "RIGHT"]
     assert rows["textgym/CartPole-v1"]["source"] == "textgym"
     assert rows["textgym/Bandit-v0"]["description"]
+    assert rows["textgym/CartPole-v1"]["reference_policies"] == ["random", "scripted"]
+    assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0}
+    assert rows["textgym/Acrobot-v1"]["training_defaults"] is None
     table = cli("envs")
     assert table.exit_code == 0
     assert "textgym/Blackjack-v1" in table.stdout and "STICK, HIT" in table.stdout
@@ -391,7 +457,7 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     result = cli("train", "bandit", "--config", fast_config, "--episodes", "24", "--out", run,
                  "--stop-after", "1")
     assert result.exit_code == 130, result.output
-    assert f"textgym train --resume {run}" in result.stdout
+    assert f"textgym train --resume {run}" in result.stderr
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["updates"] == 1
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
@@ -474,7 +540,28 @@ def test_live_display_on_a_terminal_shows_progress_stats_and_samples():
     assert "update 1 sample:" not in out
 
 
-def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
+def test_live_display_keeps_bar_count_and_eta_readable_at_80_columns():
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.display import LiveDisplay
+
+    buffer = io.StringIO()
+    console = Console(file=buffer, force_terminal=True, width=80, color_system=None)
+    metrics = {**_metrics(3, 120), "win_rate": 0.5, "kl": 0.00123, "length_mean": 21.4}
+    with LiveDisplay(total=400, console=console, description="ConnectFour-v3") as display:
+        display.update(metrics)
+    # the last frame: the bar line, then the statistics on their own line
+    frame = buffer.getvalue().rsplit("\x1b[2K", 1)[-1].splitlines()
+    bar, stats = frame[0], frame[1]
+    assert len(bar) <= 80 and len(stats) <= 80
+    assert bar.startswith("ConnectFour-v3 ━") and "120/400 episodes" in bar
+    assert "eta 0:00:" in bar or "eta -:--:--" in bar
+    assert stats.startswith("update 3 | return 0.75 | win 50% | len 21.4 | invalid 12.5%")
+
+
+def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet():
     import io
 
     from rich.console import Console
@@ -489,19 +576,69 @@ def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet(capsys):
         with display:
             for update in range(1, 51):          # 2 episodes per update
                 display.update(_metrics(update, 2 * update))
-            display.log("a message")
-    lines = capsys.readouterr().out.splitlines()
+            display.log("Stopping after this update.", style="yellow")
+    assert quiet.console.file.getvalue() == ""
+    lines = plain.console.file.getvalue().splitlines()
     progress = [line for line in lines if line.startswith("update ")]
     assert len(progress) == 10                    # one line per tenth of the run, not 50
     assert progress[0].startswith("update 5: 10/100 episodes | return 1.25 |")
     assert progress[-1].startswith("update 50: 100/100 episodes")
-    assert lines.count("a message") == 1          # from the plain display; the quiet one is silent
+    assert lines[-1] == "Stopping after this update."  # no markup, no colour codes
 
 
-def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_config):
-    """A real SIGINT to the console script while it trains."""
-    import signal
+def test_messages_are_styled_on_a_terminal_and_plain_elsewhere():
+    import io
+
+    from rich.console import Console
+
+    from textgym.cli.messages import say, styled
+
+    terminal = Console(file=io.StringIO(), force_terminal=True, color_system="standard")
+    pipe = Console(file=io.StringIO(), force_terminal=False)
+    for console in (terminal, pipe):
+        say("Stopping after this update.", style="yellow", console=console)
+        say(styled(("update 2 sample:", "dim"), " runs/[bold]x -> 'cat'"), console=console)
+    assert pipe.file.getvalue() == ("Stopping after this update.\n"
+                                    "update 2 sample: runs/[bold]x -> 'cat'\n")
+    shown = terminal.file.getvalue()
+    assert "\x1b[33mStopping after this update.\x1b[0m" in shown   # yellow on a terminal
+    assert "runs/[bold]x" in shown                 # text is never read as markup
+    # a long line stays one line in a log file (no wrapping at the console width)
+    say("x" * 300, console=pipe)
+    assert pipe.file.getvalue().splitlines()[-1] == "x" * 300
+
+
+def _wait_for_first_update(run: Path, process=None, timeout: float = 120) -> None:
     import time
+
+    deadline = time.monotonic() + timeout
+    while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
+        if process is not None:
+            assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no update within {timeout} s"
+        time.sleep(0.1)
+
+
+def _check_stopped_run(run: Path, stderr: str, said: str) -> int:
+    """Checks of a run stopped by a signal; returns its number of updates."""
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"textgym: stopped by {said} after update ")
+    assert last.endswith(f"checkpoint saved. Continue with: textgym train --resume {run}")
+    assert "Traceback" not in stderr
+    updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["stopped_by"] == said
+    assert not (run / ".textgym.lock").exists()
+    return len(updates)
+
+
+def test_sigterm_stops_after_the_update_saves_a_checkpoint_and_resumes(cli, tmp_path,
+                                                                       fast_config):
+    """SIGTERM, what a cluster scheduler sends before it kills a job, to the console script
+    while it trains (meanwhile a second writer is refused): handled like the first Ctrl-C."""
+    import signal
 
     run = tmp_path / "run"
     command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
@@ -509,23 +646,46 @@ def test_ctrl_c_stops_after_the_update_and_saves_a_checkpoint(tmp_path, fast_con
         [*command, "train", "bandit", "--config", str(fast_config), "--episodes", "100000",
          "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
-        deadline = time.monotonic() + 120
-        while not (run / "metrics.jsonl").is_file() or not (run / "metrics.jsonl").read_text():
-            assert process.poll() is None, process.communicate()
-            assert time.monotonic() < deadline, "no update within 120 s"
-            time.sleep(0.2)
-        process.send_signal(signal.SIGINT)
+        _wait_for_first_update(run, process)
+        # the folder is locked by the training process: a second writer gets one line
+        line = one_error_line(cli("train", "--resume", run))
+        assert f"is in use by another textgym process (PID {process.pid})" in line
+        process.send_signal(signal.SIGTERM)
         stdout, stderr = process.communicate(timeout=120)
     finally:
         if process.poll() is None:
             process.kill()
-    assert process.returncode == 130, stderr
-    assert "Stopping after this update" in stdout and "--resume" in stdout
-    assert "Traceback" not in stderr
-    updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
-    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
-    assert state["update_count"] == updates[-1] == len(updates)   # checkpoint of the last update
-    assert json.loads((run / "summary.json").read_text())["status"] == "interrupted"
+    assert process.returncode == 143, stderr
+    assert "SIGTERM: stopping after this update to save a checkpoint" in stdout
+    assert "[yellow]" not in stdout and "\x1b[" not in stdout    # no markup off a terminal
+    updates = _check_stopped_run(run, stderr, "SIGTERM")
+
+    # --resume continues from that checkpoint
+    result = cli("train", "--resume", run, "--episodes", 8 * (updates + 1), "--quiet")
+    assert result.exit_code == 0, result.output
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == list(range(1, updates + 2))
+
+
+def test_ctrl_c_stops_after_the_update_and_says_so(cli, tmp_path, fast_config):
+    """A real SIGINT to this process while the command trains in it (from another thread)."""
+    import os
+    import signal
+    import threading
+
+    run = tmp_path / "run"
+
+    def press_ctrl_c():
+        _wait_for_first_update(run)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    presser = threading.Thread(target=press_ctrl_c, daemon=True)
+    presser.start()
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", 100000, "--out", run,
+                 "--quiet")
+    presser.join()
+    assert result.exit_code == 130, result.output
+    assert result.stdout == ""                               # --quiet: no progress ...
+    _check_stopped_run(run, result.stderr, "Ctrl-C")        # ... but the line saying why it ended
 
 
 # --- pieces: config files, baselines -------------------------------------------------------------
@@ -548,22 +708,6 @@ def test_resolved_config_round_trips_through_toml(tmp_path):
     assert merged.episodes == 99 and merged.lr == 3e-5
     assert merged.trainer["gamma"] == 0.9 and merged.trainer["lora_target_modules"] == [
         "q_proj", "v_proj"]
-
-
-@pytest.mark.parametrize("env, episodes", [
-    ("cartpole", 5), ("bandit", 20), ("frozenlake", 30), ("taxi", 5), ("cliffwalking", 2),
-    ("mountaincar", 3), ("tictactoe", 10),
-])
-def test_scripted_baseline_beats_random(env, episodes):
-    import textgym
-    from textgym.cli.baselines import evaluate_baseline
-
-    game = textgym.make(env)
-    random = evaluate_baseline(game, "random", episodes, seed=0)
-    scripted = evaluate_baseline(game, "scripted", episodes, seed=0)
-    assert scripted["return_mean"] > random["return_mean"] + 0.2
-    assert scripted["invalid_rate"] == random["invalid_rate"] == 0.0
-    assert random["episodes"] == scripted["episodes"] == episodes
 
 
 def test_an_env_without_a_scripted_policy_says_so(cli, countdown_env_cls):
@@ -602,18 +746,29 @@ def test_eval_of_a_game_reports_win_draw_loss(cli):
 
 def test_stats_line_and_plot_show_the_win_rate_of_games(tmp_path):
     from textgym.cli.display import stats_line
-    from textgym.cli.plotting import plot_runs
+    from textgym.cli.plotting import figure_of
 
     assert "win 75%" in stats_line({"return_mean": 0.5, "win_rate": 0.75, "invalid_rate": 0.0})
     assert "win" not in stats_line({"return_mean": 20.0, "invalid_rate": 0.0})
-    (tmp_path / "metrics.jsonl").write_text("".join(
-        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u,
-                    "win_rate": 0.1 * u, "loss_rate": 0.5 - 0.1 * u}) + "\n" for u in (1, 2, 3)))
-    import matplotlib.image
+    games = [{"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u,
+              "win_rate": 0.1 * u, "loss_rate": 0.5 - 0.1 * u, "invalid_rate": 0.0}
+             for u in (1, 2, 3)]
+    assert [label for label, _ in _panels(figure_of([("ttt", games)]))] == [
+        "mean return", "win rate (solid), loss rate (dashed)", "invalid-answer rate"]
+    win_axes = figure_of([("ttt", games)]).get_axes()[2]
+    assert [line.get_linestyle() for line in win_axes.get_lines()] == ["-", "--"]
 
-    with_games = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
-    (tmp_path / "metrics.jsonl").write_text("".join(
-        json.dumps({"update": u, "episodes": 8 * u, "wall_time": 10.0 * u, "return_mean": 0.1 * u})
-        + "\n" for u in (1, 2, 3)))
-    without = matplotlib.image.imread(plot_runs([tmp_path], tmp_path / "curve.png"))
-    assert with_games.shape[0] == without.shape[0] * 5 // 4   # one more panel row: win/loss rate
+
+def test_train_starts_from_the_settings_registered_with_the_env():
+    from textgym.cli import training
+    from textgym.registry import training_defaults
+
+    cfg = training._new_config({}, {"env": "cartpole"}, None)
+    registered = training_defaults("textgym/CartPole-v1", "score")
+    assert (cfg.episodes, cfg.num_envs, cfg.minutes) == (registered.episodes, registered.num_envs,
+                                                          registered.minutes)
+    assert cfg.env_kwargs == {"shaping": 1.0} and cfg.trainer["gamma"] == 0.3
+    flagged = training._new_config({"trainer": {"gamma": 0.9}}, {"env": "cartpole", "episodes": 16},
+                                 None)
+    assert flagged.episodes == 16 and flagged.trainer["gamma"] == 0.9      # file and flags win
+    assert flagged.trainer["episodes_per_update"] == 16                     # the rest stays

@@ -151,7 +151,7 @@ def test_cliffwalking_has_a_step_limit_by_default():
         *_, truncated, info = env.step("UP")
         if truncated:
             break
-    assert step == 200 and info["episode"]["length"] == 200
+    assert step == 200 and info["episode_stats"]["length"] == 200
 
 
 def test_taxi_text_shows_taxi_passenger_destination_and_legal_moves():
@@ -163,7 +163,7 @@ def test_taxi_text_shows_taxi_passenger_destination_and_legal_moves():
     assert lines[row + 1][2 * col + 1] == "@"
     assert f"Passenger at {'RGYB'[passenger]}, destination {'RGYB'[destination]}." in obs
     assert obs.endswith(f"Legal: {', '.join(info['valid_actions'])}.")
-    text = TaxiText(taxi)(taxi.encode(0, 0, 4, 1))
+    text = TaxiText()(taxi.encode(0, 0, 4, 1))
     assert "Passenger in the taxi, destination G. Legal: SOUTH, EAST, DROPOFF." in text
     assert text.splitlines()[1] == "|@: | : :G|"
 
@@ -190,7 +190,7 @@ def test_max_episode_steps_applies_inside_the_text_wrappers():
     for _ in range(3):
         *_, terminated, truncated, info = env.step("LEFT" if _ % 2 else "RIGHT")
     assert truncated and not terminated
-    assert info["episode"] == {"return": 3.0, "length": 3, "invalid_count": 0}
+    assert info["episode_stats"] == {"return": 3.0, "length": 3, "invalid_count": 0}
 
 
 def test_invalid_policy_and_history_pass_through():
@@ -208,9 +208,14 @@ def test_invalid_policy_and_history_pass_through():
 def test_gymnasium_env_kwargs_pass_through():
     env = textgym.make("textgym/Blackjack-v1", natural=True, sab=False)
     assert env.unwrapped.natural is True and env.unwrapped.sab is False
-    env = textgym.make("textgym/FrozenLake-v1", render_mode="ansi")
+    env = textgym.make("textgym/FrozenLake-v1", render_mode="rgb_array", map_name="8x8")
     env.reset(seed=0)
-    assert "FHFH\nFFFH\nHFFG" in env.render()
+    assert env.unwrapped.render_mode == "rgb_array" and env.render().ndim == 3
+    assert env.unwrapped.desc.shape == (8, 8)
+    # "ansi" is the text the model sees (tests/test_gymnasium_tools.py), not the base env's map
+    env = textgym.make("textgym/FrozenLake-v1", render_mode="ansi")
+    obs, _ = env.reset(seed=0)
+    assert env.render() == obs and env.unwrapped.render_mode is None
 
 
 def test_unknown_make_kwarg_is_a_clear_error():
@@ -231,7 +236,7 @@ def test_bandit_rewards_the_right_animal_for_the_color():
         wrong = "dog" if right == "cat" else "cat"
         _, reward, terminated, truncated, info = env.step(f"I say {right}")
         assert (reward, terminated, truncated) == (1.0, True, False)
-        assert info["episode"]["return"] == 1.0
+        assert info["episode_stats"]["return"] == 1.0
         env.reset(seed=seed)
         assert env.step(wrong)[1] == 0.0
         seen.add(obs)
@@ -298,3 +303,17 @@ def test_stack_wrappers_example_runs_and_prints_the_parse_records():
     assert "valid=False policy=penalty reward=+0.00" in parsed[2]
     assert "Your action: 'uhh, banana?' (invalid)" in out.stdout       # History shows the bad answer
     assert lines[-1] == "EPISODE: {'return': 4.0, 'length': 5, 'invalid_count': 1}"
+
+
+@pytest.mark.parametrize("env_id", ALL_IDS)
+def test_every_env_takes_the_same_invalid_answer_keywords(env_id):
+    """One vocabulary (InvalidAnswerRule's): classic envs, the bandit and the board-game views
+    (TextWorld: tests/test_textworld.py) take the same keywords, with the same meaning."""
+    env = textgym.make(env_id, invalid_policy="retry", invalid_penalty=-3.0, max_retries=1,
+                       retry_fallback="terminate", feedback="No! {valid_actions}")
+    _, info = env.reset(seed=0)
+    obs, reward, terminated, _, step_info = env.step("?!")
+    assert (reward, terminated, step_info["parse"]["policy"]) == (0.0, False, "retry")
+    assert "No! " + ", ".join(info["valid_actions"]) in obs
+    _, reward, terminated, _, step_info = env.step("?!")
+    assert (reward, terminated, step_info["parse"]["policy"]) == (-3.0, True, "terminate")

@@ -129,6 +129,15 @@ def test_numeric_names_win_over_indices():
     assert KeywordParser()("I pick 0", names).action_index == 1
 
 
+def test_a_number_that_is_not_a_listed_numeric_name_is_no_index():
+    # the legal squares of a board: "5" is taken, so it is not listed; it must not mean index 5
+    legal = ["1", "2", "3", "4", "6", "7", "8", "9"]
+    assert JSONParser()('{"action": "5"}', legal) is None
+    assert JSONParser()('{"action": 5}', legal) is None
+    assert JSONParser()('{"action": 6}', legal).action_name == "6"
+    assert JSONParser()('{"action": 1}', ["LEFT", "RIGHT"]).action_name == "RIGHT"  # words: an index
+
+
 def test_multi_word_and_combination_names():
     names = ["move north", "move south", "stay"]
     assert default_parser()('{"action": "Move North"}', names).action_name == "move north"

@@ -32,19 +32,19 @@ def _quiet():
                          ids=["tictactoe", "connect_four", "rps"])
 def test_aec_api_test_passes(make, policy):
     # api_test answers with random strings: every move is illegal, so this also drives the policy
-    api_test(wrap_pettingzoo(make(), invalid=policy), num_cycles=100)
+    api_test(wrap_pettingzoo(make(), invalid_policy=policy), num_cycles=100)
 
 
 @pytest.mark.parametrize("policy", ["penalty", "default", "terminate"])
 def test_parallel_api_test_passes(policy):
-    parallel_api_test(wrap_pettingzoo(rps_v2.parallel_env(), invalid=policy), num_cycles=50)
+    parallel_api_test(wrap_pettingzoo(rps_v2.parallel_env(), invalid_policy=policy), num_cycles=50)
 
 
 def test_parallel_retry_is_a_clear_error():
     with pytest.raises(ValueError, match="needs turns"):
-        wrap_pettingzoo(rps_v2.parallel_env(), invalid="retry")
+        wrap_pettingzoo(rps_v2.parallel_env(), invalid_policy="retry")
     with pytest.raises(ValueError, match="choose one of"):
-        wrap_pettingzoo(tictactoe_v3.env(), invalid="ignore")
+        wrap_pettingzoo(tictactoe_v3.env(), invalid_policy="ignore")
     with pytest.raises(TypeError, match="AECEnv or ParallelEnv"):
         wrap_pettingzoo(object())
 
@@ -94,7 +94,7 @@ def test_illegal_moves_never_crash_and_follow_the_policy():
     rng = np.random.default_rng(0)
     for policy in POLICIES:
         for seed in range(3):
-            env = wrap_pettingzoo(tictactoe_v3.env(), invalid=policy, penalty=-0.5)
+            env = wrap_pettingzoo(tictactoe_v3.env(), invalid_policy=policy, invalid_penalty=-0.5)
             env.reset(seed=seed)
             env.step("5")                                        # now "5" is taken
             for agent in env.agent_iter(200):
@@ -122,7 +122,7 @@ def test_illegal_moves_never_crash_and_follow_the_policy():
 
 
 def test_retry_keeps_the_turn_then_falls_back():
-    env = wrap_pettingzoo(tictactoe_v3.env(), invalid="retry", max_retries=2, penalty=-0.25)
+    env = wrap_pettingzoo(tictactoe_v3.env(), invalid_policy="retry", max_retries=2, invalid_penalty=-0.25)
     env.reset(seed=0)
     for attempt in (1, 2):
         env.step("no idea")
@@ -140,7 +140,7 @@ def test_retry_keeps_the_turn_then_falls_back():
 
 
 def test_terminate_ends_the_game_as_a_forfeit():
-    env = wrap_pettingzoo(tictactoe_v3.env(), invalid="terminate", penalty=-1.0)
+    env = wrap_pettingzoo(tictactoe_v3.env(), invalid_policy="terminate", invalid_penalty=-1.0)
     env.reset(seed=0)
     env.step("5")
     env.step("5")                             # player_2 names a taken square
@@ -156,7 +156,7 @@ def test_a_raising_user_parser_counts_as_unreadable():
     def broken(text, names):
         raise RuntimeError("parser bug")
 
-    env = wrap_pettingzoo(tictactoe_v3.env(), parser=broken, invalid="default")
+    env = wrap_pettingzoo(tictactoe_v3.env(), parser=broken, invalid_policy="default")
     env.reset(seed=0)
     env.step("5")
     record = env.infos["player_1"]["parse"]
@@ -200,7 +200,7 @@ def _play(env, seeds, rng):
             obs, reward, terminated, truncated, info = env.step(str(rng.choice(info["valid_actions"])))
         counts[info["outcome"]] += 1
         assert reward == {"win": 1.0, "draw": 0.0, "loss": -1.0}[info["outcome"]]
-        assert info["episode"]["return"] == reward
+        assert info["episode_stats"]["return"] == reward
     return counts
 
 
@@ -279,3 +279,65 @@ def test_envs_without_outcomes_report_no_win_rate(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config={"num_envs": 4, "episodes_per_update": 4})
     assert "win_rate" not in trainer.train(updates=1)[-1]
+
+
+# -- one invalid-answer vocabulary -------------------------------------------------------------
+
+
+def test_views_take_the_invalid_answer_keywords_of_every_env():
+    env = textgym.make("textgym/TicTacToe-v0", opponent="random", seat="first",
+                       invalid_policy="retry", invalid_penalty=-0.5, max_retries=1,
+                       retry_fallback="terminate", feedback="Nope. Legal: {valid_actions}")
+    obs0, info = env.reset(seed=0)
+    obs, reward, terminated, truncated, info = env.step("pass")
+    assert info["parse"]["policy"] == "retry" and obs.startswith("Nope. Legal: 1, 2, 3")
+    assert (reward, terminated) == (0.0, False)
+    obs, reward, terminated, truncated, info = env.step("pass")   # retries used up: the fallback
+    assert info["parse"]["policy"] == "terminate" and terminated and reward == -0.5
+    assert info["outcome"] == "loss"
+
+
+def test_old_invalid_and_penalty_names_warn_and_mean_the_same():
+    with pytest.warns(DeprecationWarning, match="use invalid_policy="):
+        old = wrap_pettingzoo(tictactoe_v3.env(), invalid="terminate", penalty=-0.5)
+    assert old.rule == wrap_pettingzoo(tictactoe_v3.env(), invalid_policy="terminate",
+                                       invalid_penalty=-0.5).rule
+    with pytest.warns(DeprecationWarning, match="use invalid_penalty="):
+        view = games.TwoPlayerGameEnv("tictactoe", penalty=-0.25)
+    assert view.aec.rule.penalty == -0.25 and view.aec.rule.policy == "penalty"
+    with pytest.raises(TypeError, match="give invalid_policy= only"):
+        wrap_pettingzoo(tictactoe_v3.env(), invalid="default", invalid_policy="penalty")
+
+
+def test_cumulative_reward_is_what_last_reports():
+    env = wrap_pettingzoo(tictactoe_v3.env(), invalid_policy="penalty", invalid_penalty=-0.5)
+    env.reset(seed=0)
+    env.step("nonsense")                            # player_1: a random legal move and -0.5
+    assert env.cumulative_reward("player_1") == -0.5
+    for agent in ("player_2", "player_1"):
+        assert env.cumulative_reward(agent) == env.last()[1]
+        env.step(env.last()[4]["valid_actions"][0])
+
+
+class _Unprintable:
+    def __str__(self):
+        raise RuntimeError("no text here")
+
+
+NON_TEXT = [None, 10 ** 5000, b"\xff5", bytearray(b"5"), _Unprintable(), [1, 2], {"a": 1},
+            float("nan"), object()]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textgym/ConnectFour-v3"])
+def test_non_text_answers_are_invalid_answers_on_the_views(env_id, policy):
+    env = textgym.make(env_id, opponent="scripted", invalid_policy=policy)
+    env.reset(seed=0)
+    for answer in NON_TEXT:
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert isinstance(obs, str) and isinstance(info["parse"]["raw"], str)
+        if answer is None or isinstance(answer, (int, _Unprintable)):   # no text at all
+            assert info["parse"]["valid"] is False and info["parse"]["policy"] in (policy, "penalty")
+        # (other objects are read through str(), as ParseAction reads them: "[1, 2]" names square 1)
+        if terminated or truncated:
+            env.reset(seed=1)

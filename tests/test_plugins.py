@@ -24,13 +24,15 @@ CARTPOLE = "gymnasium.envs.classic_control.cartpole:CartPoleEnv"
 def clean_registry(monkeypatch):
     """Restore textgym's and Gymnasium's registries, and forget plugin modules, after a test."""
     saved_gym = dict(gym.registry)
-    saved = (dict(registry._INFOS), dict(registry._ORIGINS), set(registry._loaded_entry_points))
+    saved = (dict(registry._INFOS), dict(registry._ORIGINS), set(registry._loaded_entry_points),
+             dict(registry._REFERENCES))
     modules_before = set(sys.modules)
     monkeypatch.setattr(registry, "_plugins_loaded", False)
     yield
     gym.registry.clear()
     gym.registry.update(saved_gym)
-    for target, value in zip((registry._INFOS, registry._ORIGINS, registry._loaded_entry_points), saved):
+    targets = (registry._INFOS, registry._ORIGINS, registry._loaded_entry_points, registry._REFERENCES)
+    for target, value in zip(targets, saved):
         target.clear()
         target.update(value)
     for name in set(sys.modules) - modules_before:
@@ -88,6 +90,35 @@ def test_module_and_callable_plugins_are_found_lazily_by_make_and_list(tmp_path,
     assert registry.resolve_id("OTHER") == "callplug/Other-v2"
 
 
+KNOWING = """
+    import textgym
+    from textgym.registry import TrainingDefaults
+
+    def always_left(env, seed):
+        return lambda info: "LEFT"
+
+    textgym.register("knowplug/Pole-v0", "textgym.envs.classic:make_cartpole",
+                     kwargs={"max_episode_steps": None},
+                     training_defaults=TrainingDefaults(episodes=64, num_envs=4, lr=5e-4,
+                                                        modes={"generate": {"lr": 1e-4}}),
+                     reference_policies={"scripted": always_left})
+"""
+
+
+def test_a_plugin_registers_training_defaults_and_reference_policies(tmp_path, monkeypatch,
+                                                                      clean_registry):
+    from textgym.baselines import evaluate_baseline
+
+    write_distribution(tmp_path, "knowplug", {"know": "knowplug"}, {"knowplug": KNOWING})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    info = {i.id: i for i in textgym.list_envs()}["knowplug/Pole-v0"]
+    assert info.source == "knowplug" and info.reference_policies == ("random", "scripted")
+    assert registry.training_defaults("pole").lr == 5e-4
+    assert registry.training_defaults("pole", mode="generate").lr == 1e-4
+    result = evaluate_baseline(textgym.make("pole"), "scripted", episodes=2, seed=0)
+    assert result["invalid_rate"] == 0.0 and result["return_mean"] < 20   # always LEFT falls
+
+
 def test_discovery_is_cached_until_forced(tmp_path, monkeypatch, clean_registry):
     textgym.list_envs()                                  # first scan: no plugin on the path
     write_distribution(tmp_path, "goodplug", {"good": "goodplug"}, {"goodplug": GOOD})
@@ -115,6 +146,25 @@ def test_broken_plugin_warns_with_its_name_and_error_and_others_still_load(tmp_p
     missing = next(m for m in messages if "missingplug" in m)
     assert "ModuleNotFoundError" in missing
     assert "goodplug/Thing-v0" in ids and "textgym/CartPole-v1" in ids
+
+
+def test_a_plugin_calling_sys_exit_is_a_broken_plugin_not_the_end(tmp_path, monkeypatch,
+                                                                   clean_registry):
+    write_distribution(tmp_path, "exitplug", {"bye": "exitplug"},
+                       {"exitplug": "import sys\nsys.exit(3)\n"})
+    write_distribution(tmp_path, "goodplug", {"good": "goodplug"}, {"goodplug": GOOD})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.warns(registry.PluginLoadWarning, match=r"'exitplug'.*SystemExit: 3"):
+        ids = {info.id for info in textgym.list_envs()}
+    assert "goodplug/Thing-v0" in ids and "textgym/CartPole-v1" in ids
+
+
+def test_ctrl_c_while_loading_a_plugin_still_stops(tmp_path, monkeypatch, clean_registry):
+    write_distribution(tmp_path, "slowplug", {"slow": "slowplug"},
+                       {"slowplug": "raise KeyboardInterrupt\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KeyboardInterrupt):
+        textgym.list_envs()
 
 
 def test_duplicate_id_names_both_sources(tmp_path, monkeypatch, clean_registry):

@@ -4,6 +4,7 @@ prefix-cache reuse and invalidation, evaluate() == act(), reference(), seeds, sa
 from __future__ import annotations
 
 import copy
+import json
 import math
 
 import pytest
@@ -47,7 +48,7 @@ def test_templates_without_a_system_role(tiny_model_and_tokenizer):
     for policy in (Policy(model, tok, chat_template=no_system), Policy(model, tok, system_role=False)):
         text = tok.decode(policy.prompt_ids(SYSTEM, OBSERVATIONS[0]))
         assert f"user\n{SYSTEM}\n\n{OBSERVATIONS[0]}<|im_end|>" in text
-        assert len(policy._system_prefix(SYSTEM)) > len(tok(SYSTEM)["input_ids"])  # still cached
+        assert len(policy.prompts.system_prefix(SYSTEM)) > len(tok(SYSTEM)["input_ids"])  # still cached
         [d] = policy.act([OBSERVATIONS[0]], [SYSTEM], [ACTIONS])
         assert d.token_logprobs == pytest.approx(
             full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
@@ -95,9 +96,9 @@ def test_candidates_sharing_tokens_are_scored_exactly(tiny_model_and_tokenizer, 
         assert d.token_logprobs == pytest.approx(
             full_forward_logprobs(model, d.prompt_ids, d.answer_ids), abs=1e-4)
     # the shared "go" / "go north" tokens are run once per row, not once per candidate
-    from textgym.policy import _CandidateTrie
+    from textgym.policy.scoring import CandidateTrie
 
-    trie = _CandidateTrie(decisions[0].candidates)
+    trie = CandidateTrie(decisions[0].candidates)
     assert len(trie.tokens) < sum(len(c) - 1 for c in decisions[0].candidates)
 
 
@@ -119,7 +120,7 @@ def test_shared_prefix_is_computed_once_and_reused(tiny_policy):
     before = dict(policy.counters)
     decisions = policy.act(OBSERVATIONS[::-1], [SYSTEM] * 3, [ACTIONS] * 3)
     assert policy.counters["prefix_misses"] == 1  # cache hit
-    prefix = len(policy._system_prefix(SYSTEM))
+    prefix = len(policy.prompts.system_prefix(SYSTEM))
     assert prefix > 10
     new_prompt_tokens = policy.counters["prompt_tokens"] - before["prompt_tokens"]
     assert new_prompt_tokens == sum(len(d.prompt_ids) - prefix for d in decisions)
@@ -249,7 +250,7 @@ def test_identical_prompts_run_once_but_sample_independently(tiny_model_and_toke
     observations = [OBSERVATIONS[0]] * 6 + [OBSERVATIONS[1]] * 2  # e.g. a GRPO group's first step
     actions = [ACTIONS] * 8 if mode == "score" else None
     decisions = policy.act(observations, [SYSTEM] * 8, actions)
-    prefix = len(policy._system_prefix(SYSTEM))
+    prefix = len(policy.prompts.system_prefix(SYSTEM))
     suffixes = sum(len(policy.prompt_ids(SYSTEM, o)) - prefix for o in OBSERVATIONS[:2])
     assert policy.counters["prompt_tokens"] == prefix + suffixes  # 2 distinct prompts, not 8
     picks = [d.text for d in decisions[:6]]
@@ -281,11 +282,11 @@ def test_evaluate_entropy_over_candidates(tiny_model_and_tokenizer):
 
 def test_reference_disables_the_lora_adapter(tiny_model_and_tokenizer):
     pytest.importorskip("peft")
-    from textgym.policy import _wrap_lora
+    from textgym.lora import LoraSettings, add_lora
 
     model, tok = tiny_model_and_tokenizer
-    policy = Policy(_wrap_lora(copy.deepcopy(model), r=4, alpha=8, dropout=0.0,
-                               targets=("q_proj", "v_proj")), tok, seed=0)
+    policy = Policy(add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8, target_modules=("q_proj", "v_proj"))),
+                    tok, seed=0)
     assert policy.is_lora
     params = policy.parameters_to_train()
     assert params and all("lora" in n for n, p in policy.model.named_parameters() if p.requires_grad)
@@ -323,7 +324,10 @@ def test_reference_without_lora_is_a_frozen_snapshot(tiny_policy):
 
 def test_save_and_load_a_lora_policy(tmp_path):
     pytest.importorskip("peft")
-    policy = Policy.from_pretrained("tiny", lora=True, lora_r=4, temperature=0.5, seed=0)
+    from textgym.lora import LoraSettings, add_lora
+
+    policy = Policy.from_pretrained("tiny", temperature=0.5, seed=0, stop=["."], system_role=False)
+    policy.model = add_lora(policy.model, LoraSettings(r=4))
     with torch.no_grad():
         for p in policy.parameters_to_train():
             p.add_(0.01)
@@ -332,6 +336,8 @@ def test_save_and_load_a_lora_policy(tmp_path):
     assert (tmp_path / "ckpt" / "adapter" / "adapter_model.safetensors").is_file()
     loaded = Policy.load(tmp_path / "ckpt")
     assert loaded.is_lora and loaded.temperature == 0.5 and loaded.mode == "score"
+    assert loaded.config == policy.config and loaded.name == "tiny"  # every setting, not a few
+    assert loaded.stop == (".",) and loaded.max_new_tokens == 16  # "tiny"'s registry default, recorded
     again = loaded.act(OBSERVATIONS, [SYSTEM] * 3, [ACTIONS] * 3, greedy=True)
     assert [d.logprob for d in again] == pytest.approx([d.logprob for d in decisions], abs=1e-5)
 
@@ -359,3 +365,53 @@ def test_bad_input_gives_clear_errors(tiny_policy, tiny_model_and_tokenizer):
         Policy(*tiny_model_and_tokenizer, temperature=0)
     assert tiny_policy.act([], [], []) == []
     assert isinstance(tiny_policy.act([""], [""], [["A"]])[0], Decision)  # empty texts are fine
+
+
+def test_policy_config_is_validated_and_round_trips():
+    from textgym.policy import PolicyConfig
+
+    config = PolicyConfig(mode="generate", temperature=0.7, stop=["\n"], chat_template="{{ x }}")
+    assert config.stop == ("\n",)
+    assert PolicyConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
+    with pytest.raises(ValueError, match="normalization"):
+        PolicyConfig(normalization="max")
+    with pytest.raises(ValueError, match="no setting"):
+        PolicyConfig.from_dict({"temperature": 1.0, "beam_width": 4})
+    with pytest.raises(TypeError, match="unknown policy setting"):
+        PolicyConfig().replace(beam_width=4)
+
+
+def test_settings_are_one_config_with_keyword_overrides(tiny_model_and_tokenizer):
+    from textgym.policy import PolicyConfig
+
+    model, tok = tiny_model_and_tokenizer
+    base = PolicyConfig(mode="generate", temperature=0.5, max_new_tokens=7)
+    policy = Policy(model, tok, config=base, temperature=0.9)
+    assert policy.config == base.replace(temperature=0.9)
+    assert (policy.mode, policy.temperature, policy.max_new_tokens) == ("generate", 0.9, 7)
+    with pytest.raises(AttributeError):
+        policy.temperature = 2.0  # read-only: a policy's settings are its config
+    with pytest.raises(TypeError, match="unknown policy setting"):
+        Policy(model, tok, beam_width=4)
+
+
+def test_from_pretrained_applies_the_registry_and_leaves_lora_to_the_trainer():
+    policy = Policy.from_pretrained("tiny", mode="generate", seed=0)
+    assert policy.max_new_tokens == 16 and policy.name == "tiny"  # the registry's default for "tiny"
+    assert Policy.from_pretrained("tiny", max_new_tokens=5).max_new_tokens == 5  # an override wins
+    assert not policy.is_lora
+    with pytest.raises(TypeError, match="trainer config"):
+        Policy.from_pretrained("tiny", lora_r=8)
+    with pytest.warns(FutureWarning, match="trainer adds the LoRA adapter"):
+        assert not Policy.from_pretrained("tiny", lora=True).is_lora
+
+
+def test_the_candidate_token_cache_is_bounded(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(model, tok, candidate_cache_size=8, seed=0)
+    commands = [[f"take coin {i}", f"drop coin {i}"] for i in range(12)]  # free-form commands keep coming
+    decisions = policy.act([f"Room {i}." for i in range(12)], [SYSTEM] * 12, commands)
+    assert len(policy.candidate_tokens) == 8  # the least recently used texts were dropped
+    for d, actions in zip(decisions, commands):  # and every candidate was still tokenized right
+        assert d.candidates == [tok(a, add_special_tokens=False)["input_ids"] for a in actions]
+    assert policy.candidate_ids("take coin 0") == tok("take coin 0", add_special_tokens=False)["input_ids"]

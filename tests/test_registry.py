@@ -25,14 +25,12 @@ SHORT_NAMES = {
 
 @pytest.fixture
 def restore_registry():
-    saved_gym, saved_infos, saved_origins = dict(gym.registry), dict(registry._INFOS), dict(registry._ORIGINS)
+    saved = [(table, dict(table)) for table in
+             (gym.registry, registry._INFOS, registry._ORIGINS, registry._REFERENCES)]
     yield
-    gym.registry.clear()
-    gym.registry.update(saved_gym)
-    registry._INFOS.clear()
-    registry._INFOS.update(saved_infos)
-    registry._ORIGINS.clear()
-    registry._ORIGINS.update(saved_origins)
+    for table, content in saved:
+        table.clear()
+        table.update(content)
 
 
 def test_gym_make_works_right_after_import_textgym_in_a_fresh_process():
@@ -99,13 +97,45 @@ def test_register_keeps_metadata_and_passes_env_kwargs(restore_registry):
                      num_cues=4, num_arms=4, kwargs={"max_episode_steps": None})
     info = {i.id: i for i in textgym.list_envs()}["mine/Colors-v0"]
     assert (info.source, info.description, info.short_name) == ("test_registry", "Four colors", "colors")
-    env = textgym.make("colors")
+    env = textgym.make("mine/colors")
     assert env.reset(seed=0)[1]["valid_actions"] == ["cat", "dog", "fox", "owl"]
     assert gym.spec("mine/Colors-v0").kwargs == {"max_episode_steps": None, "num_cues": 4, "num_arms": 4}
 
     # The same source may register again (e.g. a re-run notebook cell): it replaces quietly.
     textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit", num_cues=2)
     assert gym.spec("mine/Colors-v0").kwargs == {"num_cues": 2}
+
+
+def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry):
+    from textgym.registry import GENERIC_TRAINING_DEFAULTS, TrainingDefaults, training_defaults
+
+    cartpole = training_defaults("cartpole")
+    assert (cartpole.episodes, cartpole.num_envs, cartpole.lr) == (400, 8, 2e-4)
+    assert cartpole.trainer["gamma"] == 0.3 and cartpole.env_kwargs == {"shaping": 1.0}
+    info = {i.id: i for i in textgym.list_envs()}["textgym/CartPole-v1"]
+    assert info.training_defaults.trainer == cartpole.trainer
+    # an env that registered none gets the generic settings
+    assert training_defaults("acrobot") == GENERIC_TRAINING_DEFAULTS
+    assert {i.id for i in textgym.list_envs() if i.training_defaults is not None} >= {
+        "textgym/CartPole-v1", "textgym/Bandit-v0", "textgym/Blackjack-v1",
+        "textgym/TicTacToe-v0", "textgym/FrozenLake-v1"}
+
+    mine = TrainingDefaults(lr=1e-3, trainer={"gamma": 0.9, "episodes_per_update": 8},
+                            policy={"temperature": 1.0},
+                            modes={"generate": {"lr": 1e-4, "trainer": {"gamma": 1.0},
+                                                "policy": {"temperature": 0.7}}})
+    textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit", training_defaults=mine)
+    score = training_defaults("mine/Colors-v0", "score")
+    generate = training_defaults("mine/Colors-v0", "generate")
+    assert (score.lr, score.trainer["gamma"], score.episodes) == (1e-3, 0.9, 256)   # unset: generic
+    assert (generate.lr, generate.trainer, generate.policy) == (
+        1e-4, {"gamma": 1.0, "episodes_per_update": 8}, {"temperature": 0.7})
+    assert generate.modes == {} and mine.trainer["gamma"] == 0.9       # the registered one is intact
+    with pytest.raises(ValueError, match=r"mode 'generate' set unknown settings \['temprature'\]"):
+        TrainingDefaults(modes={"generate": {"temprature": 0.5}})
+    with pytest.raises(TypeError, match="training_defaults must be"):
+        textgym.register("mine/Colors-v1", "textgym.envs.bandit:make_bandit",
+                         training_defaults={"lr": 1e-3})
 
 
 def test_register_rejects_an_id_from_another_source(restore_registry):
@@ -126,16 +156,6 @@ def test_make_vec_builds_independent_seeded_sub_envs():
     assert obs == expected
     with pytest.raises(ValueError, match="num_envs"):
         textgym.make_vec("cartpole", num_envs=0)
-
-
-@pytest.mark.parametrize("module", ["textgym.registry", "textgym.vector", "textgym.envs.classic",
-                                    "textgym.envs.bandit"])
-def test_docstring_examples_run(module, restore_registry):
-    import doctest
-    import importlib
-
-    result = doctest.testmod(importlib.import_module(module), optionflags=doctest.ELLIPSIS)
-    assert result.attempted > 0 and result.failed == 0
 
 
 def test_module_prefixed_id_imports_the_module_first():

@@ -95,7 +95,7 @@ def test_stats_count_prefix_cache_reuse(tiny_policy, countdown_env_cls):
     envs = [countdown_env_cls(max_length=4) for _ in range(4)]
     rollout = collect(tiny_policy, envs, episodes=4, seed=0)
     steps = rollout.steps
-    prefix = len(tiny_policy._system_prefix(countdown_env_cls.system_prompt))
+    prefix = len(tiny_policy.prompts.system_prefix(countdown_env_cls.system_prompt))
     assert rollout.stats["prompt_tokens_total"] == sum(len(s.decision.prompt_ids) for s in steps)
     # the shared prefix is run once, not once per decision
     assert rollout.stats["prompt_tokens"] == prefix + sum(len(s.decision.prompt_ids) - prefix for s in steps)
@@ -109,8 +109,8 @@ def test_works_with_a_text_vector_env(tiny_policy):
     rollout = collect(tiny_policy, venv, episodes=6, seed=5)
     assert len(rollout.episodes) == 6
     for ep in rollout.episodes:  # EpisodeStats' record agrees with the rewards collected
-        assert ep.env_return == pytest.approx(ep.info["episode"]["return"]) == pytest.approx(ep.return_)
-        assert ep.info["episode"]["length"] == ep.length
+        assert ep.env_return == pytest.approx(ep.info["episode_stats"]["return"]) == pytest.approx(ep.return_)
+        assert ep.info["episode_stats"]["length"] == ep.length
     _, info = textgym.make("textgym/Bandit-v0").reset(seed=5)
     assert all(s.decision.text in info["valid_actions"] for s in rollout.steps)
     again = collect(tiny_policy, venv, episodes=6, seed=5)
@@ -123,3 +123,27 @@ def test_bad_budgets_are_rejected(tiny_policy, countdown_env_cls):
         collect(tiny_policy, [countdown_env_cls()], episodes=1, steps=1)
     with pytest.raises(ValueError, match="seeds"):
         collect(tiny_policy, [countdown_env_cls()], episodes=1, seed=[1, 2])
+
+
+def test_works_with_an_unseeded_gymnasium_sync_vector_env(tiny_policy):
+    import gymnasium as gym
+
+    import textgym
+
+    venv = gym.vector.SyncVectorEnv([lambda: textgym.make("textgym/Bandit-v0")] * 2)
+    rollout = collect(tiny_policy, venv, episodes=4)  # no seed anywhere: each env's generator continues
+    assert len(rollout.episodes) == 4 and {ep.steps[0].env_index for ep in rollout.episodes} == {0, 1}
+    assert all(ep.seed is None and ep.steps[0].observation.startswith("Color:") for ep in rollout.episodes)
+
+
+def test_a_schedule_plays_exactly_the_listed_seeds_on_each_env(tiny_policy, countdown_env_cls):
+    envs = [countdown_env_cls(max_length=4) for _ in range(3)]
+    policy = CountingPolicy(tiny_policy)
+    rollout = collect(policy, envs, schedule=[[0, 4], [1], []])
+    by_env = {}
+    for ep in rollout.episodes:
+        by_env.setdefault(ep.steps[0].env_index, []).append((ep.seed, ep.length))
+    assert by_env == {0: [(0, 1), (4, 1)], 1: [(1, 2)]}  # length 1 + seed % 4; env 2 plays nothing
+    assert policy.batches == [2, 2]  # env 0's second episode runs beside env 1's second step
+    with pytest.raises(ValueError, match="replaces"):
+        collect(tiny_policy, envs, episodes=2, schedule=[[0], [1], [2]])

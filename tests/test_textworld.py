@@ -51,7 +51,7 @@ def test_walkthrough_wins_every_generated_game(game_dir):
         assert terminated and not truncated
         assert info["won"] and not info["lost"]
         assert total == info["max_score"] > 0
-        assert info["episode"]["return"] == total
+        assert info["episode_stats"]["return"] == total
         assert "*** The End ***" in obs and "RESTART" not in obs
     assert len(played) == POOL
 
@@ -143,6 +143,82 @@ def test_bad_answers_never_crash_and_never_control_the_game(game_dir):
     assert info["parse"]["valid"] and info["parse"]["action"] == "look"
 
 
+CONTROL_IN_A_LATER_CLAUSE = [
+    "wait then save", "wait then script", "wait then quit", "wait then restart",
+    "look, transcript", "look. save", "inventory then restore", "wait THEN q", "then undo",
+    "wait, superbrief", "look then wait then save game_0", "wait then y",
+]
+
+
+@pytest.mark.parametrize("policy", ["penalty", "default"])
+def test_control_verbs_in_any_clause_are_never_sent(game_dir, tmp_path, monkeypatch, policy):
+    """Free text is typed into the game, but never a clause the interpreter would run as a
+    save/script/quit/restart...: nothing is written into the working directory and the game
+    stays playable (no "Are you sure?" question waiting)."""
+    monkeypatch.chdir(tmp_path)
+    env = make(game_dir, invalid_policy=policy, max_episode_steps=100)
+    obs, info = env.reset(seed=1)
+    valid = list(info["valid_actions"])
+    blocked = 0
+    for answer in CONTROL_IN_A_LATER_CLAUSE:
+        obs, reward, terminated, truncated, info = env.step(answer)
+        record = info["parse"]
+        if record["valid"]:      # the parser found an admissible command in it ("look"): only that is sent
+            assert record["action"] in valid, answer
+        else:
+            assert record["action"] is None and "controls the game" in obs, answer
+            blocked += 1
+        assert not terminated and not truncated
+        assert list(tmp_path.iterdir()) == [], answer
+    assert blocked >= 8
+    total = 0.0
+    for command in env.unwrapped.walkthrough:          # the game still plays to a win
+        obs, reward, terminated, truncated, info = env.step(command)
+        assert info["parse"]["valid"], (command, obs)
+        total += reward
+    assert terminated and info["won"] and total == pytest.approx(info["max_score"])
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_control_verb_finds_the_clauses_the_parser_runs():
+    assert tw.control_verb("wait then save") == "save"
+    assert tw.control_verb("take key, then restart") == "restart"
+    assert tw.control_verb("look.quit") == "quit"
+    assert tw.control_verb("open the save box") is None       # a noun, not a verb
+    assert tw.control_verb("wait and save") is None           # "and" does not split commands
+    assert tw.control_verb("go north") is None and tw.control_verb("") is None
+
+
+class _Unprintable:
+    def __str__(self):
+        raise RuntimeError("no text here")
+
+
+NON_TEXT = [None, 10 ** 5000, b"\xff\xfe go north", bytearray(b"look"), _Unprintable(), [1, 2],
+            {"action": "look"}, 3.5, float("nan"), object()]
+
+
+@pytest.mark.parametrize("policy", ["penalty", "default", "retry", "terminate"])
+def test_non_text_answers_are_invalid_answers_never_exceptions(game_dir, policy):
+    env = make(game_dir, invalid_policy=policy, max_episode_steps=200)
+    env.reset(seed=0)
+    for answer in NON_TEXT:
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert isinstance(obs, str) and isinstance(info["parse"]["raw"], str)
+        if terminated or truncated:
+            env.reset(seed=0)
+
+
+def test_retry_fallback_is_configurable(game_dir):
+    env = make(game_dir, invalid_policy="retry", max_retries=1, retry_fallback="terminate",
+               invalid_penalty=-0.5, feedback="No. Try: {valid_actions}")
+    obs0, info = env.reset(seed=2)
+    obs, reward, terminated, truncated, info = env.step("blah")
+    assert info["feedback"].startswith("No. Try: ") and obs.endswith(info["feedback"])
+    obs, reward, terminated, truncated, info = env.step("blah")
+    assert terminated and reward == -0.5 and info["parse"]["policy"] == "terminate"
+
+
 def test_retry_and_terminate_policies(game_dir):
     env = make(game_dir, invalid_policy="retry", max_retries=1)
     obs0, info = env.reset(seed=2)
@@ -157,7 +233,7 @@ def test_retry_and_terminate_policies(game_dir):
     env.reset(seed=2)
     obs, reward, terminated, truncated, info = env.step("blah")
     assert terminated and reward == -1.0 and info["parse"]["policy"] == "terminate"
-    assert info["episode"]["invalid_count"] == 1
+    assert info["episode_stats"]["invalid_count"] == 1
 
     def broken(text, names):
         raise ValueError("parser bug")
@@ -215,7 +291,7 @@ def test_registered_id_makes_the_env(game_dir):
     truncated = False
     for _ in range(4):
         obs, reward, terminated, truncated, info = env.step("inventory")
-    assert truncated and info["episode"]["length"] == 4
+    assert truncated and info["episode_stats"]["length"] == 4
 
 
 def test_import_does_not_load_textworld():
@@ -250,3 +326,37 @@ def test_a_game_without_textworld_metadata_takes_typed_commands(game_dir, tmp_pa
     assert info["parse"]["action"] == "inventory" and reward == 0.0 and "carrying" in obs.lower()
     obs, reward, terminated, truncated, info = env.step("quit")
     assert info["parse"]["valid"] is False and info["parse"]["action"] is None
+
+
+def test_scripted_reference_plays_the_walkthrough(game_dir):
+    import textgym
+    from textgym.baselines import evaluate_baseline
+
+    env = textgym.make("textgym/TextWorld-v0", game_files=str(game_dir))
+    result = evaluate_baseline(env, "scripted", episodes=POOL, seed=0)
+    assert result["return_mean"] == 1.0 and result["invalid_rate"] == 0.0
+    lengths = [len(tw.walkthrough(game_dir / f"game_{s}.z8")) for s in range(POOL)]
+    assert result["length_mean"] == pytest.approx(sum(lengths) / POOL)
+
+
+def test_gymnasium_tools_work_on_textworld(game_dir):
+    import gymnasium as gym
+    from gymnasium.envs.registration import EnvSpec
+
+    import textgym
+
+    env = textgym.make("textgym/TextWorld-v0", game_files=str(game_dir), render_mode="ansi",
+                       invalid_policy="retry")
+    obs, info = env.reset(seed=0)
+    assert env.render() == obs
+    obs, *_ = env.step("dance")                                  # a retry: the feedback is shown
+    assert env.render() == obs and "Reply with one of" in obs
+    rebuilt = gym.make(EnvSpec.from_json(env.spec.to_json()))
+    assert str(rebuilt) == str(env) and env.spec.kwargs["max_episode_steps"] == 30
+    assert rebuilt.reset(seed=1)[0] == env.reset(seed=1)[0]
+    stats = gym.wrappers.RecordEpisodeStatistics(textgym.make("textgym/TextWorld-v0",
+                                                              game_files=str(game_dir)))
+    stats.reset(seed=0)
+    for command in stats.unwrapped.walkthrough:
+        *_, info = stats.step(command)
+    assert info["episode"]["r"] == info["episode_stats"]["return"] == 1.0

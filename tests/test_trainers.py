@@ -9,8 +9,8 @@ import torch
 
 import textgym
 from textgym.trainers import GRPOConfig, PPOConfig, ReinforceConfig, make_trainer
-from textgym.trainers.base import lr_factor
 from textgym.trainers.metrics import read_metrics
+from textgym.trainers.optimization import lr_factor
 
 SMALL = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 8, "lr": 1e-3}
 
@@ -339,7 +339,7 @@ def test_state_centering_keeps_values_and_scales_the_shared_shift():
     from types import SimpleNamespace
 
     from textgym.policy import Evaluation
-    from textgym.trainers.base import centred_logprobs
+    from textgym.trainers.centering import centred_logprobs
 
     # Four decisions over the same two candidates; a shared bias b shifts every state alike.
     state_logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]])
@@ -370,7 +370,7 @@ def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
     from types import SimpleNamespace
 
     from textgym.policy import Evaluation
-    from textgym.trainers.base import centred_logprobs
+    from textgym.trainers.centering import centred_logprobs
 
     # Three decisions over candidates {1, 2}, one alone over {3, 4}: a group of one is left as is.
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]], requires_grad=True)
@@ -393,3 +393,43 @@ def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
                            config={"num_envs": 4, "episodes_per_update": 8, "state_centering": 1.0})
     metrics = trainer.train(updates=1)[0]
     assert math.isfinite(metrics["policy_loss"])
+
+
+def test_the_trainer_config_shapes_the_lora_adapter_of_the_readme_flow():
+    import warnings
+
+    from textgym.lora import adapter_settings
+
+    # The README's flow: a policy from a model name, then a trainer whose config says how LoRA looks.
+    with pytest.warns(FutureWarning, match="no longer needed"):
+        policy = textgym.Policy.from_pretrained("tiny", mode="score", lora=True)
+    config = {**SMALL, "lora_r": 4, "lora_alpha": 8, "lora_layers": 1, "lora_target_modules": ["q_proj", "v_proj"]}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing to complain about: the config is applied
+        trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=config)
+    settings = adapter_settings(trainer.model)
+    assert (settings.r, settings.alpha, settings.layers, settings.target_modules) == (4, 8, 1, ("q_proj", "v_proj"))
+    trained = [n for n, p in trainer.model.named_parameters() if p.requires_grad]
+    assert trained and all(".layers.1." in n and ("q_proj" in n or "v_proj" in n) for n in trained)
+    assert policy.model is trainer.model and policy.is_lora
+
+
+def test_a_model_that_has_an_adapter_keeps_training_it_and_says_where_the_config_differs(tiny_policy):
+    import warnings
+
+    from textgym.lora import LoraSettings, adapter_settings, add_lora
+
+    tiny_policy.model = add_lora(tiny_policy.model, LoraSettings(r=8, alpha=16))  # e.g. a loaded checkpoint
+    adapter = tiny_policy.model
+    with pytest.warns(UserWarning, match=r"already has a LoRA adapter.*r: 8 \(config: 16\)"):
+        trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    assert trainer.model is adapter and adapter_settings(adapter).r == 8  # continued, not re-wrapped
+    before = _adapter_weights(trainer)
+    trainer.train(updates=1)
+    assert not _same(before, _adapter_weights(trainer))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a config that matches the adapter: silent
+        make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                     config={**SMALL, "lora_r": 8, "lora_alpha": 16})
+    with pytest.raises(ValueError, match="use_lora=False"):
+        make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config={**SMALL, "use_lora": False})

@@ -412,9 +412,9 @@ def test_episode_stats_at_episode_end():
         steps += 1
         if terminated or truncated:
             break
-        assert "episode" not in info
+        assert "episode_stats" not in info
     invalid = sum(1 for k in range(steps) if answers[k % len(answers)] in ("nonsense", ""))
-    assert info["episode"] == {"return": pytest.approx(total), "length": steps, "invalid_count": invalid}
+    assert info["episode_stats"] == {"return": pytest.approx(total), "length": steps, "invalid_count": invalid}
     assert invalid > 0
     env.reset(seed=1)
     _, _, _, _, info = env.step("RIGHT")
@@ -426,7 +426,7 @@ def test_episode_stats_on_terminate_policy():
     env.reset(seed=0)
     env.step("RIGHT")
     _, _, terminated, _, info = env.step("bad")
-    assert terminated and info["episode"] == {"return": 0.0, "length": 2, "invalid_count": 1}
+    assert terminated and info["episode_stats"] == {"return": 0.0, "length": 2, "invalid_count": 1}
 
 
 # --------------------------------------------------------------------------- ShapeReward
@@ -554,3 +554,62 @@ def test_history_bounds_long_answers_and_needs_text():
         History(gym.make("CartPole-v1"), window=2)
     with pytest.raises(ValueError):
         History(cartpole(), window=0)
+
+
+# ------------------------------------------------------------------ the invalid-answer rule
+
+
+def test_invalid_answer_rule_decides_reward_turn_and_episode():
+    from textgym.wrappers import InvalidAnswerRule
+
+    penalty = InvalidAnswerRule(policy="penalty", penalty=-0.5).decide(retries=0)
+    assert (penalty.policy, penalty.reward, penalty.plays_fallback, penalty.ends_episode) == \
+        ("penalty", -0.5, True, False)
+    default = InvalidAnswerRule(policy="default", penalty=-0.5).decide(retries=0)
+    assert (default.reward, default.plays_fallback) == (0.0, True)
+    end = InvalidAnswerRule(policy="terminate", penalty=-2.0).decide(retries=0)
+    assert (end.reward, end.ends_episode, end.plays_fallback) == (-2.0, True, False)
+    retry = InvalidAnswerRule(policy="retry", max_retries=2, retry_fallback="default")
+    verdicts = [retry.decide(retries=r) for r in range(3)]
+    assert [(v.policy, v.retries, v.asks_again) for v in verdicts] == \
+        [("retry", 1, True), ("retry", 2, True), ("default", 0, False)]
+    line = retry.feedback_line(["A", "B"], retries=1, answer="x" * 100)
+    assert line == "Invalid answer. Reply with one of: A, B."
+    custom = InvalidAnswerRule(policy="retry", feedback="{answer!r}? {retries_left} left: {valid_actions}")
+    assert custom.feedback_line(["A"], retries=1, answer="hmm\nwell") == "'hmm well'? 1 left: A"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"policy": "ignore"}, "invalid_policy='ignore'"),
+    ({"retry_fallback": "retry"}, "retry_fallback='retry'"),
+    ({"max_retries": -1}, "max_retries must be >= 0"),
+    ({"penalty": float("nan")}, "must be finite"),
+    ({"penalty": "a lot"}, "must be a number"),
+    ({"policy": "retry", "allow_retry": False}, "needs turns"),
+])
+def test_invalid_answer_rule_rejects_bad_settings(kwargs, message):
+    from textgym.wrappers import InvalidAnswerRule
+
+    with pytest.raises(ValueError, match=message):
+        InvalidAnswerRule(**kwargs)
+
+
+def test_parse_action_uses_the_rule_and_reads_any_object_as_text():
+    from textgym.wrappers import InvalidAnswerRule
+
+    env = cartpole(invalid_policy="retry", invalid_penalty=-0.5, max_retries=1, retry_fallback="terminate")
+    assert env.rule == InvalidAnswerRule("retry", -0.5, 1, "terminate")
+
+    class Unprintable:
+        def __str__(self):
+            raise RuntimeError("no")
+
+    env = cartpole(invalid_policy="penalty")
+    env.reset(seed=0)
+    for answer in [None, 10 ** 5000, Unprintable(), b"\xff\xfe", object()]:
+        _, _, terminated, truncated, info = env.step(answer)
+        assert info["parse"]["valid"] is False and isinstance(info["parse"]["raw"], str)
+        if terminated or truncated:
+            env.reset(seed=0)
+    _, _, _, _, info = env.step(b"RIGHT")                  # bytes are decoded
+    assert info["parse"]["action_name"] == "RIGHT"

@@ -33,6 +33,7 @@ _LAZY = {
     "trainers": "textgym.trainers",
     "Agent": "textgym.agent",
     "wrap_pettingzoo": "textgym.envs.pettingzoo",
+    "baselines": "textgym.baselines",
 }
 
 __all__ = ["TextSpace", "list_envs", "make", "make_vec", "register", "wrap", *_LAZY]

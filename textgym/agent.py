@@ -29,8 +29,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+import torch
+
+from textgym import models
+from textgym.policy import Policy, PolicyConfig
+from textgym.rollout import Episode, Step
 from textgym.trainers import TrainConfig, make_trainer
 
 logger = logging.getLogger("textgym.agent")
@@ -53,15 +59,13 @@ class Agent:
         action_names: the answers to choose from in score mode (each is passed to
             :meth:`extract_action`); optional in generate mode.
         default_action: the action used when :meth:`extract_action` fails or returns ``None``.
-        **policy_kwargs: passed to :class:`textgym.Policy` (temperature, max_new_tokens, seed, ...).
+        **policy_kwargs: policy settings (:class:`textgym.policy.PolicyConfig`: temperature,
+            max_new_tokens, seed, ...), on top of the model registry's defaults for a model name.
     """
 
-    def __init__(self, model: Any, tokenizer: Any = None, device: Any = None, *, algorithm: str = "reinforce",
-                 config: TrainConfig | dict | None = None, mode: str = "generate",
+    def __init__(self, model: str | torch.nn.Module, tokenizer: Any = None, device: str | torch.device | None = None,
+                 *, algorithm: str = "reinforce", config: TrainConfig | dict | None = None, mode: str = "generate",
                  action_names: Sequence[str] | None = None, default_action: Any = 0, **policy_kwargs: Any):
-        from textgym import models
-        from textgym.policy import Policy
-
         name = None
         if isinstance(model, str):
             name = model
@@ -75,11 +79,13 @@ class Agent:
             model.to(device)
         self.action_names = list(action_names) if action_names else []
         self.default_action = default_action
-        self.policy = Policy(model, tokenizer, mode=mode, device=device, name=name, **policy_kwargs)
+        # A model name gets the model registry's defaults (PolicyConfig.for_model), as everywhere.
+        settings = PolicyConfig.for_model(name, mode=mode, **policy_kwargs)
+        self.policy = Policy(model, tokenizer, config=settings, device=device, name=name)
         self.trainer = make_trainer(algorithm, self.policy, env=None, config=config)
         self.config = self.trainer.config
-        self.current_episode: list[Any] = []      # Steps of the episode being played
-        self.episodes: list[Any] = []             # finished episodes waiting for the next update
+        self.current_episode: list[Step] = []     # the steps of the episode being played
+        self.episodes: list[Episode] = []         # finished episodes waiting for the next update
         self.invalid_count = 0                    # answers extract_action could not read (all time)
 
     # --- what a subclass writes ------------------------------------------------------------
@@ -101,8 +107,6 @@ class Agent:
     def act(self, observation: Any, greedy: bool = False) -> Any:
         """The action for ``observation``. Always a usable action: when :meth:`extract_action`
         raises or returns ``None``, ``default_action`` is played and the turn is recorded invalid."""
-        from textgym.rollout import Step
-
         text = self.format_observation(observation)
         [decision] = self.policy.act([text], [self.get_system_prompt()], [self.action_names], greedy=greedy)
         error = None
@@ -130,8 +134,6 @@ class Agent:
         """End the episode. With ``train=False`` the episode is dropped (e.g. an evaluation
         episode); else it joins the batch, and when ``config.episodes_per_update`` episodes are
         waiting, one update runs and its metrics are returned (else an empty dict)."""
-        from textgym.rollout import Episode
-
         steps, self.current_episode = self.current_episode, []
         if not train or not steps:  # e.g. an evaluation episode: not trained on
             return {}
@@ -142,7 +144,7 @@ class Agent:
         batch, self.episodes = self.episodes, []
         return self.trainer.update(batch)
 
-    def save(self, path: str) -> Any:
+    def save(self, path: str) -> Path:
         """Checkpoint the agent's training state (adapter, optimizer, counters)."""
         return self.trainer.save_checkpoint(path)
 

@@ -2,8 +2,10 @@
 
 Every id lives in Gymnasium's own registry, so ``gym.make(id)`` works after ``import textgym``.
 This module keeps what Gymnasium does not: a description, the action names and the package
-that registered each env (for ``list_envs()`` and the CLI), short names (``"cartpole"``) and
-plugin discovery.
+that registered each env (for ``list_envs()`` and the CLI), what the env knows about training on
+it (:class:`TrainingDefaults`, read by ``textgym train`` and :func:`training_defaults`) and its
+reference policies (``"random"``, ``"scripted"``...; :func:`reference_policy`, used by
+``textgym eval --baseline``), short names (``"cartpole"``) and plugin discovery.
 
 Plugins: a package declares an entry point in the group ``textgym.envs``::
 
@@ -11,11 +13,12 @@ Plugins: a package declares an entry point in the group ``textgym.envs``::
     mygames = "mygames.envs"                 # a module: importing it registers its envs
     more = "mygames.extra:register_envs"     # a callable: calling it registers its envs
 
-and calls :func:`register` there. textgym scans the group once, lazily, on the first
-:func:`make`, :func:`resolve_id` or :func:`list_envs` (Gymnasium 1.x no longer loads plugins
-itself). A plugin that fails to load gives a :class:`PluginLoadWarning` naming it and its
-error; the others still load. Two sources registering the same id raise
-:class:`DuplicateEnvError` naming both. Call ``load_plugins(force=True)`` to rescan after
+and calls :func:`register` there (with ``training_defaults=`` and ``reference_policies=`` if
+it has them). textgym scans the group once, lazily, on the first :func:`make`,
+:func:`resolve_id` or :func:`list_envs` (Gymnasium 1.x no longer loads plugins itself). A
+plugin that fails to load (an exception, or ``sys.exit()``, at import or registration) gives a
+:class:`PluginLoadWarning` naming it and its error; the others still load. Two sources
+registering the same id raise :class:`DuplicateEnvError` naming both. Call ``load_plugins(force=True)`` to rescan after
 installing a package (or changing ``sys.path``) in a running process.
 """
 
@@ -28,24 +31,30 @@ import importlib.metadata
 import sys
 import threading
 import warnings
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import parse_env_id
 
 __all__ = [
+    "GENERIC_TRAINING_DEFAULTS",
     "DuplicateEnvError",
     "EnvSpecInfo",
     "PluginLoadWarning",
+    "ReferencePlayer",
+    "ReferencePolicy",
+    "TrainingDefaults",
     "UnknownEnvError",
     "list_envs",
     "load_plugins",
     "make",
     "make_vec",
+    "reference_policy",
     "register",
     "resolve_id",
+    "training_defaults",
 ]
 
 ENTRY_POINT_GROUP = "textgym.envs"
@@ -69,6 +78,88 @@ class PluginLoadWarning(UserWarning):
     """A ``textgym.envs`` entry point failed to load; its envs are missing, the others loaded."""
 
 
+#: A reference player answers for the current state: ``player(info) -> answer text`` (an action
+#: name, parsed by the env like a model's answer). It may read the env it was made for
+#: (``env.unwrapped``); an ``info`` without ``"parse"`` is a reset info (a new episode begins).
+ReferencePlayer = Callable[[dict[str, Any]], str]
+#: A reference policy makes a player for one env: ``policy(env, seed) -> ReferencePlayer``.
+ReferencePolicy = Callable[[gym.Env, "int | None"], ReferencePlayer]
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """What an env recommends for training on it: ``textgym train ENV`` starts from these (below
+    the config file and the flags), and Python users and ``bench/`` scripts read them with
+    :func:`training_defaults`.
+
+    Example:
+        >>> d = TrainingDefaults(episodes=512, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
+        ...                      modes={"generate": {"lr": 1e-4, "trainer": {"gamma": 1.0}}})
+        >>> g = d.for_mode("generate")
+        >>> g.lr, g.trainer
+        (0.0001, {'episodes_per_update': 32, 'gamma': 1.0})
+        >>> d.for_mode("score") == TrainingDefaults(episodes=512, num_envs=16, lr=3e-4,
+        ...                                          trainer={"episodes_per_update": 32})
+        True
+
+    Args:
+        episodes: total training episodes.
+        minutes: a time budget for one training session (``None``: none).
+        num_envs: envs stepped together (one forward pass per vector step).
+        lr: the learning rate (``None``: the algorithm's default).
+        trainer: fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`),
+            e.g. ``episodes_per_update``, ``gamma``.
+        env_kwargs: keyword arguments for :func:`make` (e.g. CartPole's ``shaping``).
+        policy: keyword arguments for :class:`textgym.Policy` (e.g. ``temperature``); the CLI
+            does not pass them yet.
+        modes: per policy mode (``"score"``, ``"generate"``), settings that replace the ones
+            above in that mode: ``{"generate": {"lr": 1e-4, "trainer": {...}}}``; a table
+            (``trainer``, ``env_kwargs``, ``policy``) is merged key by key.
+
+    Raises:
+        ValueError: a mode overrides a setting that does not exist.
+    """
+
+    episodes: int | None = None
+    minutes: float | None = None
+    num_envs: int | None = None
+    lr: float | None = None
+    trainer: Mapping[str, Any] = field(default_factory=dict)
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    _TABLES = ("trainer", "env_kwargs", "policy")
+
+    def __post_init__(self) -> None:
+        for name in (*self._TABLES, "modes"):  # private copies: the defaults never change under us
+            object.__setattr__(self, name, dict(getattr(self, name)))
+        settings = {f.name for f in dataclasses.fields(self)} - {"modes"}
+        for mode, overrides in self.modes.items():
+            unknown = sorted(set(overrides) - settings)
+            if unknown:
+                raise ValueError(f"training defaults for mode {mode!r} set unknown settings {unknown}; "
+                                 f"the settings are {sorted(settings)}")
+
+    def for_mode(self, mode: str | None) -> TrainingDefaults:
+        """The defaults in policy mode ``mode`` (its overrides applied; ``modes`` emptied)."""
+        overrides = dict(self.modes.get(mode, {})) if mode is not None else {}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "modes"}
+        for name, value in overrides.items():
+            values[name] = {**values[name], **value} if name in self._TABLES else value
+        return TrainingDefaults(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (tables as dicts), ``None`` meaning "not set"."""
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
+                for f in dataclasses.fields(self)}
+
+
+#: What :func:`training_defaults` gives for an env that registered none, and what fills the
+#: settings an env leaves unset.
+GENERIC_TRAINING_DEFAULTS = TrainingDefaults(episodes=256, num_envs=8)
+
+
 @dataclass(frozen=True)
 class EnvSpecInfo:
     """What :func:`list_envs` reports about one registered text env.
@@ -80,6 +171,10 @@ class EnvSpecInfo:
         source: the package that registered it (``"textgym"`` for built-ins, a plugin's
             distribution name, or the registering module's top-level package).
         short_name: the case-insensitive short name that :func:`resolve_id` accepts, e.g. ``"cartpole"``.
+        training_defaults: the training settings the env recommends (``None``: none registered;
+            :func:`training_defaults` then gives :data:`GENERIC_TRAINING_DEFAULTS`).
+        reference_policies: the names of its reference policies (:func:`reference_policy`);
+            ``"random"`` is always one.
     """
 
     id: str
@@ -87,11 +182,16 @@ class EnvSpecInfo:
     action_names: tuple[str, ...] | None = None
     source: str = "textgym"
     short_name: str = ""
+    training_defaults: TrainingDefaults | None = dataclasses.field(default=None, hash=False)
+    reference_policies: tuple[str, ...] = ("random",)
 
 
 _lock = threading.RLock()
 _INFOS: dict[str, EnvSpecInfo] = {}
 _ORIGINS: dict[str, str] = {}                   # id -> human-readable origin for error messages
+_REFERENCES: dict[str, dict[str, str | ReferencePolicy]] = {}   # id -> name -> policy or "module:attr"
+#: The reference policy every env has: a uniformly random valid action at every step.
+RANDOM_POLICY = "textgym.baselines:random_policy"
 _loaded_entry_points: set[tuple[str, str, str]] = set()
 _plugins_loaded = False
 _loading: list[tuple[str, str]] = []            # stack of (distribution name, origin) being loaded
@@ -113,16 +213,18 @@ def register(
     description: str = "",
     action_names: list[str] | tuple[str, ...] | None = None,
     source: str | None = None,
+    training_defaults: TrainingDefaults | None = None,
+    reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
     **kwargs: Any,
 ) -> None:
     """Register a text env with Gymnasium and record its textgym metadata.
 
     Example:
         >>> import textgym
-        >>> textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit",
+        >>> textgym.register("example/Colors-v0", "textgym.envs.bandit:make_bandit",
         ...                  description="Four colors, four animals",
         ...                  action_names=["cat", "dog", "fox", "owl"], num_cues=4, num_arms=4)
-        >>> textgym.make("mine/Colors-v0").reset(seed=0)[1]["valid_actions"]
+        >>> textgym.make("example/Colors-v0").reset(seed=0)[1]["valid_actions"]
         ['cat', 'dog', 'fox', 'owl']
 
     Args:
@@ -133,6 +235,11 @@ def register(
         action_names: the answers the env accepts, for listings.
         source: who registers it. ``None``: the plugin distribution being loaded, else the
             calling module's top-level package.
+        training_defaults: the training settings the env recommends (:class:`TrainingDefaults`).
+        reference_policies: ``{name: policy}`` to compare a model with, e.g. ``{"scripted":
+            "mypackage.envs:scripted_player"}``: each a :data:`ReferencePolicy` or its
+            ``"module:attribute"`` (imported when first used). ``"random"`` (a uniformly random
+            valid action) is always there unless given here.
         **kwargs: Gymnasium's ``register`` arguments (``max_episode_steps``, ``reward_threshold``,
             ``kwargs``, ...); any other keyword is a default constructor kwarg of the env.
             Give ``kwargs={"max_episode_steps": None}`` to say that the entry point takes
@@ -142,6 +249,14 @@ def register(
     Raises:
         DuplicateEnvError: ``id`` is already registered by another source.
     """
+    if training_defaults is not None and not isinstance(training_defaults, TrainingDefaults):
+        raise TypeError(f"training_defaults must be a textgym.registry.TrainingDefaults, "
+                        f"got {type(training_defaults).__name__}")
+    references: dict[str, str | ReferencePolicy] = {"random": RANDOM_POLICY, **(reference_policies or {})}
+    for name, policy in references.items():
+        if not (isinstance(policy, str) and ":" in policy) and not callable(policy):
+            raise TypeError(f"reference policy {name!r} must be a function (env, seed) -> player "
+                            f"or its 'module:attribute', got {policy!r}")
     gym_kwargs = {k: v for k, v in kwargs.items() if k in _GYM_REGISTER_KEYS}
     env_kwargs = {k: v for k, v in kwargs.items() if k not in _GYM_REGISTER_KEYS}
     env_kwargs = {**(gym_kwargs.pop("kwargs", None) or {}), **env_kwargs}
@@ -164,7 +279,9 @@ def register(
         _INFOS[id] = EnvSpecInfo(
             id=id, description=description,
             action_names=tuple(action_names) if action_names is not None else None,
-            source=source, short_name=_short_name(id))
+            source=source, short_name=_short_name(id), training_defaults=training_defaults,
+            reference_policies=tuple(references))
+        _REFERENCES[id] = references
         _ORIGINS[id] = origin
 
 
@@ -206,7 +323,9 @@ def load_plugins(force: bool = False) -> None:
                     target()
             except DuplicateEnvError:
                 raise
-            except Exception as error:  # noqa: BLE001 - any plugin bug must not break the others
+            # Any plugin bug must not break the others, sys.exit() at import included (it would end
+            # the process silently with the plugin's code); Ctrl-C still propagates.
+            except (Exception, SystemExit) as error:  # noqa: BLE001
                 warnings.warn(
                     f"textgym: {origin} failed to load and its envs are unavailable: "
                     f"{type(error).__name__}: {error}", PluginLoadWarning, stacklevel=3)
@@ -226,6 +345,61 @@ def list_envs() -> list[EnvSpecInfo]:
     load_plugins()
     with _lock:
         return sorted(_INFOS.values(), key=lambda info: info.id)
+
+
+def training_defaults(id: str, mode: str | None = None) -> TrainingDefaults:
+    """The training settings an env recommends, in policy mode ``mode``.
+
+    Settings the env leaves unset come from :data:`GENERIC_TRAINING_DEFAULTS`; an env that
+    registered none gets those.
+
+    Example:
+        >>> import textgym
+        >>> d = textgym.registry.training_defaults("bandit")
+        >>> d.num_envs, d.trainer["episodes_per_update"]
+        (16, 32)
+
+    Args:
+        id: a registered id or short name.
+        mode: ``"score"``, ``"generate"`` or ``None`` (no mode's overrides).
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        info = _INFOS.get(env_id)
+    registered = info.training_defaults if info is not None else None
+    if registered is None:
+        return GENERIC_TRAINING_DEFAULTS.for_mode(mode)
+    chosen = registered.for_mode(mode)
+    unset = {name: getattr(GENERIC_TRAINING_DEFAULTS, name)
+             for name in ("episodes", "minutes", "num_envs", "lr") if getattr(chosen, name) is None}
+    return dataclasses.replace(chosen, **unset)
+
+
+def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
+    """The reference policy ``name`` of an env, or ``None`` when it has none by that name.
+
+    Every env has ``"random"``; built-ins also have ``"scripted"`` (a hand-written or planned
+    player) where one exists. Play one with :func:`textgym.baselines.evaluate_reference`.
+
+    Example:
+        >>> import textgym
+        >>> env = textgym.make("cartpole")
+        >>> obs, info = env.reset(seed=0)
+        >>> player = textgym.registry.reference_policy("cartpole", "scripted")(env, 0)
+        >>> player(info) in info["valid_actions"]
+        True
+
+    Args:
+        id: a registered id or short name.
+        name: ``"random"``, ``"scripted"`` or any name the env registered.
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        policy = _REFERENCES.get(env_id, {"random": RANDOM_POLICY}).get(name)
+    if isinstance(policy, str):
+        module, _, attribute = policy.partition(":")
+        policy = getattr(importlib.import_module(module), attribute)
+    return policy
 
 
 def _pick(ids: list[str], name: str) -> str | None:
@@ -313,7 +487,7 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     Args:
         id: a registered id or short name (see :func:`resolve_id`).
         max_episode_steps: episode step limit. Built-in text envs apply it inside their text
-            wrappers, so ``info["episode"]`` also reports truncated episodes (``gym.make`` would
+            wrappers, so ``info["episode_stats"]`` also reports truncated episodes (``gym.make`` would
             put Gymnasium's ``TimeLimit`` outside them).
         **kwargs: passed to the env: e.g. ``formatter=``, ``render_mode=``, ``invalid_policy=``,
             ``history=``, or the Gymnasium env's own kwargs (``is_slippery=False``).

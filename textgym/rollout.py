@@ -1,4 +1,9 @@
-"""Play text envs with a policy, one batched ``policy.act`` call per vector step.
+"""Play text envs with a policy, one batched ``policy.act`` call per step of the batch.
+
+:func:`play` is the one rollout loop: it gathers the pending decision of every :class:`Slot`
+(a sub-env playing its episodes, or a board game whose seats take turns,
+:mod:`textgym.selfplay`), calls ``policy.act`` once for all of them, and hands each slot its
+answer. :func:`collect` plays episodes of a vector env (or a list of envs) through it.
 
 Example:
     >>> import textgym
@@ -14,13 +19,31 @@ Example:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeAlias, runtime_checkable
+
+import gymnasium as gym
 
 from textgym.policy import Decision
+from textgym.wrappers.episode_stats import episode_stats
 
-__all__ = ["Episode", "Rollout", "Step", "collect"]
+__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "decisions_of",
+           "play"]
+
+
+@runtime_checkable
+class SupportsAct(Protocol):
+    """Anything that acts like a :class:`textgym.Policy` for a batch of envs (a scripted player
+    in a test, a wrapper that counts calls...). ``seed(int)`` and ``counters`` are used when present."""
+
+    def act(self, observations: Sequence[str], system_prompts: Sequence[str],
+            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False) -> list[Decision]: ...
+
+
+Envs: TypeAlias = "gym.vector.VectorEnv | Sequence[gym.Env] | gym.Env"
+"""What :func:`collect` plays: a vector env with ``.envs`` (a :class:`textgym.vector.TextVectorEnv`
+or Gymnasium's ``SyncVectorEnv``), a list of text envs, or one text env."""
 
 
 @dataclass
@@ -48,7 +71,7 @@ class Episode:
     """The seed its env was reset with (``None``: the env's generator continued)."""
     system_prompt: str = ""
     info: dict[str, Any] = field(default_factory=dict)
-    """The last step's info (with ``info["episode"]`` from ``EpisodeStats``, unshaped return)."""
+    """The last step's info (with ``info["episode_stats"]`` from ``EpisodeStats``, unshaped return)."""
 
     @property
     def return_(self) -> float:
@@ -57,9 +80,9 @@ class Episode:
 
     @property
     def env_return(self) -> float:
-        """The env's own return (``EpisodeStats``' ``info["episode"]["return"]``: before reward
-        shaping), or :attr:`return_` when the env does not record it."""
-        record = self.info.get("episode") if self.info else None
+        """The env's own return (``EpisodeStats``' ``info["episode_stats"]["return"]``: before
+        reward shaping), or :attr:`return_` when the env does not record it."""
+        record = episode_stats(self.info)
         return float(record["return"]) if record and "return" in record else self.return_
 
     @property
@@ -73,7 +96,13 @@ class Episode:
 
     @property
     def decisions(self) -> list[Decision]:
+        """The decisions of its steps, in order."""
         return [s.decision for s in self.steps]
+
+
+def decisions_of(episodes: Sequence[Episode]) -> list[Decision]:
+    """All decisions of ``episodes``, episode by episode, in order (what an update trains on)."""
+    return [decision for episode in episodes for decision in episode.decisions]
 
 
 @dataclass
@@ -86,7 +115,7 @@ class Rollout:
     """``decisions``, ``episodes``, ``prompt_tokens`` (new prompt tokens run through the model: the
     cached prefix is not counted again), ``prompt_tokens_total`` (full prompt lengths),
     ``answer_tokens``, ``model_tokens`` (all real tokens run through the model), ``seconds``,
-    ``act_seconds`` (inside ``policy.act``), ``decisions_per_s``."""
+    ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``."""
     unfinished: list[Episode] = field(default_factory=list)
     """``steps=`` mode: episodes still running when the budget was spent."""
 
@@ -95,35 +124,164 @@ class Rollout:
         return [s for ep in self.episodes for s in ep.steps]
 
 
-def _sub_envs(venv: Any) -> list[Any]:
-    if hasattr(venv, "envs"):
-        return list(venv.envs)
-    if isinstance(venv, (list, tuple)):
-        return list(venv)
-    return [venv]  # a single text env
+# --- the one rollout loop ---------------------------------------------------------------------------
 
 
-def _wrapper_attr(env: Any, name: str, default: Any) -> Any:
+@dataclass
+class Request:
+    """A decision a slot is waiting for: what the policy reads."""
+
+    observation: str
+    system_prompt: str
+    valid_actions: list[str]
+
+
+class Slot(Protocol):
+    """One place in the batch that asks the policy for decisions: a sub-env playing its episodes
+    (:class:`EnvSlot`), or a board game whose seats take turns (:class:`textgym.selfplay.GameSlot`)."""
+
+    def request(self) -> Request | None:
+        """The pending decision, or ``None`` when the slot has nothing more to play."""
+        ...
+
+    def answer(self, decision: Decision) -> None:
+        """Play ``decision`` (the answer to the latest :meth:`request`)."""
+        ...
+
+
+_COUNTED = ("prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens", "act_seconds")
+
+
+def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
+         max_decisions: int | None = None, seed: int | None = None) -> dict[str, float]:
+    """Until no slot requests a decision: one ``policy.act`` call for every pending request, and
+    each answer handed back to its slot. Returns the stats of the run (see :attr:`Rollout.stats`,
+    without ``episodes``).
+
+    Args:
+        policy: a :class:`textgym.Policy` or anything with its ``act``.
+        slots: the slots, asked in order (the first ones win when ``max_decisions`` cuts a step).
+        greedy: act greedily (evaluation).
+        max_decisions: stop after exactly this many decisions.
+        seed: reseed the policy's sampling first (when it has ``seed()``).
+    """
+    if seed is not None and hasattr(policy, "seed"):
+        policy.seed(int(seed))
+    counters = getattr(policy, "counters", {})
+    start_counters = dict(counters)
+    started = time.perf_counter()
+    decisions_made = 0
+    env_seconds = 0.0
+    while True:
+        pending = [(slot, request) for slot in slots if (request := slot.request()) is not None]
+        if max_decisions is not None:
+            pending = pending[:max(0, max_decisions - decisions_made)]
+        if not pending:
+            break
+        decisions = policy.act([r.observation for _, r in pending], [r.system_prompt for _, r in pending],
+                               [r.valid_actions for _, r in pending], greedy=greedy)
+        decisions_made += len(pending)
+        env_started = time.perf_counter()
+        for (slot, _), decision in zip(pending, decisions):
+            slot.answer(decision)
+        env_seconds += time.perf_counter() - env_started
+    seconds = time.perf_counter() - started
+    stats: dict[str, float] = {"decisions": decisions_made}
+    for key in _COUNTED:
+        if key in counters:
+            stats[key] = counters[key] - start_counters.get(key, 0)
+    stats.update(seconds=seconds, env_seconds=env_seconds,
+                 decisions_per_s=decisions_made / seconds if seconds > 0 else 0.0)
+    return stats
+
+
+# --- sub-envs playing episodes ----------------------------------------------------------------------
+
+
+def _wrapper_attr(env: gym.Env, name: str, default: Any) -> Any:
     try:
         return env.get_wrapper_attr(name)
     except (AttributeError, Exception):  # noqa: BLE001 - any env without the attribute
         return default
 
 
-def collect(policy: Any, venv: Any, episodes: int | None = None, steps: int | None = None,
-            seed: int | Sequence[int | None] | None = None, greedy: bool = False) -> Rollout:
+class EnvSlot:
+    """A text env playing a planned sequence of episodes (:func:`collect`'s slots).
+
+    Args:
+        env: the text env.
+        index: its index among the sub-envs (recorded in every :class:`Step`).
+        seeds: the reset seed of its ``k``-th episode (``None``: the env's generator continues).
+        episodes: how many episodes it plays (``None``: until the caller stops asking).
+        finished: where completed episodes go, in order of completion.
+    """
+
+    def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
+                 finished: list[Episode]):
+        self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
+        self.started = 0
+        self.current: Episode | None = None
+        self.observation = ""
+        self.system_prompt = ""
+        self.info: dict[str, Any] = {}
+
+    def start(self, first: tuple[str, dict[str, Any]] | None = None) -> None:
+        """Begin the next planned episode (from an observation and info already reset, if given)."""
+        if self.episodes is not None and self.started >= self.episodes:
+            self.current = None
+            return
+        seed = self.seeds(self.started)
+        self.started += 1
+        self.observation, self.info = first if first is not None else self.env.reset(seed=seed)
+        self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
+        self.current = Episode(seed=seed, system_prompt=self.system_prompt)
+
+    def request(self) -> Request | None:
+        if self.current is None:
+            return None
+        valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
+        return Request(self.observation, self.system_prompt, valid)
+
+    def answer(self, decision: Decision) -> None:
+        obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        episode = self.current
+        episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
+                                  truncated=bool(truncated), parse=info.get("parse"),
+                                  observation=self.observation, env_index=self.index))
+        self.observation, self.info = obs, info
+        if "system_prompt" in info:  # an env may change its instructions mid-episode
+            self.system_prompt = info["system_prompt"]
+        if terminated or truncated:
+            episode.info = info
+            self.finished.append(episode)
+            self.start()
+
+
+def _sub_envs(envs: Envs) -> list[gym.Env]:
+    if hasattr(envs, "envs"):
+        return list(envs.envs)
+    if isinstance(envs, (list, tuple)):
+        return list(envs)
+    return [envs]  # a single text env
+
+
+def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps: int | None = None,
+            seed: int | Sequence[int | None] | None = None, greedy: bool = False,
+            schedule: Sequence[Sequence[int | None]] | None = None) -> Rollout:
     """Play episodes with ``policy`` on the sub-envs of ``venv``; one ``policy.act`` call per vector step.
 
     ``episodes=N``: episode ``j`` is played by sub-env ``j % num_envs``, so every sub-env plays its
     share from start to end and a sub-env whose share is done drops out of the batch: long episodes
     are not under-represented (as they would be if the first N to finish were kept), and episodes
     of different lengths finish independently. ``steps=N``: exactly N decisions; episodes still
-    running at the end go to ``Rollout.unfinished``.
+    running at the end go to ``Rollout.unfinished``. ``schedule``: sub-env ``i`` plays exactly the
+    episodes ``schedule[i]`` lists, reset with those seeds in order (GRPO's groups).
 
     Args:
         policy: a :class:`textgym.Policy` (anything with ``act(observations, system_prompts,
             valid_actions, greedy)`` and, optionally, ``seed()`` and ``counters``).
-        venv: a :class:`textgym.vector.TextVectorEnv`, a list of text envs or one text env.
+        venv: a :class:`textgym.vector.TextVectorEnv` (or Gymnasium vector env with ``.envs``), a
+            list of text envs or one text env. The sub-envs are stepped directly.
         episodes: how many complete episodes to play.
         steps: how many decisions to make (instead of ``episodes``).
         seed: int: episode ``j`` resets its env with ``seed + j`` (sub-env ``i``'s first episode:
@@ -132,97 +290,53 @@ def collect(policy: Any, venv: Any, episodes: int | None = None, steps: int | No
             ``seed[i]`` and later ones continue that env's generator. ``None``: the envs' own
             generators continue (a ``TextVectorEnv``'s constructor seed applies on its first reset).
         greedy: act greedily (evaluation).
+        schedule: per sub-env, the seeds of the episodes it plays (instead of ``episodes``,
+            ``steps`` and ``seed``); the policy's sampling is seeded with the first seed given.
     """
-    if (episodes is None) == (steps is None):
-        raise ValueError("give exactly one of episodes= or steps=")
-    budget = int(episodes if episodes is not None else steps)
-    if budget < 1:
-        raise ValueError(f"episodes/steps must be >= 1, got {budget}")
     envs = _sub_envs(venv)
     n = len(envs)
-    seeds = list(seed) if seed is not None and not isinstance(seed, int) else None
-    if seeds is not None and len(seeds) != n:
-        raise ValueError(f"got {len(seeds)} seeds for {n} sub-envs")
-    if seed is not None and hasattr(policy, "seed"):
-        policy.seed(int(seed) if seeds is None else int(next((s for s in seeds if s is not None), 0)))
-    counters = getattr(policy, "counters", {})
-    start_counters = dict(counters)
-    started = time.perf_counter()
-
-    def episode_seed(j: int, env_index: int) -> int | None:
-        if seeds is not None:
-            return seeds[env_index] if j < n else None
-        return None if seed is None else int(seed) + j
-
-    # Episode j goes to sub-env j % n; next_episode[i] is the global index of env i's next episode.
-    next_episode = list(range(n))
-    observations: list[str] = [""] * n
-    infos: list[dict[str, Any]] = [{} for _ in range(n)]
-    current: list[Episode | None] = [None] * n
-    system_prompts = [""] * n
-
-    def start(i: int, first_obs: str | None = None, first_info: dict | None = None) -> None:
-        j = next_episode[i]
-        next_episode[i] += n
-        episode_seed_j = episode_seed(j, i)
-        if first_obs is None:
-            first_obs, first_info = envs[i].reset(seed=episode_seed_j)
-        observations[i], infos[i] = first_obs, first_info
-        system_prompts[i] = first_info.get("system_prompt", _wrapper_attr(envs[i], "system_prompt", ""))
-        current[i] = Episode(seed=episode_seed_j, system_prompt=system_prompts[i])
-
-    def wanted(i: int) -> bool:  # does sub-env i still have an episode to play?
-        return steps is not None or next_episode[i] < budget
-
-    # First episodes. A TextVectorEnv is reset through its own reset() so its constructor seed applies.
-    if hasattr(venv, "envs") and hasattr(venv, "reset") and seeds is None and seed is None:
-        first_obs, first_infos = venv.reset()
-        for i in range(n):
-            if wanted(i):
-                start(i, first_obs[i], first_infos[i])
+    if schedule is not None:
+        if episodes is not None or steps is not None or seed is not None:
+            raise ValueError("schedule= replaces episodes=, steps= and seed=")
+        if len(schedule) != n:
+            raise ValueError(f"got a schedule for {len(schedule)} sub-envs, the vector env has {n}")
+        plans = [list(s) for s in schedule]
+        counts: list[int | None] = [len(p) for p in plans]
+        seed_of = [plans[i].__getitem__ for i in range(n)]
+        policy_seed = next((s for p in plans for s in p if s is not None), None)
     else:
-        for i in range(n):
-            if wanted(i):
-                start(i)
-
+        if (episodes is None) == (steps is None):
+            raise ValueError("give exactly one of episodes= or steps=")
+        budget = int(episodes if episodes is not None else steps)
+        if budget < 1:
+            raise ValueError(f"episodes/steps must be >= 1, got {budget}")
+        seeds = list(seed) if seed is not None and not isinstance(seed, int) else None
+        if seeds is not None and len(seeds) != n:
+            raise ValueError(f"got {len(seeds)} seeds for {n} sub-envs")
+        # Episode j goes to sub-env j % n: sub-env i's k-th episode is episode i + k * n.
+        counts = [len(range(i, budget, n)) if steps is None else None for i in range(n)]
+        if seeds is not None:
+            seed_of = [lambda k, i=i: seeds[i] if k == 0 else None for i in range(n)]
+            policy_seed = next((s for s in seeds if s is not None), 0)
+        elif seed is not None:
+            seed_of = [lambda k, i=i: int(seed) + i + k * n for i in range(n)]
+            policy_seed = int(seed)
+        else:
+            seed_of = [lambda k: None] * n
+            policy_seed = None
     finished: list[Episode] = []
-    decisions_made = 0
-    env_seconds = 0.0
-    while True:
-        active = [i for i in range(n) if current[i] is not None]
-        if steps is not None:
-            active = active[:max(0, budget - decisions_made)]
-        if not active:
-            break
-        valid = [infos[i].get("valid_actions") or list(_wrapper_attr(envs[i], "action_names", []))
-                 for i in active]
-        decisions = policy.act([observations[i] for i in active], [system_prompts[i] for i in active],
-                               valid, greedy=greedy)
-        decisions_made += len(active)
-        env_started = time.perf_counter()
-        for i, decision in zip(active, decisions):
-            obs, reward, terminated, truncated, info = envs[i].step(decision.text)
-            episode = current[i]
-            episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
-                                      truncated=bool(truncated), parse=info.get("parse"),
-                                      observation=observations[i], env_index=i))
-            observations[i], infos[i] = obs, info
-            if "system_prompt" in info:
-                system_prompts[i] = info["system_prompt"]
-            if terminated or truncated:
-                episode.info = info
-                finished.append(episode)
-                current[i] = None
-                if wanted(i):
-                    start(i)
-        env_seconds += time.perf_counter() - env_started
+    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished) for i, env in enumerate(envs)]
+    # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
+    from textgym.vector import TextVectorEnv
 
-    seconds = time.perf_counter() - started
-    stats: dict[str, float] = {"decisions": decisions_made, "episodes": len(finished)}
-    for key in ("prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens", "act_seconds"):
-        if key in counters:
-            stats[key] = counters[key] - start_counters.get(key, 0)
-    stats.update(seconds=seconds, env_seconds=env_seconds,
-                 decisions_per_s=decisions_made / seconds if seconds > 0 else 0.0)
-    unfinished = [ep for ep in current if ep is not None and ep.steps]
+    if isinstance(venv, TextVectorEnv) and schedule is None and seed is None:
+        first_obs, first_infos = venv.reset()
+        for slot, obs, info in zip(slots, first_obs, first_infos):
+            slot.start((obs, info))
+    else:
+        for slot in slots:
+            slot.start()
+    stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed)
+    stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
+    unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

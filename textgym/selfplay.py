@@ -17,22 +17,30 @@ Example:
     >>> run = SelfPlay(policy, "reinforce", SelfPlayConfig(num_games=4, games_per_update=4, eval_games=4),
     ...                trainer_config={"lr": 1e-3})
     >>> metrics = run.train(updates=1)[-1]
-    >>> sorted(k for k in metrics if k.startswith("first/"))[:2]
-    ['first/draw_rate', 'first/loss_rate']
+    >>> sorted(k for k in metrics if k.startswith("first/"))
+    ['first/baseline', 'first/draw_rate', 'first/loss_rate', 'first/return_mean', 'first/win_rate']
 """
 
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-__all__ = ["SelfPlay", "SelfPlayConfig", "evaluate_vs", "play_selfplay_games"]
+from textgym.policy import Decision
+from textgym.rollout import Episode, Request, Step, SupportsAct, collect, play
+
+if TYPE_CHECKING:
+    from pettingzoo import AECEnv
+
+    from textgym.envs.games import Opponent
+    from textgym.trainers import TrainConfig, Trainer
+
+__all__ = ["GameRecord", "GameSlot", "SelfPlay", "SelfPlayConfig", "evaluate_vs", "play_selfplay_games"]
 
 ROLES = ("first", "second")
 _GAME_IDS = {"tictactoe": "textgym/TicTacToe-v0", "connect_four": "textgym/ConnectFour-v3"}
@@ -82,111 +90,126 @@ class SelfPlayConfig:
 class GameRecord:
     """One finished self-play game: an episode per seat and each seat's outcome."""
 
-    episodes: dict[str, Any] = field(default_factory=dict)  # role -> textgym.rollout.Episode
-    outcomes: dict[str, str] = field(default_factory=dict)  # role -> "win" | "draw" | "loss"
+    episodes: dict[str, Episode] = field(default_factory=dict)
+    """Role (``"first"``, ``"second"``) -> that seat's episode."""
+    outcomes: dict[str, str] = field(default_factory=dict)
+    """Role -> ``"win"``, ``"draw"`` or ``"loss"``."""
     seed: int | None = None
 
 
-def play_selfplay_games(policy: Any, game: str, games: int, num_games: int = 8,
+class GameSlot:
+    """A board of :func:`textgym.rollout.play`: plays games one after another, the policy answering
+    for whichever seat is to move (an adapter from PettingZoo's AEC turns to the rollout loop).
+
+    Every seat's decisions become one episode; the reward of a decision is what its seat
+    received until its next turn (read from the env's public per-step ``rewards``). Finished
+    games go to ``records``.
+
+    Args:
+        env: a text AEC env (:func:`textgym.wrap_pettingzoo`).
+        index: the board's index (recorded in every :class:`Step`).
+        next_seed: called to start each game: the game's seed, or raises ``StopIteration`` when
+            no game is left to play.
+        records: where finished games go, in order of completion.
+    """
+
+    def __init__(self, env: AECEnv, index: int, next_seed: Callable[[], int | None], records: list[GameRecord]):
+        self.env, self.index, self.next_seed, self.records = env, index, next_seed, records
+        self.playing = False
+        self.start()
+
+    def start(self) -> None:
+        try:
+            self.seed = self.next_seed()
+        except StopIteration:
+            self.playing = False
+            return
+        env = self.env
+        env.reset(seed=self.seed)
+        self.playing = True
+        self.episodes = {a: Episode(seed=self.seed, system_prompt=env.system_prompt(a)) for a in env.possible_agents}
+        self.since_move = dict.fromkeys(env.possible_agents, 0.0)  # reward since each seat's last move
+        self.observation = ""
+
+    def _over(self) -> bool:
+        return any(self.env.terminations.values()) or any(self.env.truncations.values())
+
+    def finish(self) -> None:
+        env = self.env
+        record = GameRecord(seed=self.seed)
+        for role, agent in zip(ROLES, env.possible_agents):
+            episode = self.episodes[agent]
+            if episode.steps:
+                last = episode.steps[-1]
+                # everything the seat received since its last move, that move's own reward included
+                last.reward = float(self.since_move[agent])
+                last.terminated = bool(env.terminations.get(agent, True))
+                last.truncated = bool(env.truncations.get(agent, False)) and not last.terminated
+            episode.info = {"outcome": env.outcome(agent), "role": role}
+            record.episodes[role] = episode
+            record.outcomes[role] = env.outcome(agent)
+        self.records.append(record)
+
+    def request(self) -> Request | None:
+        if self.playing and self._over():
+            self.finish()
+            self.start()  # the next game on this board, if any is left
+        if not self.playing:
+            return None
+        env = self.env
+        agent = env.agent_selection
+        self.observation = env.observe(agent)["text"]
+        return Request(self.observation, env.system_prompt(agent), env.infos[agent]["valid_actions"])
+
+    def answer(self, decision: Decision) -> None:
+        env = self.env
+        agent = env.agent_selection
+        episode = self.episodes[agent]
+        if episode.steps:  # the seat's previous move earned what it received since
+            episode.steps[-1].reward = float(self.since_move[agent])
+        self.since_move[agent] = 0.0
+        env.step(decision.text)
+        for other, reward in env.rewards.items():
+            self.since_move[other] = self.since_move.get(other, 0.0) + reward
+        episode.steps.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
+                                  parse=env.infos.get(agent, {}).get("parse"), observation=self.observation,
+                                  env_index=self.index))
+
+
+def play_selfplay_games(policy: SupportsAct, game: str, games: int, num_games: int = 8,
                         seed: int | None = None, greedy: bool = False, invalid: str = "penalty",
                         penalty: float = -1.0) -> tuple[list[GameRecord], dict[str, float]]:
-    """Play ``games`` games in which ``policy`` answers for every seat.
+    """Play ``games`` games in which ``policy`` answers for every seat, ``num_games`` boards at a
+    time through the rollout loop (:func:`textgym.rollout.play`).
 
     Returns the games (an episode per seat, in :class:`textgym.rollout.Episode` form, ready for
     ``trainer.update``) and rollout stats (decisions, seconds, tokens).
     """
     from textgym.envs.games import make_pettingzoo_game
     from textgym.envs.pettingzoo import wrap_pettingzoo
-    from textgym.rollout import Episode, Step
 
-    envs = [wrap_pettingzoo(make_pettingzoo_game(game), invalid=invalid, penalty=penalty)
-            for _ in range(min(num_games, games))]
-    if seed is not None and hasattr(policy, "seed"):
-        policy.seed(int(seed))
-    counters = getattr(policy, "counters", {})
-    start_counters = dict(counters)
-    started = time.perf_counter()
+    seeds = iter(range(games))
+
+    def next_seed() -> int | None:
+        game_index = next(seeds)  # StopIteration: every game is under way
+        return None if seed is None else int(seed) + game_index
+
     records: list[GameRecord] = []
-    next_game = 0
-    # per env: its game's seed, and per agent the episode being built
-    state: list[dict[str, Any] | None] = [None] * len(envs)
-
-    def start(i: int) -> None:
-        nonlocal next_game
-        if next_game >= games:
-            state[i] = None
-            return
-        game_seed = None if seed is None else int(seed) + next_game
-        next_game += 1
-        env = envs[i]
-        env.reset(seed=game_seed)
-        state[i] = {"seed": game_seed,
-                    "episodes": {a: Episode(seed=game_seed, system_prompt=env.system_prompt(a))
-                                 for a in env.possible_agents}}
-
-    def finish(i: int) -> None:
-        env, st = envs[i], state[i]
-        record = GameRecord(seed=st["seed"])
-        for role, agent in zip(ROLES, env.possible_agents):
-            episode = st["episodes"][agent]
-            if episode.steps:
-                last = episode.steps[-1]
-                # everything the seat received since its last move, that move's own reward included
-                last.reward = float(env._cumulative_rewards.get(agent, 0.0))
-                last.terminated = bool(env.terminations.get(agent, True))
-                last.truncated = bool(env.truncations.get(agent, False)) and not last.terminated
-            episode.info = {"outcome": env.outcome(agent), "role": role}
-            record.episodes[role] = episode
-            record.outcomes[role] = env.outcome(agent)
-        records.append(record)
-
-    for i in range(len(envs)):
-        start(i)
-    while any(st is not None for st in state):
-        batch = []
-        for i, env in enumerate(envs):
-            if state[i] is not None and (any(env.terminations.values()) or any(env.truncations.values())):
-                finish(i)
-                start(i)  # the next game on this env, or state[i] = None when all are played
-            if state[i] is not None:
-                batch.append(i)
-        if not batch:
-            break
-        observations, prompts, valid = [], [], []
-        for i in batch:
-            env = envs[i]
-            agent = env.agent_selection
-            observations.append(env.observe(agent)["text"])
-            prompts.append(env.system_prompt(agent))
-            valid.append(env.infos[agent]["valid_actions"])
-        decisions = policy.act(observations, prompts, valid, greedy=greedy)
-        for i, obs_text, decision in zip(batch, observations, decisions):
-            env, st = envs[i], state[i]
-            agent = env.agent_selection
-            episode = st["episodes"][agent]
-            if episode.steps:
-                # PettingZoo's cumulative reward: all the seat received since its previous move
-                episode.steps[-1].reward = float(env._cumulative_rewards.get(agent, 0.0))
-            env.step(decision.text)
-            episode.steps.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
-                                      parse=env.infos.get(agent, {}).get("parse"), observation=obs_text,
-                                      env_index=i))
-    stats = {"decisions": sum(len(ep.steps) for r in records for ep in r.episodes.values()),
-             "episodes": 2 * len(records), "seconds": time.perf_counter() - started}
-    for key in ("prompt_tokens", "answer_tokens"):
-        if key in counters:
-            stats[key] = counters[key] - start_counters.get(key, 0)
+    boards = [GameSlot(wrap_pettingzoo(make_pettingzoo_game(game), invalid_policy=invalid,
+                                       invalid_penalty=penalty), i,
+                       next_seed, records) for i in range(min(num_games, games))]
+    stats = play(policy, boards, greedy=greedy, seed=seed)
+    stats = {"decisions": stats.pop("decisions"), "episodes": 2 * len(records), **stats}
     return records, stats
 
 
-def evaluate_vs(policy: Any, game: str = "tictactoe", opponent: Any = "random", games: int = 20,
+def evaluate_vs(policy: SupportsAct, game: str = "tictactoe", opponent: Opponent = "random", games: int = 20,
                 seed: int = 1_000_000, num_envs: int = 8, invalid: str = "penalty") -> dict[str, float]:
     """Greedy games of ``policy`` against ``opponent``, half from each seat.
 
     Returns ``win_rate``, ``draw_rate``, ``loss_rate`` overall and per seat (``first/win_rate``...).
     """
     from textgym.envs.games import TwoPlayerGameEnv
-    from textgym.rollout import collect
 
     result: dict[str, float] = {}
     totals = {"win": 0, "draw": 0, "loss": 0}
@@ -194,7 +217,7 @@ def evaluate_vs(policy: Any, game: str = "tictactoe", opponent: Any = "random", 
         n = games // 2 if role == "first" else games - games // 2
         if n == 0:
             continue
-        envs = [TwoPlayerGameEnv(game, opponent=opponent, seat=role, invalid=invalid)
+        envs = [TwoPlayerGameEnv(game, opponent=opponent, seat=role, invalid_policy=invalid)
                 for _ in range(min(num_envs, n))]
         rollout = collect(policy, envs, episodes=n, seed=seed + (0 if role == "first" else 100_000),
                           greedy=True)
@@ -214,7 +237,7 @@ class SelfPlay:
     """Self-play training: the same policy in every seat, a baseline per role, evaluation vs fixed opponents.
 
     Args:
-        policy: a :class:`textgym.Policy`.
+        policy: a :class:`textgym.Policy` (any object with its ``act`` when ``trainer`` is given).
         algorithm: the trainer's algorithm (``"reinforce"``, ``"ppo"``, ``"grpo"``), used when
             ``trainer`` is not given.
         config: :class:`SelfPlayConfig` (or a dict of its fields).
@@ -223,8 +246,9 @@ class SelfPlay:
         trainer: an existing trainer (from :func:`textgym.trainers.make_trainer`) to drive.
     """
 
-    def __init__(self, policy: Any, algorithm: str = "reinforce", config: SelfPlayConfig | dict | None = None,
-                 trainer_config: Any = None, out_dir: str | Path | None = None, trainer: Any = None):
+    def __init__(self, policy: SupportsAct, algorithm: str = "reinforce", config: SelfPlayConfig | dict | None = None,
+                 trainer_config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
+                 trainer: Trainer | None = None):
         from textgym.trainers import make_trainer
         from textgym.trainers.metrics import MetricsWriter
 

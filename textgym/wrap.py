@@ -26,14 +26,15 @@ def wrap(
     *,
     observation_names: Sequence[str] | None = None,
     max_length: int = 8192,
+    render_mode: str | None = None,
     **policy: Any,
 ) -> gym.Env:
     """Turns a Gymnasium env into a text env (``str`` observations, ``str`` actions).
 
     Stacks, inner to outer: ``TextObservation -> ParseAction -> EpisodeStats
-    [-> ShapeReward] [-> History]``. The result follows the text-env contract of
+    [-> ShapeReward] [-> History] [-> RenderText]``. The result follows the text-env contract of
     ``docs/design.md``: ``info["system_prompt"]`` and ``info["valid_actions"]`` at reset,
-    ``info["valid_actions"]`` and ``info["parse"]`` at every step, ``info["episode"]``
+    ``info["valid_actions"]`` and ``info["parse"]`` at every step, ``info["episode_stats"]``
     at episode end.
 
     Supported action spaces: ``Discrete`` (with or without an action mask in
@@ -66,20 +67,35 @@ def wrap(
         reward_terms: if given, the reward is shaped by these terms (:class:`~textgym.wrappers.ShapeReward`).
         observation_names: names of the observation values for the generic description.
         max_length: the longest observation text.
+        render_mode: ``"ansi"``: ``render()`` returns the text the model sees
+            (:class:`~textgym.wrappers.RenderText`). Other render modes belong to the Gymnasium
+            env: make it with them.
         **policy: the invalid-answer handling of :class:`~textgym.wrappers.ParseAction`:
             ``invalid_policy``, ``invalid_penalty``, ``default_action``, ``max_retries``,
             ``retry_fallback``, ``feedback``, ``parser``.
 
     Raises:
-        ValueError: the action space is not supported (e.g. ``Box``).
+        ValueError: the action space is not supported (e.g. ``Box``), or ``render_mode`` is not
+            ``None`` or ``"ansi"``.
         TypeError: an unknown keyword argument.
     """
-    from textgym.wrappers import EpisodeStats, History, ParseAction, ShapeReward, TextObservation
+    from textgym.wrappers import (
+        EpisodeStats,
+        History,
+        ParseAction,
+        RenderText,
+        ShapeReward,
+        TextObservation,
+        resolve_actions,
+    )
 
     unknown = sorted(set(policy) - set(POLICY_KEYS))
     if unknown:
         raise TypeError(f"textgym.wrap() got unexpected keyword argument(s) {unknown}; "
                         f"the invalid-answer options are {list(POLICY_KEYS)}")
+    if render_mode not in (None, "ansi"):
+        raise ValueError(f"textgym.wrap renders render_mode='ansi' (the text the model sees); "
+                         f"for render_mode={render_mode!r}, make the Gymnasium env with it")
     if isinstance(env, str):
         env = gym.make(env)
     space = env.action_space
@@ -89,7 +105,7 @@ def wrap(
             f"action mask in info['action_mask']), or actions={{name: env_action}} for any space; "
             f"got {space}. For a Box action space, discretize it first, e.g. "
             f"gymnasium.wrappers.DiscretizeAction(env, bins=3).")
-    names = ParseAction._resolve_actions(env, actions)[0]
+    names = resolve_actions(env, actions).names
 
     if system_prompt is None:
         env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
@@ -107,6 +123,8 @@ def wrap(
         env = ShapeReward(env, terms=reward_terms)
     if history:
         env = History(env, window=int(history))
+    if render_mode == "ansi":
+        env = RenderText(env)
     return env
 
 

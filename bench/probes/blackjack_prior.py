@@ -8,7 +8,7 @@ agrees with "stick at 17 or more", and the mean P(STICK) at low (<= 11, hitting 
 middle (12-16) and high (>= 17) totals.
 
 Unlike CartPole, no wording tried gives the untrained model a preference that follows the hand
-(``bench/results/probes/blackjack_prior.log``): P(STICK) is ~0.1 for a total of 6 and of 20
+(``bench/results/probes/blackjack/prior.log``): P(STICK) is ~0.1 for a total of 6 and of 20
 alike. What the current wording does give is *learnability*: ``supervised_separability.py``.
 
 Same idea as ``cartpole_prior.py``: RL sharpens a preference the model already has far more

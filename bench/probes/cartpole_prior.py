@@ -85,8 +85,8 @@ def main() -> None:
     parser.add_argument("--states", type=int, default=160)
     args = parser.parse_args()
     torch.set_num_threads(2)
-    model, tokenizer = textgym.models.load("smollm2-135m")
-    policy = textgym.Policy(model, tokenizer, mode="score")
+    policy = textgym.Policy.from_pretrained("smollm2-135m", mode="score")
+    model, tokenizer = policy.model, policy.tokenizer
     _, info = textgym.make("textgym/CartPole-v1").reset(seed=0)
     states = random_states(args.states)
     turns_right, leans_right = states[:, 3] > 0, states[:, 2] > 0

@@ -17,8 +17,8 @@ import time
 import torch
 
 import textgym
+from textgym.rollout import decisions_of
 from textgym.trainers import make_trainer
-from textgym.trainers.base import decisions_of
 
 
 def spin_is_right(step) -> bool:
@@ -44,8 +44,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(2)
 
-    model, tokenizer = textgym.models.load("smollm2-135m")
-    policy = textgym.Policy(model, tokenizer, mode="score")
+    policy = textgym.Policy.from_pretrained("smollm2-135m", mode="score")
     config = dict(lr=args.lr, num_envs=16, episodes_per_update=16, minibatch_size=32, gamma=0.3,
                   lora_layers=8)
     trainer = make_trainer("reinforce", policy, env="textgym/CartPole-v1", config=config,
@@ -54,7 +53,8 @@ def main() -> None:
     for update in range(args.batches + 1):  # same batches for every variant; the last is held out
         batches.append(trainer.collect().episodes)
         trainer.update_count += 1
-    held_decisions, held_steps = decisions_of(batches.pop())
+    held = batches.pop()
+    held_decisions, held_steps = decisions_of(held), [step for episode in held for step in episode.steps]
     start = {k: v.clone() for k, v in trainer.model.state_dict().items() if "lora_" in k}
 
     right, left = p_right_by_spin(policy, held_decisions, held_steps)

@@ -67,8 +67,7 @@ def main() -> None:
     env_id, actions, rows = labelled(args.task, args.rendering, args.hit_up_to)
     random.Random(0).shuffle(rows)
     train, test = rows[: len(rows) * 3 // 4], rows[len(rows) * 3 // 4:]
-    model, tokenizer = textgym.models.load(args.model)
-    policy = textgym.Policy(model, tokenizer, mode="score", seed=0, name=args.model)
+    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=0)
     trainer = make_trainer("reinforce", policy, env=env_id, config={"lora_layers": args.lora_layers, "num_envs": 2})
     system_prompt = trainer.venv.envs[0].get_wrapper_attr("system_prompt")
 

@@ -21,8 +21,7 @@ textgym/Bandit-v0          name the right animal for a color           cat dog (
 
 from __future__ import annotations
 
-from textgym.envs.bandit import ANIMALS
-from textgym.envs.classic import ACTION_NAMES
+from textgym.envs import bandit, classic
 from textgym.registry import register
 
 # id suffix -> (entry point, description). Every entry point applies max_episode_steps itself,
@@ -39,11 +38,16 @@ _CLASSIC = {
 
 for _name, (_function, _description) in _CLASSIC.items():
     register(f"textgym/{_name}", f"textgym.envs.classic:{_function}", description=_description,
-             action_names=ACTION_NAMES[_name], source="textgym", kwargs={"max_episode_steps": None})
+             action_names=classic.ACTION_NAMES[_name], source="textgym",
+             kwargs={"max_episode_steps": None},
+             training_defaults=classic.TRAINING_DEFAULTS.get(_name),
+             reference_policies={"scripted": classic.REFERENCE_POLICIES[_name]})
 
 register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit",
          description="Name the right animal for a color (one-step contextual bandit)",
-         action_names=ANIMALS[:2], source="textgym", kwargs={"max_episode_steps": None})
+         action_names=bandit.ANIMALS[:2], source="textgym", kwargs={"max_episode_steps": None},
+         training_defaults=bandit.TRAINING_DEFAULTS,
+         reference_policies={"scripted": "textgym.envs.bandit:scripted_bandit"})
 
 # PettingZoo board games as single-agent text envs (PettingZoo itself is imported on make).
 from textgym.envs import games as _games

@@ -16,7 +16,10 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-__all__ = ["ANIMALS", "COLORS", "CueBanditEnv", "make_bandit"]
+from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.text_observation import Renderer
+
+__all__ = ["ANIMALS", "COLORS", "TRAINING_DEFAULTS", "CueBanditEnv", "make_bandit", "scripted_bandit"]
 
 # Every word here is a single token for common LLM tokenizers, with and without a leading space.
 COLORS = ("red", "green", "blue", "yellow", "purple", "orange", "brown", "black", "white")
@@ -53,6 +56,11 @@ class CueBanditEnv(gym.Env[int, int]):
         self.observation_space = spaces.Discrete(num_cues)
         self.action_space = spaces.Discrete(num_arms)
         self._cue: int | None = None
+
+    @property
+    def correct_arm(self) -> int | None:
+        """The right arm for the current cue (``None`` before the first reset)."""
+        return None if self._cue is None else self.mapping[self._cue]
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -94,10 +102,11 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
         **wrap_kwargs: passed to :func:`textgym.wrap` (``invalid_policy=``, ``history=``, ...).
     """
     from textgym.wrap import wrap
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
 
-    base = CueBanditEnv(num_cues, num_arms, mapping)
-    if max_episode_steps is not None:
-        base = gym.wrappers.TimeLimit(base, max_episode_steps)
+    base: gym.Env = CueBanditEnv(num_cues, num_arms, mapping)
+    if max_episode_steps is not None and max_episode_steps > 0:
+        base = InnerTimeLimit(base, max_episode_steps)
     arms = list(ANIMALS[:num_arms])
     colors = COLORS[:num_cues]
     if system_prompt is None:
@@ -113,18 +122,28 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
     return wrap(base, actions=arms, formatter=formatter, system_prompt=system_prompt, **wrap_kwargs)
 
 
-class CueText:
+class CueText(Renderer):
     """Renders a cue index as ``"Color: red."``."""
 
     def __init__(self, colors: Sequence[str]):
         self.colors = tuple(colors)
 
-    # Equal renderers let ``env.spec.make()`` (Gymnasium's env checker) rebuild the env.
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, CueText) and other.colors == self.colors
-
-    def __hash__(self) -> int:
-        return hash(self.colors)
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return {"colors": list(self.colors)}
 
     def __call__(self, cue: int | np.integer) -> str:
         return f"Color: {self.colors[int(cue)]}."
+
+
+def scripted_bandit(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The oracle: the right animal for the current color (reward 1 every episode)."""
+    names = list(env.get_wrapper_attr("action_names"))
+    return lambda info: names[env.unwrapped.correct_arm]
+
+
+#: Recommended training settings: one-step episodes are cheap, so many per update; the reward
+#: is 0/1, so the return is averaged over a wide window.
+TRAINING_DEFAULTS = TrainingDefaults(
+    episodes=512, minutes=15, num_envs=16, lr=3e-4,
+    trainer={"episodes_per_update": 32, "metrics_window": 64},
+)

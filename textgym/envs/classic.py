@@ -6,6 +6,9 @@ prompt, which a policy encodes once; the observation is paid for at every decisi
 short (a CartPole observation is about 33 SmolLM2 tokens).
 
 Every ``make_*`` function builds the real Gymnasium env and wraps it with :func:`textgym.wrap`.
+What each env knows beyond that lives here too: its recommended training settings
+(:data:`TRAINING_DEFAULTS`) and its scripted reference players (``scripted_*``,
+:data:`REFERENCE_POLICIES`), registered with the env in :mod:`textgym.envs`.
 They take the Gymnasium env's own kwargs (``is_slippery=``, ``map_name=``, ``natural=``,
 ``render_mode=`` ...), ``max_episode_steps`` (applied inside the text wrappers), a
 ``formatter`` that replaces the renderer, a ``system_prompt`` that replaces the default one,
@@ -23,10 +26,15 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.toy_text.blackjack import deck as BLACKJACK_DECK
 
+from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.text_observation import Renderer
+
 __all__ = [
-    "ACTION_NAMES", "AcrobotText", "BlackjackText", "hit_bust_chance", "CartPoleText", "GridText", "MountainCarText",
-    "TaxiText", "make_acrobot", "pole_spin_potential", "make_blackjack", "make_cartpole", "make_cliffwalking",
-    "make_frozenlake", "make_mountaincar", "make_taxi",
+    "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
+    "CartPoleText", "GridText", "MountainCarText", "TaxiText", "hit_bust_chance", "make_acrobot",
+    "make_blackjack", "make_cartpole", "make_cliffwalking", "make_frozenlake", "make_mountaincar",
+    "make_taxi", "planned_tabular", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
+    "scripted_cartpole", "scripted_mountaincar",
 ]
 
 # Action names in the order of each Gymnasium env's action indices.
@@ -54,24 +62,7 @@ def _side(value: float, dead_zone: float, negative: str, positive: str, zero: st
 
 # --------------------------------------------------------------------------- renderers
 
-class _Renderer:
-    """Renderers compare equal when they render alike: ``env.spec.make()`` (used by
-    Gymnasium's env checker) rebuilds the env and checks its wrappers' kwargs are equal."""
-
-    def _key(self) -> tuple:
-        return ()
-
-    def __eq__(self, other: object) -> bool:
-        return type(other) is type(self) and other._key() == self._key()
-
-    def __hash__(self) -> int:
-        return hash((type(self), self._key()))
-
-    def __repr__(self) -> str:
-        return f"{type(self).__name__}()"
-
-
-class CartPoleText(_Renderer):
+class CartPoleText(Renderer):
     """``Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.``
 
     The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad. The four
@@ -94,7 +85,7 @@ class CartPoleText(_Renderer):
                 f"cart at {x:+.2f}, velocity {velocity:+.2f}.")
 
 
-class MountainCarText(_Renderer):
+class MountainCarText(Renderer):
     """``Car at -0.47 valley bottom, velocity +0.012 moving right.``
 
     Positions run from -1.20 (far left) to +0.60; the valley bottom is at -0.52 and the flag
@@ -117,7 +108,7 @@ class MountainCarText(_Renderer):
         return f"Car at {position:+.2f} {where}, velocity {velocity:+.3f} {moving}."
 
 
-class AcrobotText(_Renderer):
+class AcrobotText(Renderer):
     """``Upper link +0.03 rad, lower -0.05 rad; speeds -0.09, +0.10. Tip height -1.99, falling.``
 
     Angles are 0 when hanging straight down and positive counterclockwise; the lower link's
@@ -156,7 +147,7 @@ def hit_bust_chance(total: int, usable_ace: bool = False) -> float:
     return sum(total + card > 21 for card in BLACKJACK_DECK) / len(BLACKJACK_DECK)
 
 
-class BlackjackText(_Renderer):
+class BlackjackText(Renderer):
     """``Your total 14: a hit busts you with chance 46%. Dealer shows 10.``
 
     The chance that one more card busts the hand (:func:`hit_bust_chance`) is spelled out, and
@@ -188,7 +179,7 @@ class BlackjackText(_Renderer):
         return f"{hand}. Dealer shows {card}."
 
 
-class GridText(_Renderer):
+class GridText(Renderer):
     """A grid map with ``@`` at your cell, then your row and column.
 
     Example:
@@ -206,8 +197,8 @@ class GridText(_Renderer):
         self.ncol = len(self.rows[0])
         self.notes = dict(notes or {})
 
-    def _key(self) -> tuple:
-        return tuple(self.rows), tuple(sorted(self.notes.items()))
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return {"rows": list(self.rows), "notes": dict(self.notes)}
 
     def __call__(self, state: int | np.integer) -> str:
         row, col = divmod(int(state), self.ncol)
@@ -220,13 +211,13 @@ class GridText(_Renderer):
         return text
 
 
-class TaxiText(_Renderer):
+class TaxiText(Renderer):
     """The Taxi map with ``@`` at the taxi, where the passenger and destination are, legal moves.
 
     Example:
         >>> import gymnasium as gym
         >>> taxi = gym.make("Taxi-v4").unwrapped
-        >>> print(TaxiText(taxi)(taxi.encode(3, 1, 2, 3)))
+        >>> print(TaxiText()(taxi.encode(3, 1, 2, 3)))
         +---------+
         |R: | : :G|
         | : | : : |
@@ -236,18 +227,17 @@ class TaxiText(_Renderer):
         +---------+
         Passenger at Y, destination B. Legal: SOUTH, NORTH, EAST.
 
-    Args:
-        taxi: the unwrapped ``TaxiEnv`` (its map, ``decode`` and ``action_mask``).
+    It reads states with a ``TaxiEnv`` of its own (``decode`` and ``action_mask``): Gymnasium's
+    Taxi has one fixed map, whatever its kwargs (``is_rainy``, ``fickle_passenger``).
     """
 
     LANDMARKS = "RGYB"
 
-    def __init__(self, taxi: Any):
-        self.taxi = taxi
-        self.rows = [b"".join(row).decode() for row in taxi.desc]
+    def __init__(self):
+        from gymnasium.envs.toy_text.taxi import TaxiEnv
 
-    def _key(self) -> tuple:
-        return tuple(self.rows)
+        self.taxi = TaxiEnv()
+        self.rows = [b"".join(row).decode() for row in self.taxi.desc]
 
     def __call__(self, state: int | np.integer) -> str:
         taxi_row, taxi_col, passenger, destination = self.taxi.decode(int(state))
@@ -296,12 +286,17 @@ def _text_env(
     kwargs: dict[str, Any],
 ) -> gym.Env:
     from textgym.wrap import wrap
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
 
     env_kwargs, wrap_kwargs = _split_env_kwargs(base_id, kwargs)
-    # Gymnasium's TimeLimit goes on the base env, inside the text wrappers, so that
-    # EpisodeStats sees truncations. The outer gym.make adds the env checker once.
-    base = gym.make(base_id, max_episode_steps=max_episode_steps, disable_env_checker=True,
-                    **env_kwargs)
+    if env_kwargs.get("render_mode") == "ansi":   # the text the model sees, not the base env's
+        wrap_kwargs["render_mode"] = env_kwargs.pop("render_mode")
+    # The step limit goes on the base env, inside the text wrappers, so that EpisodeStats sees
+    # truncations. The outer gym.make adds the env checker once.
+    base = gym.make(base_id, max_episode_steps=-1, disable_env_checker=True, **env_kwargs)
+    limit = gym.spec(base_id).max_episode_steps if max_episode_steps is None else max_episode_steps
+    if limit is not None and limit > 0:
+        base = InnerTimeLimit(base, limit)
     wrap_kwargs.setdefault("instructions", _answer_format(ACTION_NAMES[base_id]))
     return wrap(
         base,
@@ -423,10 +418,128 @@ make_blackjack = _maker(
 make_frozenlake = _maker("FrozenLake-v1", _frozenlake_renderer, _frozenlake_prompt)
 
 make_taxi = _maker(
-    "Taxi-v4", TaxiText,
+    "Taxi-v4", lambda env: TaxiText(),
     lambda env: ("Drive the taxi (@) to the passenger, PICKUP, drive to the destination, DROPOFF. "
                  "R, G, Y, B are the stops; | is a wall."))
 
 # Gymnasium registers CliffWalking without a step limit; a text agent needs one.
 make_cliffwalking = _maker("CliffWalking-v1", _cliffwalking_renderer, _cliffwalking_prompt,
                            default_max_steps=200)
+
+
+# --------------------------------------------------------------------------- scripted players
+# Reference players for ``textgym eval --baseline scripted``: they read the Gymnasium state
+# (``env.unwrapped``) and answer with an action name, parsed like a model's answer.
+
+
+def scripted_cartpole(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """A PD controller on the pole angle and cart position: push toward where the pole falls."""
+    names = ACTION_NAMES["CartPole-v1"]
+
+    def player(info: dict[str, Any]) -> str:
+        x, x_dot, theta, theta_dot = (float(v) for v in env.unwrapped.state)
+        return names[int(theta + 0.3 * theta_dot + 0.01 * x + 0.1 * x_dot > 0)]
+
+    return player
+
+
+def scripted_blackjack(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Basic strategy without doubling or splitting."""
+    from gymnasium.envs.toy_text.blackjack import sum_hand, usable_ace
+
+    stick, hit = ACTION_NAMES["Blackjack-v1"]
+
+    def player(info: dict[str, Any]) -> str:
+        base = env.unwrapped
+        total, dealer = sum_hand(base.player), int(base.dealer[0])
+        if usable_ace(base.player):
+            take = total <= 17 or (total == 18 and dealer in (9, 10, 1))
+        elif total <= 11:
+            take = True
+        elif total == 12:
+            take = dealer not in (4, 5, 6)
+        else:
+            take = total <= 16 and dealer not in (2, 3, 4, 5, 6)
+        return hit if take else stick
+
+    return player
+
+
+def scripted_mountaincar(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Push in the direction of motion: builds momentum until the car climbs out (~120 steps)."""
+    left, _, right = ACTION_NAMES["MountainCar-v0"]
+    return lambda info: right if env.unwrapped.state[1] >= 0 else left
+
+
+def scripted_acrobot(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Torque along the second joint's angular velocity: pumps energy into the swing."""
+    left, _, right = ACTION_NAMES["Acrobot-v1"]
+    return lambda info: right if env.unwrapped.state[3] > 0 else left
+
+
+def _value_iteration(transitions: dict, gamma: float = 0.99, tol: float = 1e-8) -> np.ndarray:
+    """Greedy policy (action per state) of the MDP ``P[s][a] = [(prob, s2, reward, done), ...]``."""
+    n_states, n_actions = len(transitions), len(transitions[0])
+    values = np.zeros(n_states)
+    for _ in range(10_000):
+        q = np.array([[sum(p * (r + (0.0 if done else gamma * values[s2]))
+                           for p, s2, r, done in transitions[s][a])
+                       for a in range(n_actions)] for s in range(n_states)])
+        new = q.max(axis=1)
+        if np.max(np.abs(new - values)) < tol:
+            break
+        values = new
+    return q.argmax(axis=1)
+
+
+def planned_tabular(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The optimal policy of a toy-text MDP (FrozenLake, Taxi, CliffWalking) by value iteration on
+    its transition table ``P`` (discount 0.99); the state is ``env.unwrapped.s``."""
+    plan = _value_iteration(env.unwrapped.P)
+    names = list(env.get_wrapper_attr("action_names"))
+    return lambda info: names[int(plan[int(env.unwrapped.s)])]
+
+
+#: The scripted reference player of each env (registered as its ``"scripted"`` reference policy).
+REFERENCE_POLICIES: dict[str, str] = {
+    "CartPole-v1": "textgym.envs.classic:scripted_cartpole",
+    "MountainCar-v0": "textgym.envs.classic:scripted_mountaincar",
+    "Acrobot-v1": "textgym.envs.classic:scripted_acrobot",
+    "Blackjack-v1": "textgym.envs.classic:scripted_blackjack",
+    "FrozenLake-v1": "textgym.envs.classic:planned_tabular",
+    "Taxi-v4": "textgym.envs.classic:planned_tabular",
+    "CliffWalking-v1": "textgym.envs.classic:planned_tabular",
+}
+
+# --------------------------------------------------------------------------- training defaults
+# Budgets for the default model (smollm2-135m, score mode, LoRA) on a 2-core CPU, where it makes
+# about 3 decisions per second: a time budget lets the default run end by itself, and small,
+# frequent updates show a trend within it. The measurements behind them are in docs/results.md.
+
+#: The recommended training settings of each env that has some (``textgym train`` starts from them).
+TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
+    "CartPole-v1": TrainingDefaults(
+        episodes=400, minutes=10, num_envs=8, lr=2e-4,
+        trainer={
+            "episodes_per_update": 16, "minibatch_size": 32,
+            # credit a push for the next few steps only: with the spin shaping, that is what
+            # makes the advantage follow the right push
+            "gamma": 0.3,
+            "warmup_updates": 2,      # keeps Adam's first, largest steps small
+            "metrics_window": 16,
+            "lora_layers": 8,         # an adapter on the top 8 layers only: ~5 instead of ~3 decisions/s
+        },
+        # pole-spin shaping credits each push for slowing the pole (see make_cartpole)
+        env_kwargs={"shaping": 1.0},
+    ),
+    "Blackjack-v1": TrainingDefaults(
+        episodes=1024, minutes=15, num_envs=16, lr=2e-4,
+        # one-to-three-step episodes with noisy outcomes: many episodes per update
+        trainer={"episodes_per_update": 64, "metrics_window": 128},
+    ),
+    "FrozenLake-v1": TrainingDefaults(
+        episodes=256, minutes=15, num_envs=8, lr=2e-4,
+        # the reward comes at the goal only, many steps later: a long horizon
+        trainer={"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
+    ),
+}

@@ -1,16 +1,14 @@
-"""Board games from PettingZoo's classic suite as text: renderers, scripted opponents, single-agent views.
+"""Board games from PettingZoo's classic suite as single-agent text envs, and their scripted players.
 
-Three pieces live here:
-
-* :class:`TextGame` renderers for ``tictactoe_v3``, ``connect_four_v3`` and ``rps_v2``: a board a
-  person can read, whose turn it is and the legal moves, plus each seat's system prompt and the
-  action names. :func:`textgym.envs.pettingzoo.wrap_pettingzoo` looks them up by the env's
-  ``metadata["name"]``.
-* Opponents: ``"random"`` (a uniformly random legal move) and ``"scripted"`` (win if you can,
-  block if you must, then a positional preference), for tic-tac-toe and connect four.
+* Players: ``"random"`` (a uniformly random legal move) and ``"scripted"`` (win if you can,
+  block if you must, then a positional preference), for tic-tac-toe and connect four. They are
+  the fixed opponents of the views below and the ``scripted`` reference policy of their envs.
 * :class:`TwoPlayerGameEnv`: a single-agent Gymnasium text env in which the learner takes one
   seat of a PettingZoo game and a fixed opponent plays the other. Registered as
   ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3`` by :func:`register_envs`.
+
+The games read as text through the renderers of :mod:`textgym.envs.game_text` and
+:func:`textgym.wrap_pettingzoo`.
 
 PettingZoo is imported lazily, inside the functions that build an env, so importing this module
 is cheap.
@@ -29,161 +27,25 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 
+from textgym.envs.game_text import (
+    CONNECT_FOUR_ACTION_NAMES,
+    TEXT_GAMES,
+    TICTACTOE_ACTION_NAMES,
+    TextGame,
+)
+from textgym.envs.pettingzoo import FEEDBACK, wrap_pettingzoo
+from textgym.registry import ReferencePlayer, TrainingDefaults
 from textgym.spaces import TextSpace
+from textgym.wrappers.invalid_answer import renamed_invalid_kwargs
 
-# --------------------------------------------------------------------------------------------
-# Renderers
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TextGame:
-    """How one PettingZoo game reads as text.
-
-    Args:
-        name: the PettingZoo env name (``env.metadata["name"]``) this renderer is for.
-        action_names: ``action_names(env) -> list[str]``: the name of every action index.
-        system_prompt: ``system_prompt(env, agent) -> str``: the task and answer format for one seat;
-            constant for the whole game so a policy caches it once (best the same for every seat).
-        render: ``render(env, agent, observation) -> str``: the short per-turn text (board, whose
-            turn, legal moves) from the agent's raw PettingZoo observation.
-    """
-
-    name: str
-    action_names: Callable[[Any], list[str]]
-    system_prompt: Callable[[Any, str], str]
-    render: Callable[[Any, str, Any], str]
-
-
-def _mark(env: Any, agent: str) -> str:
-    """'X' for the first seat, 'O' for the second."""
-    return "XO"[env.possible_agents.index(agent)]
-
-
-def _legal_names(names: list[str], mask: np.ndarray | None) -> list[str]:
-    if mask is None:
-        return list(names)
-    return [n for n, ok in zip(names, mask) if ok]
-
-
-def _turn_line(env: Any, agent: str, legal: list[str], what: str) -> str:
-    """'You are X. Your move. Empty squares: 1, 5.' / '... Game over.' / '... O to move.'"""
-    me = _mark(env, agent)
-    if any(getattr(env, "terminations", {}).values()) or any(getattr(env, "truncations", {}).values()):
-        return f"You are {me}. Game over."
-    if not legal:
-        return f"You are {me}. {'O' if me == 'X' else 'X'} to move."
-    return f"You are {me}. Your move. {what}: {', '.join(legal)}."
-
-
-# Tic-tac-toe. PettingZoo numbers cells column by column (0 | 3 | 6 on the top row); people read
-# row by row, so the action names are 1..9 in reading order and the board shows empty cells by
-# their name.
-_TTT_NAMES = [str(n) for n in range(1, 10)]
-# pettingzoo action index -> name: index = col * 3 + row, name = row * 3 + col + 1
-_TTT_INDEX_TO_NAME = [str((i % 3) * 3 + i // 3 + 1) for i in range(9)]
-
-
-def _ttt_action_names(env: Any) -> list[str]:
-    return list(_TTT_INDEX_TO_NAME)
-
-
-def _ttt_system_prompt(env: Any, agent: str) -> str:
-    # The same text for both seats (the observation says which mark is yours): a policy then
-    # caches one shared prefix for every game, whichever seat it plays.
-    return ("You play tic-tac-toe as X or O. Get three of your marks in a row, column or diagonal. "
-            "Squares are numbered 1-9, left to right, top to bottom. "
-            "Answer with the number of one empty square.")
-
-
-def _ttt_grid(env: Any, agent: str, observation: Any) -> list[list[str]]:
-    """3x3 grid of 'X', 'O' or the square's number, rows top to bottom."""
-    planes = np.asarray(observation["observation"])
-    me, other = _mark(env, agent), "XO"[1 - "XO".index(_mark(env, agent))]
-    grid = []
-    for row in range(3):
-        line = []
-        for col in range(3):
-            # observation[i, j] holds cell i * 3 + j in PettingZoo's column-major numbering
-            if planes[col, row, 0]:
-                line.append(me)
-            elif planes[col, row, 1]:
-                line.append(other)
-            else:
-                line.append(str(row * 3 + col + 1))
-        grid.append(line)
-    return grid
-
-
-def _ttt_render(env: Any, agent: str, observation: Any) -> str:
-    grid = _ttt_grid(env, agent, observation)
-    board = "\n---+---+---\n".join(" " + " | ".join(line) for line in grid)
-    legal = _legal_names(_TTT_INDEX_TO_NAME, observation.get("action_mask"))
-    legal.sort(key=int)
-    return f"{board}\n{_turn_line(env, agent, legal, 'Empty squares')}"
-
-
-# Connect four: columns 1..7; row 0 of the observation is the top row.
-def _c4_action_names(env: Any) -> list[str]:
-    return [str(c) for c in range(1, 8)]
-
-
-def _c4_system_prompt(env: Any, agent: str) -> str:
-    # The same text for both seats, as for tic-tac-toe.
-    return ("You play connect four as X or O. Drop pieces into columns 1-7; a piece falls to the "
-            "lowest free row. Get four of your pieces in a row, column or diagonal. "
-            "Answer with the number of one column that is not full.")
-
-
-def _c4_render(env: Any, agent: str, observation: Any) -> str:
-    planes = np.asarray(observation["observation"])
-    me = _mark(env, agent)
-    other = "O" if me == "X" else "X"
-    rows = [" ".join(me if planes[r, c, 0] else other if planes[r, c, 1] else "."
-                     for c in range(planes.shape[1])) for r in range(planes.shape[0])]
-    legal = _legal_names(_c4_action_names(env), observation.get("action_mask"))
-    header = " ".join(str(c) for c in range(1, planes.shape[1] + 1))
-    return f"{header}\n" + "\n".join(rows) + f"\n{_turn_line(env, agent, legal, 'Open columns')}"
-
-
-# Rock paper scissors: the observation is the opponent's previous move (n_actions = none yet).
-_RPS_MOVES = ["ROCK", "PAPER", "SCISSORS", "LIZARD", "SPOCK"]
-
-
-def _rps_action_names(env: Any) -> list[str]:
-    n = int(env.action_space(env.possible_agents[0]).n)
-    return [_RPS_MOVES[i] if i < len(_RPS_MOVES) else f"ACTION_{i + 1}" for i in range(n)]
-
-
-def _rps_system_prompt(env: Any, agent: str) -> str:
-    names = _rps_action_names(env)
-    rule = ("Rock beats scissors, scissors beats paper, paper beats rock."
-            if len(names) == 3 else "Each move beats half of the others, as in the usual rules.")
-    return (f"You play {', '.join(n.lower() for n in names)} against one opponent, many rounds. "
-            f"{rule} Win a round: +1, lose: -1. Answer with one of: {', '.join(names)}.")
-
-
-def _rps_render(env: Any, agent: str, observation: Any) -> str:
-    names = _rps_action_names(env)
-    last = int(np.asarray(observation))
-    base = env.unwrapped
-    round_no = int(getattr(base, "num_moves", 0)) + 1
-    seen = f" Your opponent last played {names[last]}." if last < len(names) else ""
-    return f"Round {round_no}.{seen} Your move: {', '.join(names)}."
-
-
-TEXT_GAMES: dict[str, TextGame] = {
-    "tictactoe_v3": TextGame("tictactoe_v3", _ttt_action_names, _ttt_system_prompt, _ttt_render),
-    "connect_four_v3": TextGame("connect_four_v3", _c4_action_names, _c4_system_prompt, _c4_render),
-    "rps_v2": TextGame("rps_v2", _rps_action_names, _rps_system_prompt, _rps_render),
-}
-
+__all__ = ["SCRIPTED", "TEXT_GAMES", "TICTACTOE_TRAINING_DEFAULTS", "TextGame", "TwoPlayerGameEnv",
+           "make_connect_four", "make_pettingzoo_game", "make_tictactoe", "random_move",
+           "register_envs", "scripted_connect_four", "scripted_player", "scripted_tictactoe"]
 
 # --------------------------------------------------------------------------------------------
 # Scripted opponents (act on the raw PettingZoo observation of their own seat)
@@ -323,20 +185,29 @@ class TwoPlayerGameEnv(gym.Env):
             (a frozen copy of the learner, for example). An opponent's invalid answer is handled
             by the same invalid policy as the learner's.
         seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset from the env's RNG).
-        invalid: the invalid-answer policy (see :func:`textgym.wrap_pettingzoo`).
-        penalty: reward added to an invalid answer.
-        max_retries: for ``invalid="retry"``.
+        invalid_policy: ``"penalty"`` (a random legal move plus ``invalid_penalty``),
+            ``"default"``, ``"retry"`` or ``"terminate"`` (a forfeit); see
+            :class:`~textgym.wrappers.InvalidAnswerRule` and :func:`textgym.wrap_pettingzoo`.
+        invalid_penalty: reward added to an invalid answer (default -1.0).
+        max_retries: invalid answers in a row that ``"retry"`` allows before ``retry_fallback``.
+        retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
+        feedback: the retry feedback line (``{answer}``, ``{valid_actions}``, ``{retries_left}``).
         parser: the answer parser(s); default JSON -> regex -> keyword.
         max_length: observation and answer length limit.
+        render_mode: ``"ansi"``: :meth:`render` returns the learner's observation text.
+        invalid: deprecated name of ``invalid_policy``.
+        penalty: deprecated name of ``invalid_penalty``.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, game: str = "tictactoe", opponent: Opponent = "random", seat: str = "random",
-                 invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
-                 parser: Any = None, max_length: int = 2048, render_mode: str | None = None):
-        from textgym.envs.pettingzoo import wrap_pettingzoo
-
+                 invalid_policy: str | None = None, invalid_penalty: float | None = None,
+                 max_retries: int = 2, retry_fallback: str = "penalty", feedback: str = FEEDBACK,
+                 parser: Any = None, max_length: int = 2048, render_mode: str | None = None,
+                 invalid: str | None = None, penalty: float | None = None):
+        invalid_policy, invalid_penalty = renamed_invalid_kwargs(
+            type(self).__name__, invalid, penalty, invalid_policy, invalid_penalty, ("penalty", -1.0))
         if seat not in ("first", "second", "random"):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
         if isinstance(opponent, str) and opponent not in ("random", "scripted"):
@@ -345,8 +216,10 @@ class TwoPlayerGameEnv(gym.Env):
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode={render_mode!r}: only 'ansi' (the board as text) is supported")
         self.game_name = _GAMES.get(game, game)
-        self.aec = wrap_pettingzoo(make_pettingzoo_game(game), parser=parser, invalid=invalid,
-                                   penalty=penalty, max_retries=max_retries, max_length=max_length)
+        self.aec = wrap_pettingzoo(make_pettingzoo_game(game), parser=parser,
+                                   invalid_policy=invalid_policy, invalid_penalty=invalid_penalty,
+                                   max_retries=max_retries, retry_fallback=retry_fallback,
+                                   feedback=feedback, max_length=max_length)
         self.opponent, self.seat = opponent, seat
         self.render_mode = render_mode
         self.action_names = list(self.aec.action_names)
@@ -419,7 +292,7 @@ class TwoPlayerGameEnv(gym.Env):
         self.aec.step(action)
         parse = self.aec.infos.get(self._learner, {}).get("parse")
         self._advance()
-        reward = float(self.aec._cumulative_rewards.get(self._learner, 0.0))
+        reward = self.aec.cumulative_reward(self._learner)
         terminated = bool(self.aec.terminations.get(self._learner, False))
         truncated = bool(self.aec.truncations.get(self._learner, False)) and not terminated
         info = self._info()
@@ -438,13 +311,12 @@ class TwoPlayerGameEnv(gym.Env):
 def _make_view(game: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
     """Entry point of ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3``: the view, then
     ``EpisodeStats`` (and a step limit when asked) as in every built-in text env."""
+    from textgym.wrappers.episode_stats import EpisodeStats
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
+
     env: gym.Env = TwoPlayerGameEnv(game, **kwargs)
-    if max_episode_steps is not None:
-        env = gym.wrappers.TimeLimit(env, max_episode_steps)
-    try:
-        from textgym.wrappers.episode_stats import EpisodeStats
-    except ImportError:  # the wrappers package is optional for this env to work
-        return env
+    if max_episode_steps is not None and max_episode_steps > 0:
+        env = InnerTimeLimit(env, max_episode_steps)
     return EpisodeStats(env)
 
 
@@ -458,14 +330,36 @@ def make_connect_four(**kwargs: Any) -> gym.Env:
     return _make_view("connect_four", **kwargs)
 
 
+def scripted_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The scripted opponent's strategy (win, block, then position) playing the learner's seat:
+    the ``"scripted"`` reference policy of ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3``."""
+    view = env.unwrapped
+    strategy = SCRIPTED[view.game_name]
+    rng = np.random.default_rng(seed)
+    return lambda info: view.action_names[strategy(view.raw_observation(), rng)]
+
+
+#: Recommended training settings against the random opponent from a random seat: rewards
+#: +1/-1/0 come at the end of a game (gamma 1), 64 games per update (~230 decisions), and lr 1e-3
+#: (2e-4 barely moved the policy in as many updates).
+TICTACTOE_TRAINING_DEFAULTS = TrainingDefaults(
+    episodes=1024, minutes=10, num_envs=16, lr=1e-3,
+    trainer={"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
+             "metrics_window": 128, "lora_layers": 8},
+)
+
+
 def register_envs() -> None:
     """Register ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3`` (needs ``textgym[pettingzoo]`` to make)."""
     from textgym.registry import register
 
     register("textgym/TicTacToe-v0", "textgym.envs.games:make_tictactoe",
              description="Tic-tac-toe against a random/scripted/policy opponent (PettingZoo tictactoe_v3)",
-             action_names=_TTT_NAMES, source="textgym", kwargs={"max_episode_steps": None})
+             action_names=TICTACTOE_ACTION_NAMES, source="textgym", kwargs={"max_episode_steps": None},
+             training_defaults=TICTACTOE_TRAINING_DEFAULTS,
+             reference_policies={"scripted": "textgym.envs.games:scripted_player"})
     register("textgym/ConnectFour-v3", "textgym.envs.games:make_connect_four",
              description="Connect four against a random/scripted/policy opponent (PettingZoo connect_four_v3)",
-             action_names=[str(c) for c in range(1, 8)], source="textgym",
-             kwargs={"max_episode_steps": None})
+             action_names=CONNECT_FOUR_ACTION_NAMES, source="textgym",
+             kwargs={"max_episode_steps": None},
+             reference_policies={"scripted": "textgym.envs.games:scripted_player"})

@@ -16,16 +16,19 @@ PettingZoo's own ``api_test`` / ``parallel_api_test``. Per agent:
 * ``infos[agent]``: ``system_prompt``, ``valid_actions`` (legal action names now) and, once the
   agent has answered, ``parse``: the parse record of the text-env contract (docs/design.md §1).
 
-Invalid-answer policies (``invalid=``), the same names as :class:`textgym.wrappers.ParseAction`:
+Invalid answers follow the :class:`~textgym.wrappers.InvalidAnswerRule` made of
+``invalid_policy``, ``invalid_penalty``, ``max_retries``, ``retry_fallback`` and ``feedback``, the
+same keyword arguments as :class:`textgym.wrappers.ParseAction` takes:
 
-* ``"penalty"`` (default): a random legal move is played for the agent and ``penalty`` is added
-  to its reward.
+* ``"penalty"`` (default): a random legal move is played for the agent and ``invalid_penalty`` is
+  added to its reward.
 * ``"default"``: a random legal move is played, no penalty.
 * ``"retry"`` (AEC only): nothing is played; the same agent is asked again with a feedback line
-  naming the legal moves; after ``max_retries`` invalid answers in a row it falls back to
-  ``"penalty"``.
-* ``"terminate"``: the game ends; the offending agent gets ``penalty``, the others 0
+  naming the legal moves; after ``max_retries`` invalid answers in a row ``retry_fallback`` applies.
+* ``"terminate"``: the game ends; the offending agent gets ``invalid_penalty``, the others 0
   (PettingZoo's own rule for illegal moves in classic games).
+
+The old names ``invalid=`` and ``penalty=`` still work with a ``DeprecationWarning``.
 
 The random legal move comes from a generator seeded by ``reset(seed=...)``, so a seeded game
 replays exactly.
@@ -57,54 +60,19 @@ from typing import Any
 
 import numpy as np
 
-from textgym.envs.games import TEXT_GAMES, TextGame
+from textgym.envs.game_text import TextGame, game_for, generic_text_game
 from textgym.spaces import TextSpace
+from textgym.wrappers.invalid_answer import (
+    INVALID_POLICIES,
+    InvalidAnswerRule,
+    as_answer_text,
+    renamed_invalid_kwargs,
+)
 
-INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
+__all__ = ["FEEDBACK", "INVALID_POLICIES", "generic_text_game", "wrap_pettingzoo"]
 
-__all__ = ["INVALID_POLICIES", "generic_text_game", "wrap_pettingzoo"]
-
-
-def generic_text_game(name: str = "game") -> TextGame:
-    """A plain renderer for any PettingZoo env without a dedicated one.
-
-    Action names are ``"0".."n-1"``; the observation is printed as numbers (a dict observation's
-    ``"observation"`` entry, flattened when small).
-    """
-
-    def action_names(env: Any) -> list[str]:
-        space = env.action_space(env.possible_agents[0])
-        if not hasattr(space, "n"):
-            raise TypeError(f"wrap_pettingzoo needs Discrete action spaces, {name} has {space}")
-        return [str(i) for i in range(int(space.n))]
-
-    def system_prompt(env: Any, agent: str) -> str:
-        return (f"You are {agent} in the multi-agent game {name}. Each turn you see your "
-                "observation and the legal actions. Answer with one legal action.")
-
-    def render(env: Any, agent: str, observation: Any) -> str:
-        value = observation.get("observation") if isinstance(observation, dict) else observation
-        array = np.asarray(value)
-        text = np.array2string(array.reshape(-1) if array.size <= 64 else array,
-                               separator=",", max_line_width=120, threshold=256)
-        return f"Observation: {text}"
-
-    return TextGame(name, action_names, system_prompt, render)
-
-
-def _game_for(env: Any, game: TextGame | None) -> TextGame:
-    if game is not None:
-        return game
-    name = str(getattr(env, "metadata", {}).get("name", ""))
-    return TEXT_GAMES.get(name) or generic_text_game(name or type(env).__name__)
-
-
-def _check_policy(invalid: str, parallel: bool) -> None:
-    if invalid not in INVALID_POLICIES:
-        raise ValueError(f"invalid={invalid!r}: choose one of {', '.join(INVALID_POLICIES)}")
-    if parallel and invalid == "retry":
-        raise ValueError("invalid='retry' needs turns; a parallel env steps every agent at once: "
-                         "use 'penalty', 'default' or 'terminate'")
+#: The retry feedback line of the multi-agent envs (``{answer}``, ``{valid_actions}`` filled in).
+FEEDBACK = "'{answer}' is not a legal move. Legal moves: {valid_actions}."
 
 
 class _AgentText:
@@ -144,7 +112,7 @@ class _AgentText:
 
     def parse(self, answer: Any, mask: np.ndarray) -> tuple[int | None, str | None, str | None]:
         """(action index, action name, parser name) of a legal move named in ``answer``."""
-        text = answer if isinstance(answer, str) else str(answer)  # as ParseAction does
+        text = as_answer_text(answer)  # as ParseAction reads it: never raises
         legal_idx = self.legal_indices(mask)
         names = [self.action_names[i] for i in legal_idx]
         if not names:
@@ -158,19 +126,12 @@ class _AgentText:
             return None, None, None
         return legal_idx[found.action_index], names[found.action_index], found.parser
 
-    def feedback(self, answer: Any, mask: np.ndarray) -> str:
-        shown = answer if isinstance(answer, str) else repr(answer)
-        shown = shown.strip().replace("\n", " ")
-        if len(shown) > 40:
-            shown = shown[:37] + "..."
-        return f"'{shown}' is not a legal move. Legal moves: {', '.join(self.legal(mask))}."
-
 
 def _record(answer: Any, action: int | None, name: str | None, parser: str | None,
             invalid_count: int, policy: str | None, retries: int = 0,
             error: str | None = None) -> dict[str, Any]:
     """The parse record of docs/design.md §1."""
-    record = {"raw": answer if isinstance(answer, str) else repr(answer), "action": action,
+    record = {"raw": as_answer_text(answer), "action": action,
               "action_name": name, "parser": parser, "valid": name is not None,
               "invalid_count": invalid_count, "policy": policy, "retries": retries}
     if error is not None:
@@ -187,11 +148,11 @@ def _classes() -> tuple[type, type]:
     class _TextAgents:
         """What both wrappers share: the text spaces, the per-agent text view, and delegation."""
 
-        def _init_text(self, env: Any, game: TextGame | None, parser: Any, invalid: str,
-                       penalty: float, max_length: int) -> None:
+        def _init_text(self, env: Any, game: TextGame | None, parser: Any, rule: InvalidAnswerRule,
+                       max_length: int) -> None:
             self.env = env
-            self.text = _AgentText(env, _game_for(env, game), parser, max_length)
-            self.invalid, self.penalty = invalid, float(penalty)
+            self.text = _AgentText(env, game_for(env, game), parser, max_length)
+            self.rule = rule
             self.metadata = dict(getattr(env, "metadata", {}))
             self.possible_agents = list(env.possible_agents)
             self.render_mode = getattr(env, "render_mode", None)
@@ -231,24 +192,29 @@ def _classes() -> tuple[type, type]:
 
         Args:
             env: the PettingZoo AEC env (Discrete action spaces).
-            game: the :class:`~textgym.envs.games.TextGame` renderer; default: the built-in one for
-                ``env.metadata["name"]`` or :func:`generic_text_game`.
+            game: the :class:`~textgym.envs.game_text.TextGame` renderer; default: the built-in
+                one for ``env.metadata["name"]`` or :func:`generic_text_game`.
             parser: a textgym parser, a function ``f(text, names)`` or a list of them (a chain);
                 default JSON -> regex -> keyword.
-            invalid: the invalid-answer policy: ``"penalty"``, ``"default"``, ``"retry"``, ``"terminate"``.
-            penalty: the reward added for an invalid answer (``"penalty"``, ``"terminate"``, and
-                ``"retry"`` once it falls back).
-            max_retries: invalid answers in a row that ``"retry"`` allows before it falls back to ``"penalty"``.
+            invalid_policy: ``"penalty"``, ``"default"``, ``"retry"`` or ``"terminate"``
+                (:class:`~textgym.wrappers.InvalidAnswerRule`).
+            invalid_penalty: the reward added for an invalid answer (``"penalty"``,
+                ``"terminate"``, and ``"retry"`` once it falls back to one of them).
+            max_retries: invalid answers in a row that ``"retry"`` allows before ``retry_fallback``.
+            retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
+            feedback: the retry feedback line (``{answer}``, ``{valid_actions}``, ``{retries_left}``).
             max_length: observation and answer length limit (characters).
         """
 
         def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
-                     invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
-                     max_length: int = 2048):
+                     invalid_policy: str = "penalty", invalid_penalty: float = -1.0,
+                     max_retries: int = 2, retry_fallback: str = "penalty",
+                     feedback: str = FEEDBACK, max_length: int = 2048):
             super().__init__()
-            _check_policy(invalid, parallel=False)
-            self._init_text(env, game, parser, invalid, penalty, max_length)
-            self.max_retries = int(max_retries)
+            rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
+                                     max_retries=max_retries, retry_fallback=retry_fallback,
+                                     feedback=feedback)
+            self._init_text(env, game, parser, rule, max_length)
             self._forced_end = False
 
         # -- views ------------------------------------------------------------------------
@@ -300,6 +266,11 @@ def _classes() -> tuple[type, type]:
             self.game_returns = {a: 0.0 for a in self.possible_agents}
             self._sync({}, None)
 
+        def cumulative_reward(self, agent: str) -> float:
+            """What ``agent`` received since it last acted (its own move's reward included): the
+            reward :meth:`last` reports when it is ``agent``'s turn, for any agent."""
+            return float(self._cumulative_rewards.get(agent, 0.0))
+
         def outcome(self, agent: str) -> str:
             """``"win"``, ``"draw"`` or ``"loss"`` for ``agent`` by the game's own rewards so far
             (penalties for invalid answers excluded; a forfeit under ``"terminate"`` is a loss)."""
@@ -334,27 +305,25 @@ def _classes() -> tuple[type, type]:
 
             self._invalid_counts[agent] += 1
             count = self._invalid_counts[agent]
-            policy = self.invalid
-            if policy == "retry" and self._retries >= self.max_retries:
-                policy = "penalty"
-            if policy == "retry":
-                self._retries += 1
-                self._feedback[agent] = self.text.feedback(action, mask)
-                record = _record(action, None, None, None, count, "retry", self._retries,
-                                 self.text.last_error)
-                self._last_parse[agent] = record
+            verdict = self.rule.decide(self._retries)
+            self._retries = verdict.retries
+            error = self.text.last_error
+            if verdict.asks_again:
+                self._feedback[agent] = self.rule.feedback_line(self.text.legal(mask), verdict.retries,
+                                                                action)
+                self._last_parse[agent] = _record(action, None, None, None, count, verdict.policy,
+                                                  verdict.retries, error)
                 self.rewards = {a: 0.0 for a in self.agents}
                 self.infos = {a: self._info(a, None) for a in self.agents}
                 return
-            if policy == "terminate":
-                record = _record(action, None, None, None, count, "terminate",
-                                 error=self.text.last_error)
-                self._last_parse[agent] = record
+            if verdict.ends_episode:
+                self._last_parse[agent] = _record(action, None, None, None, count, verdict.policy,
+                                                  error=error)
                 self._forced_end = True
                 self.game_returns[agent] -= 1.0  # a forfeit: the offender loses
                 self.terminations = {a: True for a in self.agents}
                 self.rewards = {a: 0.0 for a in self.agents}
-                self.rewards[agent] = self.penalty
+                self.rewards[agent] = verdict.reward
                 for a in self.agents:
                     self._cumulative_rewards[a] = self._cumulative_rewards.get(a, 0.0) + self.rewards[a]
                 self.infos = {a: self._info(a, None) for a in self.agents}
@@ -363,11 +332,9 @@ def _classes() -> tuple[type, type]:
                 self._deads_step_first()
                 return
             # "penalty" / "default": a random legal move is played for the agent
-            self._retries = 0
             move = int(self._rng.choice(np.flatnonzero(mask)))
-            extra = self.penalty if policy == "penalty" else 0.0
-            self._play(agent, move, _record(action, move, None, None, count, policy,
-                                            error=self.text.last_error), extra)
+            self._play(agent, move, _record(action, move, None, None, count, verdict.policy,
+                                            error=error), verdict.reward)
 
         def _play(self, agent: str, move: int, record: dict[str, Any], extra: float) -> None:
             self._last_parse[agent] = record
@@ -384,14 +351,15 @@ def _classes() -> tuple[type, type]:
     class TextParallelEnv(_TextAgents, ParallelEnv):
         """A parallel PettingZoo env whose agents read and answer text (see the module docstring).
 
-        Args: as :class:`TextAECEnv`, except that ``invalid="retry"`` is not available (every agent
-        acts at once, so there is no turn to repeat).
+        Args: as :class:`TextAECEnv`, except that ``invalid_policy="retry"`` is not available
+        (every agent acts at once, so there is no turn to repeat; hence no retry settings).
         """
 
         def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
-                     invalid: str = "penalty", penalty: float = -1.0, max_length: int = 2048):
-            _check_policy(invalid, parallel=True)
-            self._init_text(env, game, parser, invalid, penalty, max_length)
+                     invalid_policy: str = "penalty", invalid_penalty: float = -1.0,
+                     max_length: int = 2048):
+            rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty, allow_retry=False)
+            self._init_text(env, game, parser, rule, max_length)
             self.agents: list[str] = []
 
         def _convert(self, raw_obs: dict, raw_infos: dict, parses: dict) -> tuple[dict, dict]:
@@ -432,22 +400,22 @@ def _classes() -> tuple[type, type]:
                     continue
                 self._invalid_counts[agent] += 1
                 count = self._invalid_counts[agent]
-                if self.invalid == "terminate":
+                verdict = self.rule.decide(0)
+                if verdict.ends_episode:
                     offenders.append(agent)
-                    parses[agent] = _record(answer, None, None, None, count, "terminate",
+                    parses[agent] = _record(answer, None, None, None, count, verdict.policy,
                                             error=self.text.last_error)
                     continue
                 moves[agent] = int(self._rng.choice(np.flatnonzero(mask)))
-                parses[agent] = _record(answer, moves[agent], None, None, count, self.invalid,
+                parses[agent] = _record(answer, moves[agent], None, None, count, verdict.policy,
                                         error=self.text.last_error)
-                if self.invalid == "penalty":
-                    extra[agent] = self.penalty
+                extra[agent] = verdict.reward
             if offenders:
                 # the game ends before anyone moves: offenders get the penalty, the others 0
                 ended = f"Game over: illegal move by {', '.join(offenders)}."
                 obs = {a: {"text": ended, "action_mask": np.zeros(self.text.n, np.int8)}
                        for a in self.agents}
-                rewards = {a: (self.penalty if a in offenders else 0.0) for a in self.agents}
+                rewards = {a: (self.rule.penalty if a in offenders else 0.0) for a in self.agents}
                 terms = {a: True for a in self.agents}
                 truncs = {a: False for a in self.agents}
                 infos = {a: {"system_prompt": self.system_prompt(a), "valid_actions": [],
@@ -466,8 +434,9 @@ def _classes() -> tuple[type, type]:
 
 
 def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = None,
-                    invalid: str = "penalty", penalty: float = -1.0, max_retries: int = 2,
-                    max_length: int = 2048):
+                    invalid_policy: str | None = None, invalid_penalty: float | None = None,
+                    max_retries: int = 2, retry_fallback: str = "penalty", feedback: str = FEEDBACK,
+                    max_length: int = 2048, invalid: str | None = None, penalty: float | None = None):
     """Turn a PettingZoo AEC or parallel env into a multi-agent text env.
 
     Example:
@@ -483,27 +452,34 @@ def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = Non
 
     Args:
         env: a ``pettingzoo.AECEnv`` or ``pettingzoo.ParallelEnv`` with Discrete action spaces.
-        game: the text renderer (:class:`~textgym.envs.games.TextGame`); default: the built-in one
-            for ``tictactoe_v3``, ``connect_four_v3``, ``rps_v2``, else a generic numeric one.
+        game: the text renderer (:class:`~textgym.envs.game_text.TextGame`); default: the built-in
+            one for ``tictactoe_v3``, ``connect_four_v3``, ``rps_v2``, else a generic numeric one.
         parser: parser(s) for the answers; default JSON -> regex -> keyword.
-        invalid: invalid-answer policy, one of ``"penalty"`` (default), ``"default"``, ``"retry"``
-            (AEC only), ``"terminate"``.
-        penalty: reward added to an invalid answer's agent (``"penalty"``, ``"terminate"``).
-        max_retries: (AEC, ``"retry"``) invalid answers in a row before falling back to ``"penalty"``.
+        invalid_policy: ``"penalty"`` (default), ``"default"``, ``"retry"`` (AEC only) or
+            ``"terminate"`` (see the module docstring).
+        invalid_penalty: reward added to an invalid answer's agent (default -1.0).
+        max_retries: (AEC, ``"retry"``) invalid answers in a row before ``retry_fallback`` applies.
+        retry_fallback: (AEC, ``"retry"``) ``"penalty"``, ``"default"`` or ``"terminate"``.
+        feedback: (AEC, ``"retry"``) the feedback line shown with the repeated observation.
         max_length: observation and answer length limit (characters).
+        invalid: deprecated name of ``invalid_policy``.
+        penalty: deprecated name of ``invalid_penalty``.
 
     Returns:
         A :class:`TextAECEnv` or :class:`TextParallelEnv`.
     """
     import pettingzoo
 
+    invalid_policy, invalid_penalty = renamed_invalid_kwargs(
+        "wrap_pettingzoo", invalid, penalty, invalid_policy, invalid_penalty, ("penalty", -1.0))
     aec_cls, parallel_cls = _classes()
     if isinstance(env, pettingzoo.AECEnv):
-        return aec_cls(env, game, parser=parser, invalid=invalid, penalty=penalty,
-                       max_retries=max_retries, max_length=max_length)
+        return aec_cls(env, game, parser=parser, invalid_policy=invalid_policy,
+                       invalid_penalty=invalid_penalty, max_retries=max_retries,
+                       retry_fallback=retry_fallback, feedback=feedback, max_length=max_length)
     if isinstance(env, pettingzoo.ParallelEnv):
-        return parallel_cls(env, game, parser=parser, invalid=invalid, penalty=penalty,
-                            max_length=max_length)
+        return parallel_cls(env, game, parser=parser, invalid_policy=invalid_policy,
+                            invalid_penalty=invalid_penalty, max_length=max_length)
     raise TypeError(f"wrap_pettingzoo needs a pettingzoo AECEnv or ParallelEnv, got {type(env).__name__}")
 
 

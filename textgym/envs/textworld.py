@@ -18,18 +18,25 @@ TextWorld's own 4-tuple API is adapted to the text-env contract (docs/design.md 
 
 Answers are parsed against the admissible commands with textgym's parsers (JSON, regex,
 keyword: ``{"action": "open box"}``, ``Action: go north``, ``... so I will take the key``).
-An answer that names no admissible command is *free text*, handled by ``invalid_policy``:
+An answer that names no admissible command is *free text*, handled by the
+:class:`~textgym.wrappers.InvalidAnswerRule` made of ``invalid_policy``, ``invalid_penalty``,
+``max_retries``, ``retry_fallback`` and ``feedback`` (the keyword arguments every text env takes):
 
 * ``"penalty"`` (default) and ``"default"``: the answer itself is sent to the game as a command
-  (its first line, printable ASCII, at most 80 characters), as a human player's typing would be;
-  the game answers it (usually "That's not a verb I recognise."), and ``"penalty"`` adds
-  ``invalid_penalty`` to the reward. This is how free text works in ``generate`` mode: a
-  command the game understands but that is missing from the admissible list still does its
-  work. Game-control verbs (``quit``, ``restart``, ``save``, ``restore``, ``undo``, ...) are never
-  sent: the game is left as it was and the observation says so.
+  (its first line; letters, digits and ``,'-`` only; at most 80 characters), as a human player's
+  typing would be; the game answers it (usually "That's not a verb I recognise."), and
+  ``"penalty"`` adds ``invalid_penalty`` to the reward. This is how free text works in
+  ``generate`` mode: a command the game understands but that is missing from the admissible list
+  still does its work. A command whose any clause (the game's parser runs clauses split by
+  "then", commas and full stops) starts with a game-control verb (``quit``, ``restart``, ``save``,
+  ``restore``, ``undo``, ``script``, ...) is never sent: the game is left as it was and the
+  observation says so.
 * ``"retry"``: nothing is sent; the observation repeats with a feedback line; after
-  ``max_retries`` it falls back to ``"penalty"``.
+  ``max_retries`` retries in a row ``retry_fallback`` applies.
 * ``"terminate"``: nothing is sent; the episode ends with reward ``invalid_penalty``.
+
+A non-text answer (``None``, bytes, an object whose ``str()`` fails...) is read as
+:func:`~textgym.wrappers.as_answer_text` reads it, like every other text env: it never raises.
 
 ``info["parse"]["action"]`` is the command sent to the game (a ``str``) or ``None``.
 
@@ -61,30 +68,41 @@ from typing import Any
 
 import gymnasium as gym
 
+from textgym.registry import ReferencePlayer
 from textgym.spaces import TextSpace
+from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
 
 __all__ = [
+    "FEEDBACK",
     "INVALID_POLICIES",
     "TextWorldEnv",
     "clean_feedback",
     "clean_objective",
+    "control_verb",
     "generate_game",
     "make_textworld",
     "register_envs",
     "textgym_home",
+    "walkthrough_player",
 ]
 
-INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
+#: The retry feedback line (``{valid_actions}``, ``{answer}``, ``{retries_left}`` filled in).
+FEEDBACK = "Not a command here. Reply with one of: {valid_actions}."
 
 SYSTEM_PROMPT = ("You play a text adventure. Each turn you read what you see and answer with one "
                  "command, like 'go north', 'open box' or 'take key'. Finish the task to win.")
 
-# Commands that control the interpreter rather than the story: never sent as free text.
+# Verbs that control the interpreter rather than the story: never sent. Some write files into the
+# working directory (save, script, transcript), some leave the game waiting for a yes/no (quit,
+# restart), the others change the game's wording or repeat/undo a move.
 _META_VERBS = frozenset({
-    "quit", "q", "restart", "restore", "save", "undo", "oops", "script", "unscript",
-    "transcript", "noscript", "verbose", "brief", "superbrief", "notify", "version",
-    "pronouns", "again", "g", "y", "yes", "n", "no",
+    "quit", "q", "die", "restart", "restore", "save", "undo", "oops", "o", "script", "unscript",
+    "transcript", "noscript", "verbose", "brief", "superbrief", "short", "long", "normal",
+    "notify", "version", "verify", "pronouns", "nouns", "again", "g", "y", "yes", "n", "no",
 })
+# The game's parser runs one command after another when they are joined by "then", a comma or a
+# full stop (checked with textworld 1.7's interpreter; "and" and ";" do not split commands).
+_CLAUSE_SEPARATOR = re.compile(r"[,.]|\bthen\b", re.IGNORECASE)
 _MAX_COMMAND_CHARS = 80
 
 
@@ -223,6 +241,21 @@ def clean_objective(text: str) -> str:
 _NOT_TYPED = re.compile(r"[^a-z0-9 ,'-]+")   # the interpreter reads "\x" as its own escape commands
 
 
+def control_verb(command: str) -> str | None:
+    """The first game-control verb (``save``, ``quit``, ``script``...) that the game's parser would
+    run in any clause of ``command``, else ``None``.
+
+    Example:
+        >>> control_verb("wait then save"), control_verb("take key, q"), control_verb("open safe")
+        ('save', 'q', None)
+    """
+    for clause in _CLAUSE_SEPARATOR.split(command):
+        words = clause.lower().split()
+        if words and words[0] in _META_VERBS:
+            return words[0]
+    return None
+
+
 def _free_command(answer: str) -> str:
     """An unparsed answer as a typed command: first non-empty line, letters, digits and
     ``,'-`` only (no backslash escapes for the interpreter), at most 80 characters."""
@@ -256,7 +289,9 @@ class TextWorldEnv(gym.Env):
         max_episode_steps: commands per episode before ``truncated``.
         invalid_policy: ``"penalty"``, ``"default"``, ``"retry"`` or ``"terminate"`` (module docstring).
         invalid_penalty: reward added for an answer that names no admissible command.
-        max_retries: consecutive retries before ``"retry"`` falls back to ``"penalty"``.
+        max_retries: consecutive retries before ``"retry"`` falls back to ``retry_fallback``.
+        retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
+        feedback: the retry feedback line (``{valid_actions}``, ``{answer}``, ``{retries_left}``).
         parser: the answer parser(s) (see :mod:`textgym.wrappers.parsers`); default JSON -> regex -> keyword.
         list_commands: end each observation with the admissible commands (generate mode needs them;
             score mode gets them as candidates anyway).
@@ -269,13 +304,14 @@ class TextWorldEnv(gym.Env):
             the reward. 0 (default): the reward is the score alone (1 point at the end of a quest).
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata = {"render_modes": ["ansi"], "render_fps": 4}
 
     def __init__(self, world_size: int = 2, nb_objects: int = 3, quest_length: int = 2,
                  theme: str = "house", games: int | None = None, first_game: int = 0,
                  game_files: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
                  max_episode_steps: int | None = 30, invalid_policy: str = "penalty",
-                 invalid_penalty: float = -0.1, max_retries: int = 2, parser: Any = None,
+                 invalid_penalty: float = -0.1, max_retries: int = 2,
+                 retry_fallback: str = "penalty", feedback: str = FEEDBACK, parser: Any = None,
                  list_commands: bool = True, task_in_system_prompt: bool = True,
                  cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
                  render_mode: str | None = None, progress_reward: float = 0.0):
@@ -283,8 +319,9 @@ class TextWorldEnv(gym.Env):
 
         from textgym.wrappers.parsers import as_parser
 
-        if invalid_policy not in INVALID_POLICIES:
-            raise ValueError(f"invalid_policy={invalid_policy!r}: choose one of {', '.join(INVALID_POLICIES)}")
+        self.rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
+                                      max_retries=max_retries, retry_fallback=retry_fallback,
+                                      feedback=feedback)
         if games is not None and games < 1:
             raise ValueError(f"games must be a positive int or None, got {games!r}")
         if max_episode_steps is not None and max_episode_steps < 1:
@@ -297,8 +334,6 @@ class TextWorldEnv(gym.Env):
         self.cache_dir = cache_dir
         self.game_files = self._find_games(game_files) if game_files is not None else None
         self.max_episode_steps = max_episode_steps
-        self.invalid_policy, self.invalid_penalty = invalid_policy, float(invalid_penalty)
-        self.max_retries = int(max_retries)
         self.parser = as_parser(parser)
         self.list_commands, self.task_in_system_prompt = list_commands, task_in_system_prompt
         self.progress_reward = float(progress_reward)
@@ -311,7 +346,7 @@ class TextWorldEnv(gym.Env):
         self.game_file: str | None = None
         self.objective = ""
         self._state = None
-        self._obs = ""
+        self._obs = self._shown = ""
 
     # -- games ------------------------------------------------------------------------------
     @staticmethod
@@ -382,7 +417,7 @@ class TextWorldEnv(gym.Env):
     # -- text -------------------------------------------------------------------------------
     def _valid(self) -> list[str]:
         commands = self._state.get("admissible_commands") or []
-        return [c for c in commands if c.split(" ", 1)[0] not in _META_VERBS]
+        return [c for c in commands if control_verb(c) is None]
 
     def _observation(self, text: str) -> str:
         if self.list_commands and not self._done() and self._valid():
@@ -417,7 +452,7 @@ class TextWorldEnv(gym.Env):
             text = text.replace(raw_objective, "").strip()
             if not self.task_in_system_prompt:
                 text = f"{self.objective}\n\n{text}"
-        self._obs = self._observation(text)
+        self._obs = self._shown = self._observation(text)
         return self._obs, self._info()
 
     def _parse(self, answer: str) -> tuple[str | None, str | None]:
@@ -438,45 +473,47 @@ class TextWorldEnv(gym.Env):
             raise RuntimeError("call reset() before step()")
         if self._done():
             raise RuntimeError("the game is over: call reset() before step()")
-        answer = action if isinstance(action, str) else str(action)
+        answer = as_answer_text(action)
         command, parser = self._parse(answer)
-        if command is None and not self._valid() and _free_command(answer) and \
-                _free_command(answer).split(" ", 1)[0] not in _META_VERBS:
+        typed = _free_command(answer)
+        if command is None and not self._valid() and typed and control_verb(typed) is None:
             # a game without TextWorld metadata lists no admissible commands: typed text is the action
-            command, parser = _free_command(answer), "text"
-        policy = None
+            command, parser = typed, "text"
+        record = {"raw": answer, "action": command, "action_name": command, "parser": parser,
+                  "valid": command is not None, "invalid_count": self._invalid_count,
+                  "policy": None, "retries": 0}
+        if self._parse_error is not None:
+            record["error"] = self._parse_error
         penalty = 0.0
         if command is None:
             self._invalid_count += 1
-            policy = self.invalid_policy
-            if policy == "retry" and self._retries >= self.max_retries:
-                policy = "penalty"
-        self._retries = self._retries + 1 if policy == "retry" else 0
-        record = {"raw": answer, "action": command, "action_name": command, "parser": parser,
-                  "valid": command is not None, "invalid_count": self._invalid_count,
-                  "policy": policy, "retries": self._retries if policy == "retry" else 0}
-        if self._parse_error is not None:
-            record["error"] = self._parse_error
-
-        if policy == "retry":
-            feedback = f"Not a command here. Reply with one of: {', '.join(self._valid())}."
-            obs = f"{self._obs}\n{feedback}"[: self._max_length]
-            info = self._info()
-            info["parse"] = record
-            return obs, 0.0, False, self._truncate(count=True), info
-        if policy == "terminate":
-            info = self._info()
-            info["valid_actions"] = []
-            info["parse"] = record
-            return "You gave up: that is not a command here.", self.invalid_penalty, True, False, info
-        if policy in ("penalty", "default"):
-            command = _free_command(answer)
+            verdict = self.rule.decide(self._retries)
+            record.update(invalid_count=self._invalid_count, policy=verdict.policy,
+                          retries=verdict.retries)
+            self._retries = verdict.retries
+            if verdict.asks_again:
+                feedback = self.rule.feedback_line(self._valid(), verdict.retries, answer)
+                obs = self._shown = f"{self._obs}\n{feedback}"[: self._max_length]
+                info = self._info()
+                info["parse"] = record
+                info["feedback"] = feedback
+                return obs, 0.0, False, self._truncate(count=True), info
+            if verdict.ends_episode:
+                info = self._info()
+                info["valid_actions"] = []
+                info["parse"] = record
+                self._shown = "You gave up: that is not a command here."
+                return self._shown, verdict.reward, True, False, info
+            # "penalty" / "default": the answer is typed into the game as it is
+            command, penalty = typed, verdict.reward
             record["action"] = command or None
-            penalty = self.invalid_penalty if policy == "penalty" else 0.0
+        else:
+            self._retries = 0
 
-        if command and command.split(" ", 1)[0] in _META_VERBS:
+        blocked = control_verb(command) if command else None
+        if blocked is not None:
             record["action"] = None
-            text = f"'{command}' controls the game, not the story: nothing happens."
+            text = f"'{blocked}' controls the game, not the story: nothing happens."
         elif command:
             self._state, _, _ = self._game.step(command)
             text = clean_feedback(self._state.get("feedback") or "")
@@ -489,7 +526,7 @@ class TextWorldEnv(gym.Env):
         reward = float(score - self._score) + penalty + self.progress_reward * progress
         self._score = score
         terminated = self._done()
-        self._obs = self._observation(text)
+        self._obs = self._shown = self._observation(text)
         info = self._info()
         info["parse"] = record
         info["progress"] = progress
@@ -501,7 +538,8 @@ class TextWorldEnv(gym.Env):
         return self.max_episode_steps is not None and self._steps >= self.max_episode_steps
 
     def render(self) -> str | None:
-        return self._obs if self.render_mode == "ansi" else None
+        """``render_mode="ansi"``: the last observation returned (what the model read)."""
+        return self._shown if self.render_mode == "ansi" else None
 
     def close(self) -> None:
         for env in self._open.values():
@@ -516,10 +554,25 @@ def make_textworld(**kwargs: Any) -> gym.Env:
     return EpisodeStats(TextWorldEnv(**kwargs))
 
 
+def walkthrough_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """Plays each game's walkthrough (the winning commands TextWorld stored with it): the
+    ``"scripted"`` reference policy of ``textgym/TextWorld-v0``. Once the walkthrough is done (or
+    for a game without one) it answers ``look``."""
+    commands: list[str] = []
+
+    def player(info: dict[str, Any]) -> str:
+        if "parse" not in info:              # a reset info: a new game
+            commands[:] = reversed(env.unwrapped.walkthrough or [])
+        return commands.pop() if commands else "look"
+
+    return player
+
+
 def register_envs() -> None:
     """Register ``textgym/TextWorld-v0`` (needs ``textgym[textworld]`` to make)."""
     from textgym.registry import register
 
     register("textgym/TextWorld-v0", "textgym.envs.textworld:make_textworld",
              description="TextWorld adventures generated offline per seed (world size, objects, quest length)",
-             source="textgym", kwargs={"max_episode_steps": 30})
+             source="textgym", kwargs={"max_episode_steps": 30},
+             reference_policies={"scripted": "textgym.envs.textworld:walkthrough_player"})

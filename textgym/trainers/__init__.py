@@ -18,6 +18,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from textgym.policy import Policy
+from textgym.rollout import Envs
 from textgym.trainers.base import Trainer
 from textgym.trainers.config import (
     CONFIGS,
@@ -39,7 +41,7 @@ TRAINERS: dict[str, type[Trainer]] = {
 }
 
 
-def make_trainer(algorithm: str, policy: Any, env: Any = "textgym/Bandit-v0",
+def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  env_kwargs: dict[str, Any] | None = None) -> Trainer:
     """A trainer for ``algorithm`` (``"reinforce"``, ``"grpo"`` or ``"ppo"``).
@@ -60,7 +62,7 @@ def make_trainer(algorithm: str, policy: Any, env: Any = "textgym/Bandit-v0",
                                env_kwargs=env_kwargs)
 
 
-def resume(path: str | Path, policy: Any = None, env: Any = None, out_dir: str | Path | None = None) -> Trainer:
+def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None, out_dir: str | Path | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
     return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir)
 

@@ -5,7 +5,9 @@ Layout of a checkpoint folder::
     adapter/                  PEFT save_pretrained (safetensors)   -- or model/ for full fine-tuning
     value_head.safetensors    PPO's value head (when there is one)
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
-    trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, anything else
+    trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, the policy
+                              (base model name and every PolicyConfig setting), anything else
+    metrics.jsonl             (from a Trainer) the run's metrics lines up to this checkpoint
 
 It is written to ``<dir>.tmp`` and then renamed into place, so a crash mid-write leaves the
 previous checkpoint intact. Loading reads only safetensors and JSON: nothing is unpickled.
@@ -31,6 +33,14 @@ from typing import Any
 import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
+
+from textgym.lora import is_peft_model
+from textgym.policy import Policy
+from textgym.policy.persistence import policy_record
+
+__all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
+           "policy_from_record", "policy_record", "read_state", "save_checkpoint", "save_model_weights",
+           "set_rng_states", "unflatten_optimizer"]
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -91,10 +101,6 @@ def set_rng_states(states: dict[str, Any]) -> None:
 
 # --- model weights ------------------------------------------------------------------------------
 
-def is_peft_model(model: torch.nn.Module) -> bool:
-    return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
-
-
 def save_model_weights(model: torch.nn.Module, folder: Path) -> str:
     """``adapter/`` (PEFT format) for a PEFT model, else ``model/`` (full weights); returns which."""
     if is_peft_model(model):
@@ -128,10 +134,24 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
         model.load_state_dict(load_file(str(file)), strict=False)
 
 
+# --- the policy --------------------------------------------------------------------------------
+
+def policy_from_record(record: dict[str, Any]) -> Policy:
+    """The policy a checkpoint's ``"policy"`` record (:func:`policy_record`: the base model's name
+    and every setting) describes, built by :meth:`Policy.from_pretrained` (without the adapter:
+    the trainer adds it and loads its weights)."""
+    settings = {k: v for k, v in record.items() if v is not None}
+    name = settings.pop("name", None)
+    if name is None:
+        raise ValueError("the checkpoint does not name its base model: pass resume(path, policy=...)")
+    return Policy.from_pretrained(name, **settings)
+
+
 # --- the checkpoint folder -------------------------------------------------------------------
 
 def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],
-                    state: dict[str, Any], value_head: torch.nn.Module | None = None) -> Path:
+                    state: dict[str, Any], value_head: torch.nn.Module | None = None,
+                    files: dict[str, str] | None = None) -> Path:
     """Write a checkpoint atomically (to ``<path>.tmp``, then renamed).
 
     Args:
@@ -140,6 +160,8 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
         optimizers: optimizers by name; their tensors go to ``optimizer.safetensors``.
         state: JSON-able trainer state (counters, config, ...). RNG states are added here.
         value_head: optional module saved to ``value_head.safetensors``.
+        files: more text files to keep in the checkpoint, by name (e.g. the run's metrics lines
+            up to it, so that a line torn by a crash can be restored on resume).
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
@@ -159,6 +181,8 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
         all_tensors.update(tensors)
         optimizer_meta[name] = meta
     save_file(all_tensors, str(tmp / OPTIMIZER_FILE))
+    for name, text in (files or {}).items():
+        _write_synced(tmp / name, text)
     full_state = {**state, "weights": weights, "optimizers": optimizer_meta, "rng": get_rng_states()}
     with open(tmp / STATE_FILE, "w") as f:
         json.dump(full_state, f)
@@ -173,6 +197,13 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
     return path
+
+
+def _write_synced(path: Path, text: str) -> None:
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
 
 
 def checkpoint_dir(path: str | Path) -> Path:

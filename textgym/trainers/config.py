@@ -14,6 +14,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from textgym.lora import LoraSettings
+
 
 @dataclass
 class TrainConfig:
@@ -113,6 +115,11 @@ class TrainConfig:
     def to_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, **dataclasses.asdict(self)}
 
+    def lora_settings(self) -> LoraSettings:
+        """The ``lora_*`` fields as the adapter settings :func:`textgym.lora.add_lora` builds from."""
+        return LoraSettings(r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout,
+                            target_modules=self.lora_target_modules, layers=self.lora_layers)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -134,8 +141,7 @@ class TrainConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 <= self.state_centering <= 1.0:
             raise ValueError(f"state_centering must be in [0, 1], got {self.state_centering}")
-        if self.lora_layers is not None and self.lora_layers < 1:
-            raise ValueError(f"lora_layers must be >= 1 (or None for all layers), got {self.lora_layers}")
+        self.lora_settings()  # validates the lora_* fields
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """GRPO for episodes: groups of G episodes from the same start, advantages relative to the group.
 
-Each update resets the vector env so that every block of ``group_size`` sub-envs shares one env
-seed (same start state), plays one episode per sub-env, and gives each episode the advantage
+Each update plays groups of ``group_size`` episodes on blocks of ``group_size`` sub-envs, every
+member of a group reset with the same seed (same start state), and gives each episode the advantage
 ``(return - group mean) / group std``. Every decision of an episode carries its episode's
 advantage; with ``credit="turn"``, each decision instead gets its return-to-go relative to the
 group's mean return-to-go at the same turn (per-step credit for envs with per-step rewards). The
@@ -22,14 +22,20 @@ Example:
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import Any
-
 import torch
 
-from textgym.trainers.base import Trainer
+from textgym.rollout import Episode, Rollout, collect, decisions_of
+from textgym.trainers.base import Trainer, skipped_update
+from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import GRPOConfig
-from textgym.trainers.losses import clipped_surrogate, group_advantages, returns_to_go, turn_group_advantages
+from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.losses import (
+    all_finite,
+    clipped_surrogate,
+    group_advantages,
+    returns_to_go,
+    turn_group_advantages,
+)
 
 
 class GRPOTrainer(Trainer):
@@ -43,34 +49,31 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"num_envs ({self.venv.num_envs}) must be a multiple of group_size "
                              f"({self.config.group_size}) so that groups start together")
 
-    def collect(self) -> Any:
-        """Play ``episodes_per_update`` episodes in groups: each block of ``group_size`` sub-envs is
-        reset with one shared seed and plays exactly one episode."""
-        from textgym.rollout import collect
+    def collect(self) -> Rollout:
+        """Play ``episodes_per_update`` episodes in groups of ``group_size`` that share a start.
 
-        cfg, n = self.config, self.venv.num_envs
-        episodes, stats = [], {}
+        Each block of ``group_size`` sub-envs plays one group per round, every member reset with
+        the group's seed; the sub-envs play their rounds independently (one rollout loop, no
+        waiting for the slowest group). Episodes come back grouped: ``i * G .. i * G + G - 1``
+        form group ``i``.
+        """
+        self._need_env("collect")
+        cfg, n, G = self.config, self.venv.num_envs, self.config.group_size
         base = self.rollout_seed()
-        round_index = 0
-        while len(episodes) < cfg.episodes_per_update:
-            groups_now = min(n, cfg.episodes_per_update - len(episodes)) // cfg.group_size
-            # One seed per group, repeated for its members (sub-envs beyond the needed groups get
-            # their own seeds and their episodes are dropped).
-            seeds = [base + round_index * n + i // cfg.group_size for i in range(n)]
-            rollout = collect(self.policy, self.venv, episodes=n, seed=seeds)
-            by_env = {}
-            for ep in rollout.episodes:  # keep each sub-env's first episode (the one from the seed)
-                by_env.setdefault(ep.steps[0].env_index, ep)
-            for g in range(groups_now):
-                members = [by_env.get(g * cfg.group_size + j) for j in range(cfg.group_size)]
-                if all(m is not None for m in members):
-                    episodes.extend(members)
-            for key, value in rollout.stats.items():
-                stats[key] = stats.get(key, 0) + value
-            round_index += 1
-        return SimpleNamespace(episodes=episodes, stats=stats)
+        # Group r * (n / G) + b is played by block b in round r, seeded base + r * n + b.
+        groups, per_round = cfg.episodes_per_update // G, n // G
+        rounds = -(-groups // per_round)
+        schedule = [[base + r * n + i // G for r in range(rounds) if r * per_round + i // G < groups]
+                    for i in range(n)]
+        rollout = collect(self.policy, self.venv, schedule=schedule)
+        by_env: dict[int, list[Episode]] = {}
+        for episode in rollout.episodes:  # a sub-env's episodes finish in the order it played them
+            by_env.setdefault(episode.steps[0].env_index, []).append(episode)
+        episodes = [by_env[b * G + j][r] for r in range(rounds) for b in range(per_round)
+                    if r * per_round + b < groups for j in range(G)]
+        return Rollout(episodes=episodes, stats=rollout.stats)
 
-    def _update(self, episodes: list[Any]) -> dict[str, float]:
+    def _update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config
         G = cfg.group_size
         if len(episodes) % G:
@@ -79,9 +82,9 @@ class GRPOTrainer(Trainer):
 
         # 1. Advantage per episode: its return relative to the other members of its group.
         returns = torch.tensor([float(ep.return_) for ep in episodes], dtype=torch.float32)
-        if skipped := self.skip_nonfinite(returns):
-            return skipped
-        decisions = [step.decision for ep in episodes for step in ep.steps]
+        if not all_finite(returns):
+            return skipped_update("rewards")
+        decisions = decisions_of(episodes)
         if cfg.credit == "episode":
             # 2. Every decision of an episode carries the episode's advantage.
             episode_adv = group_advantages(returns.view(-1, G), scale=cfg.scale_rewards).view(-1)
@@ -94,21 +97,25 @@ class GRPOTrainer(Trainer):
                                     for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = self.reference_units(decisions) if cfg.kl_coef else None
+        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
 
-        # 4. Several epochs of the clipped surrogate against the rollout's log-probs.
+        # 4. The clipped surrogate against the rollout's log-probs, KL penalty, entropy bonus.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = self.evaluate_batch(decisions, idx)
+            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
             adv = advantages[idx].to(ev.logprobs.device)
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask, cfg.clip_eps)
             entropy = ev.entropy.mean()
             loss = policy_loss - cfg.entropy_coef * entropy
             stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "clip_frac": clip_frac.item(),
-                     "kl": self.rollout_kl(ev)}
-            loss = self.add_reference_kl(loss, ev, ref, idx, stats)
+                     "kl": rollout_kl(ev)}
+            if ref is not None:
+                ref_kl = reference_kl(ev, ref, idx)
+                loss = loss + cfg.kl_coef * ref_kl
+                stats["ref_kl"] = ref_kl.item()
             return loss, stats
 
-        metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)
+        # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
+        metrics = self.optimize(len(decisions), loss_fn)
         metrics["groups_with_signal"] = int((returns.view(-1, G).std(dim=1) > 0).sum())
         return metrics
 

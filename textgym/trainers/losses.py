@@ -188,12 +188,6 @@ def approx_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tenso
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
-def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
-    """Entropy of the categorical distributions given by ``logits`` along the last dim."""
-    logp = torch.log_softmax(logits.float(), dim=-1)
-    return -(logp.exp() * logp).sum(-1)
-
-
 def all_finite(*tensors: torch.Tensor) -> bool:
     """True when every element of every tensor is finite (no NaN, no inf)."""
     return all(bool(torch.isfinite(t).all()) for t in tensors)
@@ -205,7 +199,6 @@ __all__ = [
     "approx_kl",
     "clipped_surrogate",
     "clipped_value_loss",
-    "entropy_from_logits",
     "gae",
     "group_advantages",
     "masked_mean",

@@ -1,6 +1,12 @@
 """Metrics of a training run: one JSON object per update in ``metrics.jsonl``, and TensorBoard
 scalars when TensorBoard is installed.
 
+A checkpoint keeps a copy of the metrics lines up to its update (:meth:`MetricsWriter.lines_up_to`),
+and resuming from it (:meth:`MetricsWriter.resume`) rewrites ``metrics.jsonl`` to exactly one
+line per update up to the checkpoint, so a line torn by a crash is never lost and an update
+redone after the checkpoint is never counted twice; TensorBoard's steps past the checkpoint
+are superseded the same way.
+
 Example:
     >>> import tempfile, json, pathlib
     >>> d = tempfile.mkdtemp()
@@ -14,8 +20,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+METRICS_FILE = "metrics.jsonl"
 
 
 def _jsonable(value: Any) -> Any:
@@ -29,8 +39,54 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def lines_by_update(path: str | Path) -> tuple[dict[int, str], int]:
+    """The well-formed lines of a metrics file by update number (a later line of the same update
+    wins), and how many lines were not well formed (torn, not JSON, or without an update)."""
+    lines: dict[int, str] = {}
+    bad = 0
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return lines, 0
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        try:
+            update = json.loads(line).get("update")
+        except (json.JSONDecodeError, AttributeError):
+            bad += 1
+            continue
+        if isinstance(update, int) and not isinstance(update, bool) and update >= 1:
+            lines[update] = line
+        else:
+            bad += 1
+    return lines, bad
+
+
+@dataclass(frozen=True)
+class MetricsRepair:
+    """What :meth:`MetricsWriter.resume` did to ``metrics.jsonl``.
+
+    Args:
+        updates: updates with a line now (1 .. the checkpoint's update, those that had one).
+        past_checkpoint: lines of updates after the checkpoint, removed (the resumed run redoes
+            those updates).
+        malformed: lines removed because they were not well formed (torn by a crash, not JSON,
+            or without an update number).
+        restored: lines taken from the checkpoint's copy (torn or missing in the file).
+    """
+
+    updates: int
+    past_checkpoint: int
+    malformed: int
+    restored: int
+
+
 class MetricsWriter:
     """Appends metrics to ``<out_dir>/metrics.jsonl`` (and TensorBoard event files in ``<out_dir>/tb``).
+
+    Nothing is created before the first :meth:`write` (a run that fails to start leaves no
+    trace).
 
     Args:
         out_dir: the run's folder (created if missing). ``None`` writes nothing.
@@ -38,32 +94,78 @@ class MetricsWriter:
     """
 
     def __init__(self, out_dir: str | Path | None, tensorboard: bool = True):
-        self.path = None
-        self._tb = None
-        if out_dir is None:
-            return
-        out_dir = Path(out_dir)
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.path = out_dir / "metrics.jsonl"
-        if tensorboard:
+        self.out_dir = Path(out_dir) if out_dir is not None else None
+        self.path = self.out_dir / METRICS_FILE if self.out_dir is not None else None
+        self.tensorboard = tensorboard
+        self._tb: Any = None
+        self._purge_step: int | None = None
+        self.repair: MetricsRepair | None = None
+        """What the last :meth:`resume` did (``None`` before one)."""
+
+    def _tensorboard(self) -> Any:
+        """The TensorBoard writer, made at the first use (``None`` without TensorBoard)."""
+        if self._tb is None and self.tensorboard and self.out_dir is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-
-                self._tb = SummaryWriter(log_dir=str(out_dir / "tb"))
             except ImportError:  # TensorBoard is optional
-                self._tb = None
+                self.tensorboard = False
+                return None
+            # purge_step: TensorBoard hides the events of earlier sessions from this step on.
+            self._tb = SummaryWriter(log_dir=str(self.out_dir / "tb"), purge_step=self._purge_step)
+        return self._tb
 
     def write(self, metrics: dict[str, Any]) -> None:
         if self.path is None:
             return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(metrics)) + "\n")
-        if self._tb is not None:
+        tb = self._tensorboard()
+        if tb is not None:
             step = int(metrics.get("update", 0))
             for key, value in metrics.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "update":
-                    self._tb.add_scalar(key, value, step)
-            self._tb.flush()
+                    tb.add_scalar(key, value, step)
+            tb.flush()
+
+    def lines_up_to(self, update: int) -> str:
+        """The metrics lines of updates ``1..update``, one per update, in order (what a
+        checkpoint at ``update`` keeps beside its weights)."""
+        if self.path is None:
+            return ""
+        lines, _ = lines_by_update(self.path)
+        return "".join(f"{lines[u]}\n" for u in sorted(lines) if u <= update)
+
+    def resume(self, checkpoint: str | Path, update: int) -> MetricsRepair | None:
+        """Continue the run of the checkpoint folder ``checkpoint``, taken at ``update``.
+
+        Rewrites ``metrics.jsonl`` (atomically) so that it holds one well-formed line for every
+        update up to ``update``: the file's own line, else the checkpoint's copy of it; lines
+        past the checkpoint (the resumed run redoes them) and torn lines go. TensorBoard events
+        from step ``update + 1`` on are superseded. Returns what was changed (also kept in
+        :attr:`repair`).
+        """
+        if self.path is None:
+            return None
+        on_disk, bad = lines_by_update(self.path)
+        saved, _ = lines_by_update(Path(checkpoint) / METRICS_FILE)
+        # The checkpoint's copy wins (it is what the checkpoint's state followed from); the
+        # file's own line serves for checkpoints written without a copy.
+        merged = {u: line for u, line in {**on_disk, **saved}.items() if u <= update}
+        restored = sum(1 for u in merged if u not in on_disk)
+        past = sum(1 for u in on_disk if u > update)
+        text = "".join(f"{merged[u]}\n" for u in sorted(merged))
+        old = self.path.read_bytes() if self.path.is_file() else b""
+        if text.encode("utf-8") != old:
+            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, self.path)
+        self._purge_step = update + 1
+        if past and (self.out_dir / "tb").is_dir():
+            self._tensorboard()  # hide the dropped steps now, even if no update follows
+        self.repair = MetricsRepair(updates=len(merged), past_checkpoint=past, malformed=bad,
+                                    restored=restored)
+        return self.repair
 
     def close(self) -> None:
         if self._tb is not None:
@@ -81,5 +183,5 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """The metrics objects of a ``metrics.jsonl`` file (or of the run folder holding it)."""
     path = Path(path)
     if path.is_dir():
-        path = path / "metrics.jsonl"
+        path = path / METRICS_FILE
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

@@ -24,9 +24,13 @@ from typing import Any
 
 import torch
 
-from textgym.trainers.base import Trainer, decisions_of
+from textgym.rollout import Episode, decisions_of
+from textgym.trainers.base import Trainer, skipped_update
+from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import PPOConfig
+from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
 from textgym.trainers.losses import (
+    all_finite,
     clipped_surrogate,
     clipped_value_loss,
     gae,
@@ -53,9 +57,9 @@ class PPOTrainer(Trainer):
     def _value_head(self) -> torch.nn.Module:
         return self.value_head
 
-    def _update(self, episodes: list[Any]) -> dict[str, float]:
+    def _update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config
-        decisions, _ = decisions_of(episodes)
+        decisions = decisions_of(episodes)
 
         # 1. Values of every decision's state under the current value head (no grad), once.
         with torch.no_grad():
@@ -77,17 +81,17 @@ class PPOTrainer(Trainer):
             returns.append(ret)
             start += T
         advantages, returns = torch.cat(advantages), torch.cat(returns)
-        if skipped := self.skip_nonfinite(advantages, returns):
-            return skipped
+        if not all_finite(advantages, returns):
+            return skipped_update("rewards or advantages")
         if cfg.normalize_advantages and len(advantages) > 1:
             advantages = normalize(advantages)
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = self.reference_units(decisions) if cfg.kl_coef else None
+        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
 
         # 4. Epochs of clipped policy and value steps; stop once the policy moved past target_kl.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = self.evaluate_batch(decisions, idx)
+            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
             device = ev.logprobs.device
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, advantages[idx].to(device),
                                                        ev.mask, cfg.clip_eps)
@@ -99,11 +103,15 @@ class PPOTrainer(Trainer):
             loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
             stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
                      "entropy": entropy.item(), "clip_frac": clip_frac.item(),
-                     "kl": self.rollout_kl(ev)}
-            loss = self.add_reference_kl(loss, ev, ref, idx, stats)
+                     "kl": rollout_kl(ev)}
+            if ref is not None:
+                ref_kl = reference_kl(ev, ref, idx)
+                loss = loss + cfg.kl_coef * ref_kl
+                stats["ref_kl"] = ref_kl.item()
             return loss, stats
 
-        metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)
+        # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
+        metrics = self.optimize(len(decisions), loss_fn)
         metrics["value_mean"] = float(values.mean())
         metrics["explained_variance"] = float(1 - (returns - values).var(correction=0) / returns.var(correction=0).clamp(min=1e-8))
         return metrics

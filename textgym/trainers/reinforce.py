@@ -23,9 +23,12 @@ from typing import Any
 
 import torch
 
-from textgym.trainers.base import Trainer, decisions_of
+from textgym.rollout import Episode, decisions_of
+from textgym.trainers.base import Trainer, skipped_update
+from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import ReinforceConfig
-from textgym.trainers.losses import EMABaseline, normalize, returns_to_go
+from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.losses import EMABaseline, all_finite, normalize, returns_to_go
 
 
 class ReinforceTrainer(Trainer):
@@ -37,17 +40,17 @@ class ReinforceTrainer(Trainer):
     def _init_algorithm(self) -> None:
         self.baseline = EMABaseline(self.config.ema_decay)
 
-    def _update(self, episodes: list[Any]) -> dict[str, float]:
+    def _update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config
-        decisions, _ = decisions_of(episodes)
+        decisions = decisions_of(episodes)
 
         # 1. Credit each decision with the discounted return from its step to the episode's end.
         returns = torch.cat([
             returns_to_go(torch.tensor([s.reward for s in ep.steps], dtype=torch.float32), cfg.gamma)
             for ep in episodes
         ])
-        if skipped := self.skip_nonfinite(returns):
-            return skipped
+        if not all_finite(returns):
+            return skipped_update("rewards")
 
         # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns.
         if cfg.baseline == "batch":
@@ -58,21 +61,24 @@ class ReinforceTrainer(Trainer):
             advantages = returns
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = self.reference_units(decisions) if cfg.kl_coef else None
+        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
 
         # 4. Loss per minibatch: -A * log pi(answer), KL penalty, entropy bonus.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = self.evaluate_batch(decisions, idx)
+            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
             logprob = (ev.logprobs * ev.mask).sum(dim=1)  # log pi of the whole answer
             policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
             entropy = ev.entropy.mean()
             loss = policy_loss - cfg.entropy_coef * entropy
-            stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(),
-                     "kl": self.rollout_kl(ev)}
-            loss = self.add_reference_kl(loss, ev, ref, idx, stats)
+            stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "kl": rollout_kl(ev)}
+            if ref is not None:
+                ref_kl = reference_kl(ev, ref, idx)
+                loss = loss + cfg.kl_coef * ref_kl
+                stats["ref_kl"] = ref_kl.item()
             return loss, stats
 
-        metrics = self.optimize(len(decisions), loss_fn, target_kl=cfg.target_kl)
+        # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
+        metrics = self.optimize(len(decisions), loss_fn)
         metrics["advantage_std"] = float(advantages.std(correction=0))
         return metrics
 

@@ -25,11 +25,13 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import torch
 
-from textgym.trainers.config import SFTConfig
+from textgym.policy import Decision, Policy
+from textgym.rollout import Episode, decisions_of
+from textgym.trainers.config import SFTConfig, TrainConfig
+from textgym.trainers.optimization import optimizer_step
 
 
 @dataclass
@@ -70,11 +72,10 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
     return demos
 
 
-def demonstration_decisions(policy: Any, demos: Sequence[Demonstration], system_prompt: str = "") -> list[Any]:
+def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
+                            system_prompt: str = "") -> list[Decision]:
     """Turn demonstrations into decisions the policy can evaluate: the chat-formatted prompt ids and
     the answer's token ids (with the end-of-turn token, as the policy emits and scores it)."""
-    from textgym.policy import Decision
-
     decisions = []
     for demo in demos:
         system = demo.system_prompt if demo.system_prompt is not None else system_prompt
@@ -85,17 +86,16 @@ def demonstration_decisions(policy: Any, demos: Sequence[Demonstration], system_
     return decisions
 
 
-def sft_on_decisions(policy: Any, decisions: Sequence[Any], optimizer: torch.optim.Optimizer,
+def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
                      batch_size: int = 16, epochs: int = 1, max_grad_norm: float | None = 1.0,
                      seed: int | None = None) -> float:
     """Maximise the log-likelihood of ``decisions``' answers; returns the mean loss of the last epoch.
 
     Works for both kinds of decision: a generate-mode decision's loss is the mean NLL of its answer
     tokens; a score-mode decision's is the NLL of its chosen candidate among the valid ones.
-    Batches whose loss is not finite are skipped.
+    Batches whose loss or gradient is not finite are skipped.
     """
     rng = random.Random(seed)
-    params = [p for group in optimizer.param_groups for p in group["params"]]
     last = float("nan")
     for _ in range(epochs):
         order = list(range(len(decisions)))
@@ -111,16 +111,14 @@ def sft_on_decisions(policy: Any, decisions: Sequence[Any], optimizer: torch.opt
                 continue
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if max_grad_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm)
-            optimizer.step()
-            losses.append(loss.item())
+            if optimizer_step(optimizer, max_grad_norm):
+                losses.append(loss.item())
         optimizer.zero_grad(set_to_none=True)
         last = sum(losses) / len(losses) if losses else float("nan")
     return last
 
 
-def sft(policy: Any, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
+def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
         config: SFTConfig | None = None, *, epochs: int | None = None,
         parameters: Sequence[torch.nn.Parameter] | None = None) -> list[float]:
     """Fine-tune ``policy`` on demonstrations (a JSONL path or a list); returns the loss per epoch.
@@ -149,4 +147,43 @@ def sft(policy: Any, demonstrations: Sequence[Demonstration] | str | Path, syste
     return history
 
 
-__all__ = ["Demonstration", "demonstration_decisions", "load_demonstrations", "sft", "sft_on_decisions"]
+class OnlineSFT:
+    """Online SFT between RL updates: every ``sft_every`` updates, one epoch of imitation of the
+    best episodes (by return) of a replay buffer. See the ``sft_*`` fields of :class:`TrainConfig`.
+
+    Args:
+        config: the trainer's config (``sft_every``, ``sft_top_fraction``, ``replay_size``,
+            ``sft_lr``, ``minibatch_size``, ``max_grad_norm``).
+    """
+
+    def __init__(self, config: TrainConfig):
+        self.config = config
+        self.replay: list[Episode] = []
+        self.optimizer: torch.optim.Optimizer | None = None  # made at the first SFT step
+
+    def make_optimizer(self, parameters: Sequence[torch.nn.Parameter]) -> torch.optim.Optimizer:
+        if self.optimizer is None:
+            self.optimizer = torch.optim.AdamW(list(parameters), lr=self.config.sft_lr)
+        return self.optimizer
+
+    def after_update(self, policy: Policy, episodes: Sequence[Episode], update_count: int,
+                     parameters: Sequence[torch.nn.Parameter]) -> dict[str, float]:
+        """Add ``episodes`` to the replay buffer and, on every ``sft_every``-th update, imitate the
+        best of it; returns ``sft_loss`` and ``sft_decisions`` when it did."""
+        cfg = self.config
+        if not cfg.sft_every:
+            return {}
+        self.replay.extend(episodes)
+        self.replay = self.replay[-cfg.replay_size:]
+        if update_count % cfg.sft_every:
+            return {}
+        best = sorted(self.replay, key=lambda ep: float(ep.return_), reverse=True)
+        best = best[: max(1, int(len(best) * cfg.sft_top_fraction))]
+        decisions = decisions_of(best)
+        loss = sft_on_decisions(policy, decisions, self.make_optimizer(parameters),
+                                batch_size=cfg.minibatch_size, epochs=1, max_grad_norm=cfg.max_grad_norm)
+        return {"sft_loss": loss, "sft_decisions": len(decisions)}
+
+
+__all__ = ["Demonstration", "OnlineSFT", "demonstration_decisions", "load_demonstrations", "sft",
+           "sft_on_decisions"]

@@ -3,15 +3,24 @@
 Stacked inner -> outer as :func:`textgym.wrap` does it::
 
     base env -> TextObservation -> ParseAction -> EpisodeStats [-> ShapeReward] [-> History]
+             [-> RenderText]
 """
 
-from textgym.wrappers.episode_stats import EpisodeStats
+from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, EpisodeStats, episode_stats
 from textgym.wrappers.history import History
-from textgym.wrappers.parse_action import (
+from textgym.wrappers.invalid_answer import (
     DEFAULT_FEEDBACK,
     INVALID_POLICIES,
+    RETRY_FALLBACKS,
+    InvalidAnswer,
+    InvalidAnswerRule,
+    as_answer_text,
+)
+from textgym.wrappers.parse_action import (
+    ActionTable,
     ParseAction,
     env_action_names,
+    resolve_actions,
 )
 from textgym.wrappers.parsers import (
     DEFAULT_REGEX_PATTERNS,
@@ -25,6 +34,7 @@ from textgym.wrappers.parsers import (
     as_parser,
     default_parser,
 )
+from textgym.wrappers.render_text import RenderText
 from textgym.wrappers.shape_reward import (
     Clip,
     Constant,
@@ -38,13 +48,21 @@ from textgym.wrappers.shape_reward import (
     ShapeReward,
     as_schedule,
 )
-from textgym.wrappers.text_observation import DEFAULT_SYSTEM_PROMPT, TextObservation, describe
+from textgym.wrappers.text_observation import (
+    DEFAULT_SYSTEM_PROMPT,
+    Renderer,
+    TextObservation,
+    describe,
+)
 
 __all__ = [
     "DEFAULT_FEEDBACK",
     "DEFAULT_REGEX_PATTERNS",
     "DEFAULT_SYSTEM_PROMPT",
+    "EPISODE_STATS_KEY",
     "INVALID_POLICIES",
+    "RETRY_FALLBACKS",
+    "ActionTable",
     "Clip",
     "Constant",
     "EpisodeStats",
@@ -52,23 +70,30 @@ __all__ = [
     "FormatBonus",
     "FunctionParser",
     "History",
+    "InvalidAnswer",
+    "InvalidAnswerRule",
     "JSONParser",
     "KeywordParser",
     "LinearDecay",
-    "Potential",
     "ParseAction",
     "ParseResult",
     "Parser",
     "ParserChain",
+    "Potential",
     "RegexParser",
+    "RenderText",
+    "Renderer",
     "RewardFn",
     "RewardTerm",
     "Scale",
     "ShapeReward",
     "TextObservation",
+    "as_answer_text",
     "as_parser",
     "as_schedule",
     "default_parser",
     "describe",
     "env_action_names",
+    "episode_stats",
+    "resolve_actions",
 ]

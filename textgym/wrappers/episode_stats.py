@@ -2,17 +2,31 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 
-__all__ = ["EpisodeStats"]
+__all__ = ["EPISODE_STATS_KEY", "EpisodeStats", "episode_stats"]
+
+#: The info key of the episode summary. Not Gymnasium's ``"episode"``: that one belongs to
+#: :class:`gymnasium.wrappers.RecordEpisodeStatistics`, which users may stack on a text env too.
+EPISODE_STATS_KEY = "episode_stats"
+
+
+def episode_stats(info: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The summary :class:`EpisodeStats` put in an episode's last ``info``, else ``None``."""
+    stats = info.get(EPISODE_STATS_KEY) if isinstance(info, dict) else None
+    return stats if isinstance(stats, dict) else None
 
 
 class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Adds ``info["episode"] = {"return", "length", "invalid_count"}`` at episode end.
+    """Adds ``info["episode_stats"] = {"return", "length", "invalid_count"}`` at episode end.
 
     ``return`` sums the rewards this wrapper sees (the env's reward plus invalid-answer
     penalties; reward shaping sits outside it), ``length`` counts ``step`` calls (retried
-    answers included) and ``invalid_count`` comes from ``info["parse"]``.
+    answers included) and ``invalid_count`` comes from ``info["parse"]``. Gymnasium's own
+    :class:`~gymnasium.wrappers.RecordEpisodeStatistics` (``info["episode"]``) can wrap the same
+    env: the two keys do not clash.
 
     Example:
         >>> import gymnasium as gym
@@ -23,7 +37,7 @@ class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
         >>> while not done:
         ...     _, _, terminated, truncated, info = env.step("LEFT")
         ...     done = terminated or truncated
-        >>> info["episode"]
+        >>> info["episode_stats"]
         {'return': 11.0, 'length': 11, 'invalid_count': 0}
 
     Args:
@@ -55,7 +69,7 @@ class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.episode_invalid_count += 1
         if terminated or truncated:
             info = dict(info)
-            info["episode"] = {
+            info[EPISODE_STATS_KEY] = {
                 "return": self.episode_return,
                 "length": self.episode_length,
                 "invalid_count": self.episode_invalid_count,

@@ -5,21 +5,24 @@ from __future__ import annotations
 import copy
 import itertools
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import logger, spaces
 
 from textgym.spaces import TextSpace
+from textgym.wrappers.invalid_answer import (
+    DEFAULT_FEEDBACK,
+    INVALID_POLICIES,
+    InvalidAnswerRule,
+    as_answer_text,
+)
 from textgym.wrappers.parsers import ParseResult, ParserLike, as_parser
 
-__all__ = ["DEFAULT_FEEDBACK", "INVALID_POLICIES", "MAX_MULTIBINARY", "ParseAction", "env_action_names"]
+__all__ = ["DEFAULT_FEEDBACK", "INVALID_POLICIES", "MAX_MULTIBINARY", "ActionTable", "ParseAction",
+           "env_action_names", "resolve_actions"]
 
-#: The invalid-answer policies.
-INVALID_POLICIES = ("penalty", "default", "retry", "terminate")
-#: The line appended to the previous observation when an answer is retried.
-DEFAULT_FEEDBACK = "Invalid answer. Reply with one of: {valid_actions}."
 #: MultiBinary action spaces are enumerated; above this many bits the list gets too long.
 MAX_MULTIBINARY = 8
 
@@ -44,6 +47,81 @@ def env_action_names(env: gym.Env, n: int) -> list[str] | None:
     return None
 
 
+class ActionTable(NamedTuple):
+    """The named actions of an env, as :func:`resolve_actions` finds them."""
+
+    names: list[str]
+    """Every action name, in env-action order."""
+    env_actions: list[Any]
+    """The env action of each name (an int, or an array for ``MultiBinary``)."""
+    mask_index: list[int] | None
+    """Each name's index into the env's action mask, or ``None`` when masks do not apply."""
+
+
+def resolve_actions(env: gym.Env, action_names: Sequence[str] | Mapping[str, Any] | None = None
+                    ) -> ActionTable:
+    """The action names of ``env`` and the env action each one stands for.
+
+    ``action_names`` as :class:`ParseAction` takes it: ``None`` (the env's own names, else
+    ``"0".."n-1"``), a list of names, or a dict ``{name: env_action}``.
+
+    Example:
+        >>> import gymnasium as gym
+        >>> resolve_actions(gym.make("CartPole-v1"), ["LEFT", "RIGHT"]).names
+        ['LEFT', 'RIGHT']
+
+    Raises:
+        ValueError: the action space is not supported or the names do not fit it.
+    """
+    space = env.action_space
+    if isinstance(action_names, Mapping):
+        names = [str(k) for k in action_names]
+        env_actions = [a if isinstance(space, spaces.Discrete) or np.isscalar(a)
+                       else np.asarray(a, dtype=space.dtype) for a in action_names.values()]
+        for name, a in zip(names, env_actions):
+            if not space.contains(a):
+                raise ValueError(f"action {name!r} -> {a!r} is not in the env's action space {space}")
+        if isinstance(space, spaces.Discrete):
+            env_actions = [int(a) for a in env_actions]
+            return ActionTable(names, env_actions, [a - int(space.start) for a in env_actions])
+        return ActionTable(names, env_actions, None)
+    if isinstance(space, spaces.Discrete):
+        n, start = int(space.n), int(space.start)
+        if action_names is None:
+            names = env_action_names(env, n) or [str(start + i) for i in range(n)]
+        else:
+            names = [str(x) for x in action_names]
+            if len(names) != n:
+                raise ValueError(f"got {len(names)} action names for Discrete({n}): {names}")
+        return ActionTable(names, [start + i for i in range(n)], list(range(n)))
+    if isinstance(space, spaces.MultiBinary):
+        shape = tuple(np.atleast_1d(space.n)) if not isinstance(space.n, int) else (space.n,)
+        if len(shape) != 1 or shape[0] > MAX_MULTIBINARY:
+            raise ValueError(
+                f"MultiBinary action spaces are supported up to {MAX_MULTIBINARY} bits in 1-D "
+                f"(every combination becomes a named action); got shape {shape}. Pass "
+                f"action_names={{name: action_array}} to name the combinations you need.")
+        n = shape[0]
+        if action_names is None:
+            bits = env_action_names(env, n) or [str(i) for i in range(n)]
+        else:
+            bits = [str(x) for x in action_names]
+            if len(bits) != n:
+                raise ValueError(
+                    f"for MultiBinary({n}) give the {n} bit names (combinations are named "
+                    f"'A+B'), got {len(bits)}: {bits}")
+        names, env_actions = [], []
+        for combo in itertools.product((0, 1), repeat=n):
+            set_bits = [bits[i] for i in range(n) if combo[i]]
+            names.append("+".join(set_bits) if set_bits else "NONE")
+            env_actions.append(np.array(combo, dtype=space.dtype))
+        return ActionTable(names, env_actions, None)
+    raise ValueError(
+        f"ParseAction supports Discrete and 1-D MultiBinary action spaces (optionally with an "
+        f"action mask), or action_names={{name: env_action}}; got {space}. For a Box action "
+        f"space, discretize it first, e.g. gymnasium.wrappers.DiscretizeAction.")
+
+
 class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Turns the action into text: ``step(answer: str)`` parses the answer into an env action.
 
@@ -51,7 +129,8 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     :mod:`textgym.wrappers.parsers`) maps the answer to one of ``action_names``. An answer
     is *valid* when it names a legal action: one that the current action mask allows
     (``info["action_mask"]``, as in Taxi, or an ``action_mask`` attribute of the env).
-    An invalid answer is handled by ``invalid_policy``:
+    An invalid answer is handled by the :class:`~textgym.wrappers.InvalidAnswerRule` made of
+    ``invalid_policy``, ``invalid_penalty``, ``max_retries``, ``retry_fallback`` and ``feedback``:
 
     * ``"penalty"``: apply the default action and add ``invalid_penalty`` to the env's reward.
     * ``"default"``: apply the default action.
@@ -63,7 +142,8 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     The default action is ``default_action``, or the first legal action when that one is
     masked. ``step`` never raises on a bad answer (empty, 1 MB, unicode, control characters,
-    malformed JSON); a non-``str`` action is converted with ``str()``.
+    malformed JSON); a non-``str`` action is read as text by
+    :func:`~textgym.wrappers.as_answer_text` (``str()``, or ``""`` when that fails).
 
     ``info["valid_actions"]`` (legal names now) is set by ``reset`` and ``step``, and
     ``step`` sets ``info["parse"]``: ``raw``, ``action`` (the env action applied, ``None``
@@ -104,7 +184,8 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             ``action_names`` or a name.
         max_retries: consecutive retries allowed before ``retry_fallback`` applies.
         retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
-        feedback: the retry feedback line; ``{valid_actions}`` and ``{retries_left}`` are filled in.
+        feedback: the retry feedback line; ``{valid_actions}``, ``{retries_left}`` and
+            ``{answer}`` are filled in.
         max_length: the longest answer the action space declares (longer ones are still parsed).
     """
 
@@ -128,21 +209,12 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             max_length=max_length,
         )
         gym.Wrapper.__init__(self, env)
-        if invalid_policy not in INVALID_POLICIES:
-            raise ValueError(f"invalid_policy must be one of {INVALID_POLICIES}, got {invalid_policy!r}")
-        if retry_fallback not in ("penalty", "default", "terminate"):
-            raise ValueError(
-                f"retry_fallback must be 'penalty', 'default' or 'terminate', got {retry_fallback!r}")
-        if int(max_retries) < 0:
-            raise ValueError(f"max_retries must be >= 0, got {max_retries}")
+        self.rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
+                                      max_retries=max_retries, retry_fallback=retry_fallback,
+                                      feedback=feedback)
         self.parser = as_parser(parser)
-        self.invalid_policy = invalid_policy
-        self.invalid_penalty = float(invalid_penalty)
-        self.max_retries = int(max_retries)
-        self.retry_fallback = retry_fallback
-        self.feedback = feedback
 
-        self._names, self._env_actions, self._mask_index = self._resolve_actions(env, action_names)
+        self._names, self._env_actions, self._mask_index = resolve_actions(env, action_names)
         self._names_tuple = tuple(self._names)
         self._default_index = self._resolve_default(default_action)
         self.action_space = TextSpace(max_length=max_length)
@@ -156,57 +228,6 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._warned: set[str] = set()
 
     # ------------------------------------------------------------------ set-up
-
-    @staticmethod
-    def _resolve_actions(env, action_names):
-        """-> (names, env actions, mask index per name or None)."""
-        space = env.action_space
-        if isinstance(action_names, Mapping):
-            names = [str(k) for k in action_names]
-            env_actions = [a if isinstance(space, spaces.Discrete) or np.isscalar(a)
-                           else np.asarray(a, dtype=space.dtype) for a in action_names.values()]
-            for name, a in zip(names, env_actions):
-                if not space.contains(a):
-                    raise ValueError(f"action {name!r} -> {a!r} is not in the env's action space {space}")
-            if isinstance(space, spaces.Discrete):
-                env_actions = [int(a) for a in env_actions]
-                return names, env_actions, [a - int(space.start) for a in env_actions]
-            return names, env_actions, None
-        if isinstance(space, spaces.Discrete):
-            n, start = int(space.n), int(space.start)
-            if action_names is None:
-                names = env_action_names(env, n) or [str(start + i) for i in range(n)]
-            else:
-                names = [str(x) for x in action_names]
-                if len(names) != n:
-                    raise ValueError(f"got {len(names)} action names for Discrete({n}): {names}")
-            return names, [start + i for i in range(n)], list(range(n))
-        if isinstance(space, spaces.MultiBinary):
-            shape = tuple(np.atleast_1d(space.n)) if not isinstance(space.n, int) else (space.n,)
-            if len(shape) != 1 or shape[0] > MAX_MULTIBINARY:
-                raise ValueError(
-                    f"MultiBinary action spaces are supported up to {MAX_MULTIBINARY} bits in 1-D "
-                    f"(every combination becomes a named action); got shape {shape}. Pass "
-                    f"action_names={{name: action_array}} to name the combinations you need.")
-            n = shape[0]
-            if action_names is None:
-                bits = env_action_names(env, n) or [str(i) for i in range(n)]
-            else:
-                bits = [str(x) for x in action_names]
-                if len(bits) != n:
-                    raise ValueError(
-                        f"for MultiBinary({n}) give the {n} bit names (combinations are named "
-                        f"'A+B'), got {len(bits)}: {bits}")
-            names, env_actions = [], []
-            for combo in itertools.product((0, 1), repeat=n):
-                set_bits = [bits[i] for i in range(n) if combo[i]]
-                names.append("+".join(set_bits) if set_bits else "NONE")
-                env_actions.append(np.array(combo, dtype=space.dtype))
-            return names, env_actions, None
-        raise ValueError(
-            f"ParseAction supports Discrete and 1-D MultiBinary action spaces (optionally with an "
-            f"action mask), or action_names={{name: env_action}}; got {space}. For a Box action "
-            f"space, discretize it first, e.g. gymnasium.wrappers.DiscretizeAction.")
 
     def _resolve_default(self, default_action) -> int:
         if isinstance(default_action, str):
@@ -257,7 +278,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def step(self, action: Any):
         if self._mask_from_attr:  # a live mask attribute may have changed since the last step
             self._update_legal({})
-        raw = _as_text(action)
+        raw = as_answer_text(action)
         result, error = self._parse(raw)
         index = result.action_index if result is not None else None
         record = {
@@ -279,23 +300,17 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
         # Invalid: unparsed, or a masked (illegal) action.
         self._invalid_count += 1
-        record["invalid_count"] = self._invalid_count
-        policy = self.invalid_policy
-        if policy == "retry":
-            if self._retries < self.max_retries:
-                self._retries += 1
-                record.update(policy="retry", retries=self._retries)
-                return self._retry(record)
-            policy = self.retry_fallback
-        record["policy"] = policy
-        if policy == "terminate":
-            self._retries = 0
+        verdict = self.rule.decide(self._retries)
+        record.update(invalid_count=self._invalid_count, policy=verdict.policy, retries=verdict.retries)
+        self._retries = verdict.retries
+        if verdict.asks_again:
+            return self._retry(record, raw)
+        if verdict.ends_episode:
             info = self._copy_last_info()
             info["valid_actions"] = self.valid_actions
             info["parse"] = record
-            return copy.deepcopy(self._last_obs), self.invalid_penalty, True, False, info
-        penalty = self.invalid_penalty if policy == "penalty" else 0.0
-        return self._apply(self._fallback_index(), record, penalty=penalty)
+            return copy.deepcopy(self._last_obs), verdict.reward, True, False, info
+        return self._apply(self._fallback_index(), record, penalty=verdict.reward)
 
     # ------------------------------------------------------------------ helpers
 
@@ -328,10 +343,9 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         info["parse"] = record
         return obs, float(reward) + penalty, terminated, truncated, info
 
-    def _retry(self, record: dict):
+    def _retry(self, record: dict, raw: str):
         valid = self.valid_actions
-        line = self.feedback.format(valid_actions=", ".join(valid),
-                                    retries_left=self.max_retries - self._retries)
+        line = self.rule.feedback_line(valid, self._retries, raw)
         obs = copy.deepcopy(self._last_obs)
         if isinstance(obs, str):
             obs = f"{obs}\n{line}" if obs else line
@@ -394,16 +408,3 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             return None
         return mask
 
-
-def _as_text(action: Any) -> str:
-    """The answer as a str, whatever was passed (never raises)."""
-    if isinstance(action, str):
-        return action
-    if action is None:
-        return ""
-    if isinstance(action, (bytes, bytearray)):
-        return bytes(action).decode("utf-8", errors="replace")
-    try:
-        return str(action)
-    except Exception:  # noqa: BLE001
-        return ""

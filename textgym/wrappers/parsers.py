@@ -116,6 +116,9 @@ class _NameTable:
             self.exact.setdefault(name, i)
             self.normalized.setdefault(_normalize(name), i)
         self.has_separators = any(_SEPARATOR.search(n.strip()) for n in names)
+        # Numbers name actions here ("1".."9" squares): a number is then never read as an index,
+        # or naming a square that is not listed (taken) would pick another one.
+        self.numeric_names = any(n.strip().isdecimal() for n in names)
         # Longest names first so that "move north" wins over "move" in an alternation.
         ordered = sorted({n.strip() for n in names if n.strip()}, key=len, reverse=True)
         self.alternation = "|".join(_name_regex(n) for n in ordered) or r"(?!x)x"
@@ -136,7 +139,7 @@ class _NameTable:
             return None
         if isinstance(value, int):
             by_name = self.exact.get(str(value))
-            if by_name is not None:
+            if by_name is not None or self.numeric_names:
                 return by_name
             return value if 0 <= value < len(self.names) else None
         if isinstance(value, str):
@@ -175,7 +178,7 @@ class JSONParser(Parser):
     Handles bare JSON, JSON inside prose, and JSON in a code fence (```json ... ```).
     Keys and values are case-insensitive; the value is an action name or an integer index
     into ``action_names`` (``{"action": 1}``; when the names are themselves numbers, a
-    number is read as a name). When several objects carry an action key the *last* one
+    number is only ever read as a name). When several objects carry an action key the *last* one
     decides; a wrongly typed value (list, null, bool, dict, unknown name) is no match.
     Objects nested in other objects are searched too (``{"reply": {"action": "LEFT"}}``).
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import json
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -12,12 +14,68 @@ from gymnasium import logger, spaces
 
 from textgym.spaces import TextSpace
 
-__all__ = ["DEFAULT_SYSTEM_PROMPT", "Formatter", "TextObservation", "describe"]
+__all__ = ["DEFAULT_SYSTEM_PROMPT", "Formatter", "Renderer", "TextObservation", "describe"]
 
 #: The system prompt used when none is given.
 DEFAULT_SYSTEM_PROMPT = "You control an agent in an environment. Each message describes the current state."
 
-Formatter = str | Callable[[Any], str] | None
+Formatter = str | Callable[[Any], str] | Mapping[str, Any] | None
+
+
+class Renderer:
+    """Base class of observation renderers that an env's spec can record.
+
+    A renderer is recorded in ``env.spec`` by its class and :meth:`constructor_kwargs`
+    (``{"renderer": "module:Class", "kwargs": {...}}``, see :meth:`to_record`), so
+    ``env.spec.to_json()`` works and ``gym.make(env.spec)`` rebuilds the same text env. Two
+    renderers of one class with equal kwargs are equal (Gymnasium's env checker compares them).
+    Subclass it, implement ``__call__(observation) -> str`` and, when ``__init__`` takes
+    arguments, :meth:`constructor_kwargs`.
+
+    Example:
+        >>> class Coins(Renderer):
+        ...     def __init__(self, unit="coins"):
+        ...         self.unit = unit
+        ...     def constructor_kwargs(self):
+        ...         return {"unit": self.unit}
+        ...     def __call__(self, obs):
+        ...         return f"You have {obs} {self.unit}."
+        >>> Coins("gold pieces")(3), Coins("gold") == Coins("gold")
+        ('You have 3 gold pieces.', True)
+    """
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        """The JSON-serializable keyword arguments that rebuild this renderer."""
+        return {}
+
+    def __call__(self, observation: Any) -> str:
+        raise NotImplementedError
+
+    def to_record(self) -> dict[str, Any]:
+        """``{"renderer": "module:Class", "kwargs": constructor_kwargs()}``."""
+        cls = type(self)
+        return {"renderer": f"{cls.__module__}:{cls.__qualname__}", "kwargs": self.constructor_kwargs()}
+
+    @staticmethod
+    def from_record(record: Mapping[str, Any]) -> Renderer:
+        """The renderer a :meth:`to_record` record stands for."""
+        module, _, name = str(record["renderer"]).partition(":")
+        cls: Any = importlib.import_module(module)
+        for part in name.split("."):
+            cls = getattr(cls, part)
+        if not (isinstance(cls, type) and issubclass(cls, Renderer)):
+            raise TypeError(f"{record['renderer']!r} is not a textgym Renderer class")
+        return cls(**dict(record.get("kwargs") or {}))
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.constructor_kwargs() == self.constructor_kwargs()
+
+    def __hash__(self) -> int:
+        return hash((type(self), json.dumps(self.constructor_kwargs(), sort_keys=True, default=str)))
+
+    def __repr__(self) -> str:
+        kwargs = ", ".join(f"{k}={v!r}" for k, v in self.constructor_kwargs().items())
+        return f"{type(self).__name__}({kwargs})"
 
 
 def _number(x: Any, decimals: int) -> str:
@@ -159,7 +217,9 @@ class TextObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
 
     Args:
         env: the env to wrap.
-        formatter: ``None`` for :func:`describe`; a function ``f(obs) -> str``; or a format
+        formatter: ``None`` for :func:`describe`; a function ``f(obs) -> str`` (a
+            :class:`Renderer` is recorded in ``env.spec`` by name and kwargs, so the spec stays
+            JSON-serializable); a renderer's record (``Renderer.to_record()``); or a format
             string with ``{obs}``, ``{0}``, ``{1}``.. (items of a tuple/1-D array) and
             ``{key}`` (keys of a dict observation).
         system_prompt: the task description.
@@ -180,8 +240,11 @@ class TextObservation(gym.ObservationWrapper, gym.utils.RecordConstructorArgs):
         observation_names: Sequence[str] | None = None,
         decimals: int = 2,
     ):
+        if isinstance(formatter, Mapping):
+            formatter = Renderer.from_record(formatter)
         gym.utils.RecordConstructorArgs.__init__(
-            self, formatter=formatter, system_prompt=system_prompt, instructions=instructions,
+            self, formatter=formatter.to_record() if isinstance(formatter, Renderer) else formatter,
+            system_prompt=system_prompt, instructions=instructions,
             max_length=max_length, observation_names=observation_names, decimals=decimals,
         )
         gym.ObservationWrapper.__init__(self, env)

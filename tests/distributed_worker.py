@@ -1,0 +1,148 @@
+"""One process of the multi-process tests in test_distributed.py (started by textgym.distributed.launch).
+
+Usage: ``python tests/distributed_worker.py SCENARIO OUT_DIR``. Each rank writes what it saw to
+``OUT_DIR/rank<r>.json``; the test compares the ranks' reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+@dataclass
+class EpisodeSummary:
+    """The per-episode record a trainer gathers for its metrics."""
+
+    return_: float
+    length: int
+    invalid_count: int
+    outcome: str | None
+
+
+def collectives(ctx, report: dict) -> None:
+    import torch
+
+    report.update(pid=os.getpid(), local_rank=ctx.local_rank, world_size=ctx.world_size,
+                  local_world_size=ctx.local_world_size, device=str(ctx.device),
+                  threads=torch.get_num_threads(), omp_num_threads=os.environ.get("OMP_NUM_THREADS"))
+    # uneven record counts: rank r has r + 1 episodes
+    mine = [EpisodeSummary(10.0 * ctx.rank + i, i + 1, ctx.rank, "win" if i % 2 else None)
+            for i in range(ctx.rank + 1)]
+    report["gathered"] = [asdict(s) for s in ctx.gather(mine)]
+    stats = {"loss": 1.0 + ctx.rank, **({"kl": 0.5} if ctx.rank == 1 else {})}
+    report["weighted_mean"] = ctx.weighted_mean(stats, weight=ctx.rank + 1)
+    report["broadcast"] = ctx.broadcast_object(f"run-{ctx.rank}")
+    # only rank 1 asks to stop, at step 3
+    decisions = []
+    for step in range(6):
+        stop = ctx.agree_to_stop(ctx.rank == 1 and step == 3)
+        decisions.append(stop)
+        if stop:
+            break
+    report["stop_decisions"] = decisions
+    ctx.barrier()
+
+
+def gradients(ctx, report: dict) -> None:
+    import torch
+
+    from textgym import distributed
+    from textgym.lora import add_lora
+    from textgym.policy import Policy
+
+    policy = Policy.from_pretrained("tiny", seed=0)
+    torch.manual_seed(100 + ctx.rank)  # a different LoRA initialisation on each rank
+    policy.model = add_lora(policy.model, model_name="tiny")
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    report["checksum_initial"] = distributed.checksum(params)
+    ctx.broadcast_parameters(params)
+    report["checksum_broadcast"] = distributed.checksum(params)
+
+    # A fixed global batch of 8 score-mode decisions, the same on every rank (same weights, seed).
+    observations = [f"Room {i}: the door is {'open' if i % 2 else 'shut'}." for i in range(8)]
+    actions = [["go north", "go south", "open the door"]] * 8
+    decisions = policy.act(observations, ["You are in a house."] * 8, actions)
+    advantages = torch.linspace(-1.0, 1.0, 8)
+
+    def backward(indices: list[int]) -> None:
+        for p in params:
+            p.grad = None
+        evaluation = policy.evaluate([decisions[i] for i in indices])
+        loss = -(advantages[indices] * evaluation.logprobs[:, 0]).mean()  # REINFORCE
+        loss.backward()
+
+    def flat_grads() -> torch.Tensor:
+        return torch.cat([p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+                          for p in params])
+
+    # several steps, so the LoRA A matrices get gradients too (B starts at zero)
+    optimizer = torch.optim.AdamW(params, lr=1e-2)
+    report["steps"] = []
+    for step in range(3):
+        backward(list(range(8)))  # the 1-process gradient of the whole batch
+        reference = flat_grads().clone()
+        result = {"reference_max": float(reference.abs().max())}
+        for name, split in (("halves", [range(4), range(4, 8)]), ("five_three", [range(5), range(5, 8)])):
+            mine = list(split[ctx.rank])
+            for bucket_bytes in (distributed.BUCKET_BYTES, 4096):  # one bucket; many buckets
+                backward(mine)
+                if bucket_bytes == distributed.BUCKET_BYTES:
+                    result[f"{name}_local_diff"] = float((flat_grads() - reference).abs().max())
+                total = ctx.average_gradients(params, weight=len(mine), bucket_bytes=bucket_bytes)
+                result[f"{name}_bucket{bucket_bytes}_diff"] = float((flat_grads() - reference).abs().max())
+                result[f"{name}_total_weight"] = total
+        # the step: each rank on its own, different decisions, then the averaged gradient
+        own = list(range(4)) if ctx.rank == 0 else list(range(4, 8))
+        backward(own)
+        result["local_grad_checksum"] = distributed.checksum([flat_grads()])
+        ctx.average_gradients(params, weight=len(own))
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        result["checksum_after_step"] = distributed.checksum(params)
+        report["steps"].append(result)
+        policy.clear_cache()
+
+
+def wait_for_signal(rank: int, report: dict, out: Path) -> None:
+    """Stand in for a trainer: on SIGINT/SIGTERM finish the update (a short sleep), save, exit 0."""
+    received: list[int] = []
+    signal.signal(signal.SIGINT, lambda signum, frame: received.append(signum))
+    signal.signal(signal.SIGTERM, lambda signum, frame: received.append(signum))
+    (out / f"ready{rank}").touch()
+    deadline = time.monotonic() + 60
+    while not received and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # finishing the update
+    report["signals"] = [signal.Signals(s).name for s in received]
+
+
+def main() -> None:
+    scenario, out = sys.argv[1], Path(sys.argv[2])
+    if scenario == "exit":  # rank r exits with 3 * r, before any set-up
+        sys.exit(3 * int(os.environ["RANK"]))
+    if scenario == "signal":  # no process group needed (and no torch import: a quicker test)
+        report = {"rank": int(os.environ["RANK"])}
+        wait_for_signal(report["rank"], report, out)
+        (out / f"rank{report['rank']}.json").write_text(json.dumps(report))
+        return
+    from textgym import distributed
+
+    ctx = distributed.init()
+    report: dict = {"rank": ctx.rank}
+    if scenario == "collectives":
+        collectives(ctx, report)
+    elif scenario == "gradients":
+        gradients(ctx, report)
+    else:
+        raise SystemExit(f"unknown scenario {scenario!r}")
+    (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""Reference policies to put beside a model's numbers: ``random`` for every env, ``scripted`` where
+the env has a hand-written or planned player.
+
+A reference policy (:data:`textgym.registry.ReferencePolicy`) makes a player for one env,
+``policy(env, seed) -> player``; ``player(info) -> str`` answers with an action name. The answer
+goes through the env's own parser, exactly as a model's would, so the statistics of
+:func:`evaluate_reference` compare with a model's greedy evaluation
+(:meth:`textgym.trainers.Trainer.evaluate`). Each env's scripted player lives with the env
+(:mod:`textgym.envs.classic`, :mod:`textgym.envs.bandit`, :mod:`textgym.envs.games`,
+:mod:`textgym.envs.textworld`) and is registered with it; find it with
+:func:`textgym.registry.reference_policy`.
+
+Example:
+    >>> import textgym
+    >>> from textgym.baselines import evaluate_reference
+    >>> env = textgym.make("bandit")
+    >>> evaluate_reference(env, textgym.registry.reference_policy("bandit", "scripted"),
+    ...                    episodes=20, seed=0)["return_mean"]
+    1.0
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from textgym.outcomes import outcome_rates
+from textgym.registry import ReferencePlayer, ReferencePolicy, reference_policy
+from textgym.wrappers.episode_stats import episode_stats
+
+__all__ = ["evaluate_baseline", "evaluate_reference", "random_policy"]
+
+
+def random_policy(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """A uniformly random valid action at every step (``info["valid_actions"]``)."""
+    rng = np.random.default_rng(seed)
+
+    def player(info: dict[str, Any]) -> str:
+        return str(rng.choice(info["valid_actions"]))
+
+    return player
+
+
+def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
+                       seed: int = 0) -> dict[str, Any]:
+    """Play ``episodes`` episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) with ``policy``.
+
+    Returns the statistics of a model's greedy evaluation: ``episodes``, ``return_mean``,
+    ``return_std`` (numpy's, ``ddof=0``), ``length_mean``, ``invalid_rate`` (invalid answers per
+    decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
+    The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
+    """
+    if episodes < 1:
+        raise ValueError(f"episodes must be >= 1, got {episodes}")
+    player = policy(env, seed)
+    returns, lengths, outcomes = [], [], []
+    invalid = decisions = 0
+    for episode in range(episodes):
+        _, info = env.reset(seed=seed + episode)
+        total, length, done = 0.0, 0, False
+        while not done:
+            _, reward, terminated, truncated, info = env.step(player(info))
+            total += float(reward)
+            length += 1
+            invalid += not (info.get("parse") or {}).get("valid", True)
+            done = terminated or truncated
+        decisions += length
+        stats = episode_stats(info) or {}
+        returns.append(float(stats.get("return", total)))
+        lengths.append(length)
+        outcomes.append(info.get("outcome"))
+    return {
+        "episodes": episodes,
+        "return_mean": float(np.mean(returns)),
+        "return_std": float(np.std(returns)),
+        "length_mean": float(np.mean(lengths)),
+        "invalid_rate": invalid / decisions if decisions else 0.0,
+        "decisions": decisions,
+        "seed": seed,
+        **outcome_rates(outcomes),
+    }
+
+
+def evaluate_baseline(env: gym.Env, name: str, episodes: int,
+                      seed: int = 0) -> dict[str, Any] | None:
+    """:func:`evaluate_reference` with the env's registered reference policy ``name``
+    (``"random"``, ``"scripted"``...); ``None`` when the env has no policy by that name."""
+    if env.spec is None:
+        raise ValueError("evaluate_baseline needs a registered env (made by textgym.make or "
+                         "gym.make); call evaluate_reference with a policy for others")
+    policy = reference_policy(env.spec.id, name)
+    return None if policy is None else evaluate_reference(env, policy, episodes, seed)

@@ -1,0 +1,153 @@
+"""PolicyConfig: every setting of a :class:`textgym.Policy`, documented where it is declared.
+
+A policy's settings are saved by :meth:`Policy.save` and in every trainer checkpoint as
+``PolicyConfig.to_dict()``, so a loaded policy or a resumed run acts exactly as the original.
+:meth:`PolicyConfig.for_model` applies the model registry's defaults (generation settings,
+``system_role``, stop strings) for a model name: the one place they are applied.
+
+Example:
+    >>> from textgym.policy import PolicyConfig
+    >>> config = PolicyConfig(mode="generate", temperature=0.7)
+    >>> PolicyConfig.from_dict(config.to_dict()) == config
+    True
+    >>> PolicyConfig.for_model("tiny").max_new_tokens      # the registry's default for "tiny"
+    16
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["MODES", "NORMALIZATIONS", "PolicyConfig"]
+
+MODES = ("score", "generate")
+NORMALIZATIONS = ("sum", "token", "word")
+
+
+@dataclass(frozen=True)
+class PolicyConfig:
+    """How a :class:`textgym.Policy` turns prompts into decisions."""
+
+    mode: str = "score"
+    """``"score"``: rank the env's valid actions by their log-likelihood as the answer (the
+    answer is always a valid action). ``"generate"``: sample free text, parsed by the env."""
+    temperature: float = 1.0
+    """Softmax temperature of the acting distribution (over candidates in score mode, over
+    tokens in generate mode). :meth:`Policy.evaluate` uses the same definition, so recorded and
+    recomputed log-probs agree. Use ``greedy=True`` for the argmax, not a temperature of 0."""
+    top_p: float = 1.0
+    """Generate mode: nucleus sampling threshold. The recorded log-probs are those of
+    ``softmax(logits / temperature)`` without the top-p cut (what :meth:`Policy.evaluate` computes)."""
+    max_new_tokens: int = 32
+    """Generate mode: the answer length limit in tokens."""
+    stop: tuple[str, ...] = ()
+    """Generate mode: strings that end an answer (kept in the answer, as Hugging Face ``generate``
+    does); the tokenizer's end-of-turn token always ends it."""
+    normalization: str = "sum"
+    """Score mode: how a candidate's token log-probs become its score: ``"sum"``, ``"token"``
+    (mean per token) or ``"word"`` (sum divided by the number of words)."""
+    score_end: bool | str = "auto"
+    """Score mode: append the end-of-turn token to the candidates: ``True`` always, ``False``
+    never, ``"auto"`` only for an env whose candidates are not prefix-free (``"1"`` and ``"10"``:
+    without the end token ``"1"`` would score at least as high as ``"10"``). Prefix-free
+    single-token actions (``LEFT``/``RIGHT``) then need no extra pass."""
+    chat_template: str | None = None
+    """A Jinja chat template overriding the tokenizer's (``None``: the tokenizer's own)."""
+    system_role: bool = True
+    """Whether the chat template takes a ``system`` message; if not, the system prompt goes in
+    front of the user message (also done automatically when the template raises an error about
+    the system role)."""
+    seed: int | None = None
+    """Seed of the sampling generator (``None``: a random seed); reseed with :meth:`Policy.seed`."""
+    prefix_cache_size: int = 4
+    """How many shared-prefix KV caches to keep (one per distinct system prompt)."""
+    score_chunk_bytes: int = 256 * 2**20
+    """Score mode: memory budget of the candidate logits computed at once (rows are split into
+    chunks when many long candidates would exceed it)."""
+    candidate_cache_size: int = 4096
+    """How many action texts keep their token ids cached (least recently used ones are dropped:
+    envs with free-form commands would otherwise grow the cache without limit)."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "stop", tuple(self.stop or ()))
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be 'score' or 'generate', got {self.mode!r}")
+        if self.score_end not in (True, False, "auto"):
+            raise ValueError(f"score_end must be True, False or 'auto', got {self.score_end!r}")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}")
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.max_new_tokens < 1:
+            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        for name in ("prefix_cache_size", "candidate_cache_size", "score_chunk_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        object.__setattr__(self, "temperature", float(self.temperature))
+        object.__setattr__(self, "top_p", float(self.top_p))
+        object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every setting, JSON-able (``stop`` as a list)."""
+        data = dataclasses.asdict(self)
+        data["stop"] = list(self.stop)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PolicyConfig:
+        """The config from :meth:`to_dict`'s output (missing keys take their defaults).
+
+        Raises:
+            ValueError: a key that is not a setting.
+        """
+        unknown = set(data) - _field_names()
+        if unknown:
+            raise ValueError(f"PolicyConfig has no setting(s) {sorted(unknown)}")
+        return cls(**data)
+
+    def replace(self, **overrides: Any) -> PolicyConfig:
+        """A copy with ``overrides`` applied (an unknown name is a ``TypeError``, as for a keyword)."""
+        unknown = set(overrides) - _field_names()
+        if unknown:
+            raise TypeError(f"unknown policy setting(s) {sorted(unknown)}; "
+                            f"PolicyConfig has {sorted(_field_names())}")
+        return dataclasses.replace(self, **overrides) if overrides else self
+
+    @classmethod
+    def for_model(cls, name: str | None, config: PolicyConfig | None = None, **overrides: Any) -> PolicyConfig:
+        """The settings of a policy on model ``name``: the one place the model registry's defaults apply.
+
+        Args:
+            name: the model's registered name, hub id or folder (``None``: no registry defaults).
+            config: complete settings to start from (e.g. a saved policy's); the registry's
+                defaults then do not apply. ``None``: :class:`PolicyConfig`'s defaults with the
+                registry's generation defaults (``temperature``, ``top_p``, ``max_new_tokens``),
+                ``system_role`` and stop strings for ``name`` on top.
+            **overrides: settings that win over both.
+        """
+        if config is None:
+            config = cls()
+            if name is not None:
+                config = config.replace(**registry_defaults(name))
+        return config.replace(**overrides)
+
+
+def registry_defaults(name: str) -> dict[str, Any]:
+    """The policy settings the model registry gives model ``name`` (see :class:`textgym.models.ModelSpec`)."""
+    from textgym import models
+
+    entry = models.spec(name)
+    defaults: dict[str, Any] = {k: v for k, v in entry.generation.items()
+                                if k in ("temperature", "top_p", "max_new_tokens")}
+    defaults["system_role"] = entry.system_role
+    if entry.stop:
+        defaults["stop"] = tuple(entry.stop)
+    return defaults
+
+
+def _field_names() -> set[str]:
+    return {f.name for f in dataclasses.fields(PolicyConfig)}

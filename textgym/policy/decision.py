@@ -1,0 +1,52 @@
+"""What a policy hands to the rest of textgym: a :class:`Decision` per action taken, and an
+:class:`Evaluation` of a batch of decisions re-scored with grad for training."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Decision", "Evaluation"]
+
+
+@dataclass
+class Decision:
+    """One action taken by the policy, with everything training needs (no re-tokenization)."""
+
+    text: str
+    """The answer passed to ``env.step`` (score mode: the chosen action name)."""
+    prompt_ids: list[int]
+    """The exact token context the decision was made on: the full chat-formatted prompt
+    (system + user + assistant header)."""
+    answer_ids: list[int]
+    """The answer tokens (score mode: the chosen candidate's tokens)."""
+    token_logprobs: list[float]
+    """Per answer token log-prob under the acting policy (score mode: the chosen candidate's token
+    log-probs under the language model, for inspection)."""
+    logprob: float
+    """Log-prob of the whole decision: generate: sum of ``token_logprobs``; score: the log-softmax
+    over candidates (at the policy's temperature) of the chosen one."""
+    candidates: list[list[int]] | None = None
+    """Score mode: token ids of every valid action (as scored); ``None`` in generate mode."""
+    action_index: int | None = None
+    """Score mode: index of the chosen action in ``candidates``; ``None`` in generate mode."""
+
+
+@dataclass
+class Evaluation:
+    """Log-probs of a batch of decisions recomputed with grad (see :meth:`Policy.evaluate`)."""
+
+    logprobs: torch.Tensor
+    """``[B, T]`` per-unit log-probs (generate: per answer token; score: ``T=1``, the candidate softmax)."""
+    mask: torch.Tensor
+    """``[B, T]`` bool: which units are real."""
+    old_logprobs: torch.Tensor
+    """``[B, T]`` the same units' log-probs recorded at acting time."""
+    entropy: torch.Tensor
+    """``[B]`` entropy of the acting distribution (generate: mean per answer token; score: over candidates)."""
+    hidden: torch.Tensor
+    """``[B, H]`` last hidden state at the last prompt position (input of a value head)."""
+    candidate_logprobs: list[torch.Tensor] | None = None
+    """Score mode: per decision, the log-softmax over all its candidates (with grad); ``None`` in
+    generate mode."""

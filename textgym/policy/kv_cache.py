@@ -1,0 +1,202 @@
+"""Running a batch of prompts on top of a cached shared prefix.
+
+Every env of a task shares the chat header and system prompt. :class:`PrefixCache` keeps that
+prefix's KV cache across calls (an LRU, one entry per distinct prefix, dropped when the weights
+change); :func:`run_prompts` runs only each row's own suffix (its observation), batched on top of
+it, and returns the :class:`BatchState` that candidate scoring and token sampling continue from.
+Everything stays on the model's device.
+
+Layout of a batch row: ``[prefix | padding | suffix | answer | padding]``. The padding between
+the prefix and the suffix (attention mask 0, explicit position ids) aligns every prompt's end in
+the same column, so next-token logits, candidates and sampled tokens line up across rows.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from textgym.policy.prompts import common_prefix_length
+
+if TYPE_CHECKING:
+    from transformers import DynamicCache
+
+__all__ = ["BatchState", "Counters", "PrefixCache", "run_prompts", "shared_prefix_length", "unique_rows",
+           "weights_version"]
+
+Counters = dict[str, float]
+"""The policy's running totals (see :attr:`textgym.Policy.counters`)."""
+
+PrefixKV = tuple[tuple[torch.Tensor, torch.Tensor], ...]
+"""Per layer, the ``(keys, values)`` of a prefix run alone (batch dimension 1)."""
+
+
+@dataclass
+class BatchState:
+    """The state after running a batch of prompts on top of a shared prefix."""
+
+    cache: DynamicCache
+    """A ``transformers.DynamicCache`` with one row per prompt: prefix + padded suffix."""
+    attention_mask: torch.Tensor
+    """``[B, cache length]`` long: which cache positions are real."""
+    next_position: torch.Tensor
+    """``[B]``: the position id of each row's next token."""
+    last_logits: torch.Tensor
+    """``[B, V]`` float: next-token logits after each prompt."""
+    hidden: torch.Tensor | None = None
+    """``[B, H]``: last hidden state at the last prompt position (when asked for)."""
+
+    def select_rows(self, rows: Sequence[int]) -> BatchState:
+        """The state with row ``i`` a copy of row ``rows[i]`` (the cache is reused in place)."""
+        index = torch.tensor(rows, device=self.attention_mask.device)
+        self.cache.batch_select_indices(index)  # repeated indices copy the rows
+        return BatchState(cache=self.cache, attention_mask=self.attention_mask.index_select(0, index),
+                          next_position=self.next_position.index_select(0, index),
+                          last_logits=self.last_logits.index_select(0, index),
+                          hidden=None if self.hidden is None else self.hidden.index_select(0, index))
+
+
+def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
+    """``(firsts, row_of)``: the first row of every distinct key, and for each row the index of its
+    key in ``firsts``. Identical rows (a GRPO group's shared first observation) are run once."""
+    seen: dict[Hashable, int] = {}
+    firsts: list[int] = []
+    row_of = []
+    for i, key in enumerate(keys):
+        if key not in seen:
+            seen[key] = len(firsts)
+            firsts.append(i)
+        row_of.append(seen[key])
+    return firsts, row_of
+
+
+def shared_prefix_length(prompts: Sequence[Sequence[int]], reference: Sequence[int] | None = None) -> int:
+    """The longest prefix shared by all prompts, at most ``reference`` (the system prefix, when
+    known, so the cache key is stable across calls), leaving at least one suffix token per prompt."""
+    reference = prompts[0] if reference is None else reference
+    length = min(len(p) for p in prompts) - 1
+    length = min(length, len(reference))
+    for p in prompts:
+        length = common_prefix_length(reference[:length], p)
+    return max(length, 0)
+
+
+def weights_version(model: torch.nn.Module, *extra: Hashable) -> tuple:
+    """A key that changes whenever ``model``'s weights change: every in-place update of a
+    parameter (optimizer step, ``load_state_dict``) bumps its ``_version``."""
+    return (id(model), *extra, sum(p._version for p in model.parameters()))
+
+
+def _run_prefix(model: torch.nn.Module, prefix: list[int], device: torch.device, counters: Counters) -> PrefixKV:
+    ids = torch.tensor([prefix], device=device)
+    out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
+    counters["model_tokens"] += len(prefix)
+    return tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+
+
+class PrefixCache:
+    """The KV caches of recent shared prefixes (least recently used dropped beyond ``size``).
+
+    Keyed by the prefix's token ids and the weights' version, so a cache computed with other
+    weights (before an optimizer step, or with the LoRA adapter disabled) is never reused.
+    """
+
+    def __init__(self, size: int = 4):
+        self.size = size
+        self._entries: OrderedDict[tuple, PrefixKV] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def clear(self) -> None:
+        self._entries.clear()
+
+    def get(self, model: torch.nn.Module, prefix: list[int], version: Hashable, device: torch.device,
+            counters: Counters) -> PrefixKV:
+        """The prefix's KV cache: from the cache, else run now and kept."""
+        key = (tuple(prefix), version)
+        kv = self._entries.get(key)
+        if kv is None:
+            counters["prompt_tokens"] += len(prefix)
+            counters["prefix_misses"] += 1
+            kv = _run_prefix(model, prefix, device, counters)
+            self._entries[key] = kv
+            while len(self._entries) > self.size:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+        return kv
+
+
+def _new_cache(model: torch.nn.Module, kv: PrefixKV | None, rows: int) -> DynamicCache:
+    from transformers import DynamicCache
+
+    if kv is None:
+        return DynamicCache(config=model.config)
+    return DynamicCache([(k.expand(rows, -1, -1, -1), v.expand(rows, -1, -1, -1)) for k, v in kv])
+
+
+def run_prompts(model: torch.nn.Module, prompts: list[list[int]], prefix_length: int, *, pad_id: int,
+                device: torch.device, counters: Counters, prefix_cache: PrefixCache | None = None,
+                version: Hashable = None, answers: list[list[int]] | None = None,
+                want_hidden: bool = False) -> tuple[BatchState, torch.Tensor | None]:
+    """Run ``prompts`` (all starting with the same ``prefix_length`` tokens) as one batch.
+
+    Args:
+        model: the causal LM.
+        prompts: token ids per row.
+        prefix_length: how many leading tokens all rows share (run once, expanded to every row).
+        pad_id: the padding token.
+        device: the model's device (every tensor is built there).
+        counters: running totals to add the tokens run to.
+        prefix_cache: where the prefix's KV cache is kept (``None``: run it now, not kept, e.g.
+            when re-scoring with grad).
+        version: the weights' version (:func:`weights_version`), part of the prefix cache's key.
+        answers: answer ids per row, appended after the prompt (re-scoring).
+        want_hidden: also return the last hidden state at each prompt's last position.
+
+    Returns:
+        The batch state, and with ``answers``, the logits at the answer positions ``[B, A, V]``
+        (the logits predicting answer token ``j`` are in column ``j``).
+    """
+    rows = len(prompts)
+    prefix = prompts[0][:prefix_length]
+    kv = None
+    if prefix and prefix_cache is not None:
+        kv = prefix_cache.get(model, prefix, version, device, counters)
+    elif prefix:
+        counters["prompt_tokens"] += len(prefix)
+        kv = _run_prefix(model, prefix, device, counters)
+    suffixes = [p[prefix_length:] for p in prompts]
+    width = max(len(s) for s in suffixes)
+    answers = answers or [[] for _ in prompts]
+    answer_width = max(len(a) for a in answers)
+    total = width + answer_width
+    ids, mask, positions = [], [], []
+    for suffix, answer in zip(suffixes, answers):
+        start = width - len(suffix)
+        tokens = suffix + answer
+        after = total - start - len(tokens)
+        ids.append([pad_id] * start + tokens + [pad_id] * after)
+        mask.append([1] * prefix_length + [0] * start + [1] * len(tokens) + [0] * after)
+        positions.append([prefix_length] * start + list(range(prefix_length, prefix_length + len(tokens)))
+                         + [prefix_length] * after)
+    real = sum(len(s) + len(a) for s, a in zip(suffixes, answers))
+    counters["prompt_tokens"] += sum(len(s) for s in suffixes)
+    counters["model_tokens"] += real
+    counters["padded_tokens"] += rows * total - real
+    attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
+    out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=attention_mask,
+                position_ids=torch.tensor(positions, dtype=torch.long, device=device),
+                past_key_values=_new_cache(model, kv, rows), use_cache=True,
+                logits_to_keep=answer_width + 1, output_hidden_states=want_hidden)
+    logits = out.logits.float()
+    hidden = out.hidden_states[-1][:, width - 1] if want_hidden else None
+    batch = BatchState(cache=out.past_key_values, attention_mask=attention_mask,
+                       next_position=torch.tensor([prefix_length + len(s) for s in suffixes], device=device),
+                       last_logits=logits[:, 0], hidden=hidden)
+    return batch, (logits[:, :answer_width] if answer_width else None)

@@ -1,0 +1,297 @@
+"""The :class:`Policy`: acts for a batch of text envs in one call, and re-scores its decisions.
+
+It composes the pieces of this package: chat prompts (:mod:`.prompts`), the shared-prefix KV
+cache (:mod:`.kv_cache`), candidate scoring (:mod:`.scoring`), sampling and the generate loop
+(:mod:`.sampling`), re-scoring (:mod:`.rescoring`), the reference weights (:mod:`.reference`) and
+saving/loading (:mod:`.persistence`). Its settings are one :class:`PolicyConfig`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from textgym import models
+from textgym.lora import is_peft_model
+from textgym.policy import persistence
+from textgym.policy.config import PolicyConfig
+from textgym.policy.decision import Decision, Evaluation
+from textgym.policy.kv_cache import (
+    BatchState,
+    PrefixCache,
+    run_prompts,
+    shared_prefix_length,
+    unique_rows,
+    weights_version,
+)
+from textgym.policy.prompts import ChatPrompts, end_token_ids
+from textgym.policy.reference import ReferenceWeights
+from textgym.policy.rescoring import rescore_candidates, rescore_tokens
+from textgym.policy.sampling import generate, sample_candidate
+from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["Policy"]
+
+_COUNTERS = ("decisions", "prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens",
+             "padded_tokens", "prefix_misses", "act_seconds")
+
+
+class Policy:
+    """A language model acting in text envs: batched, with the shared prompt prefix cached.
+
+    Args:
+        model: a Hugging Face causal LM (optionally wrapped by a PEFT adapter).
+        tokenizer: its tokenizer; the chat template comes from it (or from ``chat_template``).
+        mode: ``"score"`` or ``"generate"`` (a shortcut for the ``mode`` setting).
+        config: the settings (:class:`PolicyConfig`; default: its defaults).
+        device: where inputs go; default the model's device.
+        name: the model name it was loaded from (recorded by :meth:`save` and in checkpoints).
+        **overrides: settings of :class:`PolicyConfig` that replace ``config``'s (temperature,
+            normalization, seed, ...). Every setting also reads as an attribute
+            (``policy.temperature``).
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: PreTrainedTokenizerBase, mode: str | None = None, *,
+                 config: PolicyConfig | None = None, device: str | torch.device | None = None,
+                 name: str | None = None, **overrides: Any):
+        if mode is not None:
+            overrides["mode"] = mode
+        self._config = (config if config is not None else PolicyConfig()).replace(**overrides)
+        settings = self._config
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = torch.device(device) if device is not None else next(model.parameters()).device
+        if tokenizer.pad_token_id is None:
+            tokenizer.pad_token = tokenizer.eos_token
+        self.pad_id = tokenizer.pad_token_id
+        self.end_ids = end_token_ids(tokenizer, model)
+        self.prompts = ChatPrompts(tokenizer, settings.chat_template, settings.system_role)
+        self.candidate_tokens = CandidateTokens(tokenizer, settings.score_end, settings.candidate_cache_size)
+        self.prefix_cache = PrefixCache(settings.prefix_cache_size)
+        self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
+        self.seed(settings.seed)
+        self.model.eval()  # no dropout: acting and re-scoring must see the same function
+        self._reference = ReferenceWeights()
+        #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
+        #: prefix-cache reuse), prompt_tokens_total (full prompt lengths), answer_tokens, model_tokens
+        #: (every real token run through the model), padded_tokens (padding slots run),
+        #: prefix_misses, act_seconds.
+        self.counters: dict[str, float] = dict.fromkeys(_COUNTERS, 0)
+        self.counters["act_seconds"] = 0.0
+
+    @property
+    def config(self) -> PolicyConfig:
+        """The policy's settings (read-only: build a new policy to change them)."""
+        return self._config
+
+    def __repr__(self) -> str:
+        c = self._config
+        extra = (f"normalization={c.normalization!r}" if c.mode == "score"
+                 else f"top_p={c.top_p}, max_new_tokens={c.max_new_tokens}")
+        return (f"Policy({self.name or type(self.model).__name__!r}, mode={c.mode!r}, "
+                f"temperature={c.temperature}, {extra}, lora={self.is_lora}, device={self.device})")
+
+    # ------------------------------------------------------------------ construction & persistence
+    @classmethod
+    def from_pretrained(cls, name_or_path: str = models.DEFAULT_MODEL, mode: str | None = None, *,
+                        config: PolicyConfig | None = None, device: str | torch.device | None = None,
+                        dtype: torch.dtype | str | None = None, quantize: str | None = None,
+                        lora: bool | None = None, **overrides: Any) -> Policy:
+        """Load a model by name and wrap it in a policy, with the model registry's defaults
+        (see :func:`textgym.policy.persistence.from_pretrained`). LoRA is added by the trainer."""
+        return persistence.from_pretrained(cls, name_or_path, mode, config=config, device=device, dtype=dtype,
+                                           quantize=quantize, lora=lora, **overrides)
+
+    def save(self, directory: str | os.PathLike) -> Path:
+        """Save the adapter or full model, the tokenizer and the settings (atomically)."""
+        return persistence.save(self, directory)
+
+    @classmethod
+    def load(cls, directory: str | os.PathLike, device: str | torch.device | None = None,
+             dtype: torch.dtype | str | None = None, quantize: str | None = None,
+             **overrides: Any) -> Policy:
+        """Load a policy written by :meth:`save` (the base model is loaded by name for an adapter)."""
+        return persistence.load(cls, directory, device=device, dtype=dtype, quantize=quantize,
+                                **overrides)
+
+    def seed(self, seed: int | None) -> None:
+        """Reseed the sampling generator (``None``: a fresh random seed)."""
+        if seed is None:
+            self.generator.seed()
+        else:
+            self.generator.manual_seed(int(seed))
+
+    def clear_cache(self) -> None:
+        """Drop the cached prefix KV (it is also dropped automatically when the weights change)."""
+        self.prefix_cache.clear()
+
+    # ------------------------------------------------------------------ training hooks
+    @property
+    def is_lora(self) -> bool:
+        """Whether the model is wrapped by a PEFT adapter."""
+        return is_peft_model(self.model)
+
+    def parameters_to_train(self) -> list[torch.nn.Parameter]:
+        """The parameters an optimizer should update: the adapter's with LoRA, else all.
+
+        Without LoRA this also snapshots the current weights as the frozen :meth:`reference` policy
+        (once), since the weights are about to change.
+        """
+        if not self.is_lora:
+            self._reference.take_snapshot(self.model)
+            for p in self.model.parameters():
+                p.requires_grad_(True)
+        return [p for p in self.model.parameters() if p.requires_grad]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[Policy]:
+        """Within this block the policy is the reference policy: the LoRA adapter is disabled (no
+        second copy of the model); without LoRA, a frozen copy of the weights taken when
+        :meth:`parameters_to_train` was first called (or now, if never)."""
+        if self._reference.active:
+            yield self
+            return
+        with self._reference.use(self.model) as reference_model:
+            trained, self.model = self.model, reference_model
+            try:
+                yield self
+            finally:
+                self.model = trained
+
+    def _weights_version(self) -> tuple:
+        return weights_version(self.model, self._reference.active)
+
+    # ------------------------------------------------------------------ prompts and candidates
+    def prompt_ids(self, system_prompt: str, observation: str) -> list[int]:
+        """Token ids of the chat-formatted prompt: system prompt, user observation, assistant header."""
+        return self.prompts.prompt_ids(system_prompt, observation)
+
+    def candidate_ids(self, action: str, end: bool | None = None) -> list[int]:
+        """Token ids an action is scored by (followed by the end-of-turn token when ``end``;
+        default: when ``score_end is True``)."""
+        return self.candidate_tokens.ids(action, end)
+
+    def candidate_set(self, actions: Sequence[str]) -> list[list[int]]:
+        """Token ids of one env's valid actions, as scored (see ``score_end``)."""
+        return self.candidate_tokens.candidate_set(actions)
+
+    # ------------------------------------------------------------------ acting
+    def act(self, observations: Sequence[str], system_prompts: Sequence[str],
+            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False) -> list[Decision]:
+        """Decide for a batch of envs in one call.
+
+        Args:
+            observations: each env's newest user-message text.
+            system_prompts: each env's system prompt (``info["system_prompt"]``).
+            valid_actions: each env's legal action names (``info["valid_actions"]``); required in
+                score mode, ignored in generate mode.
+            greedy: argmax (score) / greedy decoding (generate) instead of sampling.
+        """
+        n = len(observations)
+        if len(system_prompts) != n or (valid_actions is not None and len(valid_actions) != n):
+            raise ValueError("observations, system_prompts and valid_actions must have the same length")
+        if n == 0:
+            return []
+        score = self._config.mode == "score"
+        if score:
+            if valid_actions is None:
+                raise ValueError("score mode needs valid_actions for every env")
+            for i, actions in enumerate(valid_actions):
+                if not actions:
+                    raise ValueError(f"env {i} has no valid actions to score")
+        started = time.perf_counter()
+        if self.model.training:
+            self.model.eval()
+        prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+        # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
+        same_system = all(s == system_prompts[0] for s in system_prompts)
+        prefix_length = shared_prefix_length(
+            prompts, self.prompts.system_prefix(system_prompts[0]) if same_system else None)
+        keys = [(tuple(p), tuple(v)) if score else tuple(p)
+                for p, v in zip(prompts, valid_actions or [None] * n)]
+        firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
+        with torch.inference_mode():
+            batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                                   device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
+                                   version=self._weights_version())
+            if score:
+                decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
+            else:
+                if len(firsts) < n:  # duplicates sample independently: give each its own KV row
+                    batch = batch.select_rows(row_of)
+                decisions = self._act_generate(batch, prompts, greedy)
+        self.counters["decisions"] += n
+        self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
+        self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
+        self.counters["act_seconds"] += time.perf_counter() - started
+        return decisions
+
+    def _act_score(self, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
+                   greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
+        c = self._config
+        candidates = [self.candidate_set(actions) for actions in valid_actions]
+        per_unique = score_candidates(self.model, batch, [candidates[i] for i in firsts], pad_id=self.pad_id,
+                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        unique_scores = [candidate_scores(token_lps, c.normalization, list(valid_actions[i]))
+                         for i, token_lps in zip(firsts, per_unique)]
+        decisions = []
+        for i, actions in enumerate(valid_actions):
+            token_lps, scores = per_unique[row_of[i]], unique_scores[row_of[i]]
+            k, logp = sample_candidate(scores, c.temperature, greedy, self.generator)
+            decisions.append(Decision(
+                text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
+                token_logprobs=token_lps[k].tolist(), logprob=float(logp[k]),
+                candidates=[list(cand) for cand in candidates[i]], action_index=k))
+        return decisions
+
+    def _act_generate(self, batch: BatchState, prompts: list[list[int]], greedy: bool) -> list[Decision]:
+        c = self._config
+        answers = generate(self.model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+                           top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
+                           stop=c.stop, tokenizer=self.tokenizer, counters=self.counters)
+        return [Decision(text=self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
+                         answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)))
+                for prompt, (answer, logprobs) in zip(prompts, answers)]
+
+    # ------------------------------------------------------------------ training
+    def evaluate(self, decisions: Sequence[Decision]) -> Evaluation:
+        """Recompute the log-probs of ``decisions`` under the current weights, with grad.
+
+        Same definition as :meth:`act` (same temperature, same candidate scores), so with unchanged
+        weights ``logprobs`` equal ``old_logprobs`` (to float precision). Call it on minibatches; it
+        respects the caller's grad mode (wrap in ``torch.no_grad()`` for reference log-probs).
+        """
+        if not decisions:
+            raise ValueError("evaluate() needs at least one decision")
+        score = decisions[0].candidates is not None
+        if any((d.candidates is not None) != score for d in decisions):
+            raise ValueError("cannot evaluate score-mode and generate-mode decisions together")
+        c = self._config
+        prefix_length = shared_prefix_length([d.prompt_ids for d in decisions])
+        if score:
+            return rescore_candidates(self.model, decisions, prefix_length, temperature=c.temperature,
+                                      normalization=c.normalization, tokenizer=self.tokenizer,
+                                      pad_id=self.pad_id, device=self.device,
+                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        return rescore_tokens(self.model, decisions, prefix_length, temperature=c.temperature,
+                              pad_id=self.pad_id, device=self.device, counters=self.counters)
+
+
+# Every setting reads as an attribute: policy.temperature is policy.config.temperature (read-only;
+# ``seed`` stays the method that reseeds the generator).
+for _field in dataclasses.fields(PolicyConfig):
+    if not hasattr(Policy, _field.name):
+        setattr(Policy, _field.name, property(lambda self, _name=_field.name: getattr(self._config, _name),
+                                              doc=f"The ``{_field.name}`` setting (see :class:`PolicyConfig`)."))
+del _field

@@ -1,0 +1,109 @@
+"""Chat prompts: (system prompt, observation) -> the token ids the model reads.
+
+The tokenizer's chat template (or the policy's ``chat_template``) renders the messages, so no
+model's format is hard-coded. :meth:`ChatPrompts.system_prefix` finds the tokens that do not
+depend on the observation: the prefix whose KV cache every env of a task shares.
+
+Example:
+    >>> from textgym import models
+    >>> from textgym.policy.prompts import ChatPrompts
+    >>> _, tokenizer = models.load("tiny")
+    >>> prompts = ChatPrompts(tokenizer)
+    >>> ids = prompts.prompt_ids("Answer LEFT or RIGHT.", "Pole leans left.")
+    >>> ids[:len(prompts.system_prefix("Answer LEFT or RIGHT."))] == prompts.system_prefix("Answer LEFT or RIGHT.")
+    True
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["ChatPrompts", "common_prefix_length", "end_token_ids"]
+
+
+def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` share."""
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def end_token_ids(tokenizer: PreTrainedTokenizerBase, model: torch.nn.Module) -> set[int]:
+    """The tokens that end an answer: the tokenizer's end token and the model's generation ``eos``."""
+    ids = {tokenizer.eos_token_id}
+    config = getattr(model, "generation_config", None)
+    eos = getattr(config, "eos_token_id", None)
+    ids.update(eos if isinstance(eos, (list, tuple)) else [eos])
+    return {i for i in ids if i is not None}
+
+
+class ChatPrompts:
+    """Renders a system prompt and an observation as chat-formatted prompt token ids.
+
+    Args:
+        tokenizer: the model's tokenizer (its chat template is used unless ``chat_template`` is given).
+        chat_template: a Jinja chat template overriding the tokenizer's.
+        system_role: whether the template takes a ``system`` message; if not, the system prompt
+            goes in front of the user message (also done when the template raises an error about
+            the system role).
+        cache_size: how many system prompts keep their prefix ids cached.
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, chat_template: str | None = None, system_role: bool = True,
+                 cache_size: int = 1024):
+        self.tokenizer = tokenizer
+        self.chat_template = chat_template
+        self.system_role = system_role
+        self.cache_size = cache_size
+        self._system_prefixes: OrderedDict[str, list[int]] = OrderedDict()
+
+    def messages(self, system_prompt: str, observation: str) -> list[dict[str, str]]:
+        """The chat messages of one turn."""
+        if not system_prompt:
+            return [{"role": "user", "content": observation}]
+        if not self.system_role:
+            return [{"role": "user", "content": f"{system_prompt}\n\n{observation}"}]
+        return [{"role": "system", "content": system_prompt}, {"role": "user", "content": observation}]
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The prompt text of ``messages``, ending with the assistant header."""
+        if self.chat_template is None and not getattr(self.tokenizer, "chat_template", None):
+            raise ValueError(
+                "the tokenizer has no chat template; use an instruct/chat model or pass "
+                "Policy(..., chat_template=<jinja template>)")
+        return self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, tokenize=False, chat_template=self.chat_template)
+
+    def prompt_ids(self, system_prompt: str, observation: str) -> list[int]:
+        """Token ids of the chat-formatted prompt: system prompt, user observation, assistant header."""
+        try:
+            text = self.render(self.messages(system_prompt, observation))
+        except Exception as error:  # a template without a system role: put it in the user message
+            if not system_prompt or "system" not in str(error).lower():
+                raise
+            text = self.render([{"role": "user", "content": f"{system_prompt}\n\n{observation}"}])
+        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+
+    def system_prefix(self, system_prompt: str) -> list[int]:
+        """The prompt tokens that do not depend on the observation (found by rendering two
+        different observations: templates need not split cleanly at the system/user boundary)."""
+        ids = self._system_prefixes.get(system_prompt)
+        if ids is None:
+            a = self.prompt_ids(system_prompt, "A")
+            b = self.prompt_ids(system_prompt, "Z")
+            ids = a[:common_prefix_length(a, b)]
+            self._system_prefixes[system_prompt] = ids
+            while len(self._system_prefixes) > self.cache_size:
+                self._system_prefixes.popitem(last=False)
+        else:
+            self._system_prefixes.move_to_end(system_prompt)
+        return ids

@@ -1,0 +1,198 @@
+"""Score mode: the log-likelihood of every valid action as the answer, from one batch state.
+
+A candidate's first token is scored from the prompt's next-token logits. The other tokens need
+the candidate's earlier tokens run through the model: they are laid out as a token trie per row
+(``go north`` / ``go south`` share ``go``, :class:`CandidateTrie`) appended to that row's own KV
+cache, with a tree-shaped attention mask (each token sees the prompt and its own ancestors) and
+explicit position ids. The prompt's KV is therefore never copied per candidate.
+
+Example:
+    >>> from textgym.policy.scoring import CandidateTrie
+    >>> trie = CandidateTrie([[5, 6], [5, 7], [8]])      # "go north", "go south", "look"
+    >>> trie.tokens                                      # "go" is run once for both
+    [5]
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import torch
+
+from textgym.policy.kv_cache import BatchState, Counters
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+__all__ = ["CandidateTokens", "CandidateTrie", "candidate_scores", "score_candidates"]
+
+
+class CandidateTrie:
+    """The tokens of a row's candidates that must be run through the model (all but each one's
+    last token), shared between candidates with a common start. Column ``q`` holds token
+    ``tokens[q]`` at depth ``depths[q]`` (0: right after the prompt) below column ``parents[q]``."""
+
+    def __init__(self, candidates: Sequence[Sequence[int]]):
+        self.tokens: list[int] = []
+        self.depths: list[int] = []
+        self.parents: list[int] = []
+        self._column: dict[tuple[int, ...], int] = {}
+        for cand in candidates:
+            for depth in range(len(cand) - 1):
+                key = tuple(cand[:depth + 1])
+                if key not in self._column:
+                    self._column[key] = len(self.tokens)
+                    self.tokens.append(cand[depth])
+                    self.depths.append(depth)
+                    self.parents.append(self._column[key[:-1]] if depth else -1)
+
+    def ancestry(self, width: int | None = None) -> torch.Tensor:
+        """``[width, width]`` bool (default width: the trie's size): column ``q`` may attend to
+        column ``c`` (``c`` is ``q`` or an ancestor); padding columns attend to nothing."""
+        n = len(self.tokens)
+        allowed = torch.zeros((width or n, width or n), dtype=torch.bool)
+        for q, parent in enumerate(self.parents):  # parents come before their children
+            if parent >= 0:
+                allowed[q] = allowed[parent]
+            allowed[q, q] = True
+        return allowed
+
+    def columns(self, candidate: Sequence[int]) -> list[int]:
+        """The columns whose outputs predict ``candidate[1:]``."""
+        return [self._column[tuple(candidate[:j])] for j in range(1, len(candidate))]
+
+
+class CandidateTokens:
+    """Action texts -> the token ids they are scored by (an LRU cache of the tokenization).
+
+    Args:
+        tokenizer: the model's tokenizer.
+        score_end: append the end-of-turn token: ``True``, ``False`` or ``"auto"`` (only when an
+            env's candidates are not prefix-free; see :class:`textgym.policy.PolicyConfig`).
+        cache_size: how many action texts keep their ids (least recently used dropped).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, score_end: bool | str = "auto", cache_size: int = 4096):
+        self.tokenizer = tokenizer
+        self.score_end = score_end
+        self.cache_size = cache_size
+        self._ids: OrderedDict[str, list[int]] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._ids)
+
+    def ids(self, action: str, end: bool | None = None) -> list[int]:
+        """Token ids ``action`` is scored by (followed by the end-of-turn token when ``end``;
+        default: when ``score_end is True``)."""
+        ids = self._ids.get(action)
+        if ids is None:
+            ids = self.tokenizer(action, add_special_tokens=False)["input_ids"]
+            self._ids[action] = ids
+            while len(self._ids) > self.cache_size:
+                self._ids.popitem(last=False)
+        else:
+            self._ids.move_to_end(action)
+        if end is None:
+            end = self.score_end is True
+        if end:
+            return ids + [self.tokenizer.eos_token_id]
+        if not ids:
+            raise ValueError(f"action {action!r} has no tokens (score_end=False)")
+        return list(ids)
+
+    def candidate_set(self, actions: Sequence[str]) -> list[list[int]]:
+        """Token ids of one env's valid actions, as scored (see ``score_end``)."""
+        if self.score_end != "auto":
+            return [self.ids(a) for a in actions]
+        bare = [self.ids(a, end=False) if a else [] for a in actions]
+        prefix_free = all(bare) and not any(
+            i != j and len(a) <= len(b) and b[:len(a)] == a
+            for i, a in enumerate(bare) for j, b in enumerate(bare))
+        return bare if prefix_free else [self.ids(a, end=True) for a in actions]
+
+
+def score_candidates(model: torch.nn.Module, batch: BatchState, candidates: list[list[list[int]]], *,
+                     pad_id: int, chunk_bytes: int, counters: Counters) -> list[list[torch.Tensor]]:
+    """Per row, per candidate, the token log-probs ``Tensor[L]`` of the candidate as the answer.
+
+    Args:
+        model: the causal LM the batch state was computed with.
+        batch: the state after each row's prompt (row ``i`` scores ``candidates[i]``).
+        candidates: per row, the token ids of every candidate.
+        pad_id: the padding token.
+        chunk_bytes: memory budget of the candidate logits computed at once (rows are split
+            into chunks beyond it).
+        counters: running totals to add the tokens run to.
+    """
+    first = torch.log_softmax(batch.last_logits, dim=-1)  # [B, V]
+    token_logprobs = [[first[row, cand[0]].reshape(1) for cand in cands]
+                      for row, cands in enumerate(candidates)]
+    tries = [CandidateTrie(cands) for cands in candidates]
+    rows = [i for i, trie in enumerate(tries) if trie.tokens]
+    if not rows:
+        return token_logprobs
+    device = batch.last_logits.device
+    vocab = batch.last_logits.shape[-1]
+    width = max(len(tries[i].tokens) for i in rows)
+    per_chunk = max(1, chunk_bytes // (width * vocab * 4 * 2))
+    past = batch.attention_mask.shape[1]
+    dtype = next(model.parameters()).dtype
+    blocked = torch.finfo(dtype).min
+    from transformers import DynamicCache
+
+    for start in range(0, len(rows), per_chunk):
+        chunk = rows[start:start + per_chunk]
+        index = torch.tensor(chunk, device=device)
+        w = max(len(tries[i].tokens) for i in chunk)
+        ids = [tries[i].tokens + [pad_id] * (w - len(tries[i].tokens)) for i in chunk]
+        depths = torch.tensor([tries[i].depths + [0] * (w - len(tries[i].depths)) for i in chunk],
+                              dtype=torch.long, device=device)
+        positions = batch.next_position.index_select(0, index)[:, None] + depths  # padding: unused
+        allowed = torch.zeros((len(chunk), 1, w, past + w), dtype=torch.bool, device=device)
+        allowed[:, 0, :, :past] = batch.attention_mask.index_select(0, index)[:, None, :].bool()
+        allowed[:, 0, :, past:] = torch.stack([tries[i].ancestry(w) for i in chunk]).to(device)
+        real = sum(len(tries[i].tokens) for i in chunk)
+        counters["model_tokens"] += real
+        counters["padded_tokens"] += len(chunk) * w - real
+        mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, blocked)
+        cache = DynamicCache([(layer.keys.index_select(0, index), layer.values.index_select(0, index))
+                              for layer in batch.cache.layers])
+        out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=mask,
+                    position_ids=positions, past_key_values=cache, use_cache=False)
+        logits = out.logits.float()  # [rows, w, V]
+        normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
+        # Gather every candidate's later tokens of the chunk at once (one host -> device copy).
+        where: list[tuple[int, int, int]] = []  # (row in chunk, column, target token)
+        pieces: list[tuple[int, int, int]] = []  # (row, candidate, how many tokens)
+        for r, i in enumerate(chunk):
+            for k, cand in enumerate(candidates[i]):
+                if len(cand) < 2:
+                    continue
+                where.extend(zip([r] * (len(cand) - 1), tries[i].columns(cand), cand[1:]))
+                pieces.append((i, k, len(cand) - 1))
+        r_index, columns, targets = torch.tensor(where, dtype=torch.long, device=device).unbind(1)
+        rest = logits[r_index, columns, targets] - normaliser[r_index, columns]
+        for (i, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
+            token_logprobs[i][k] = torch.cat([token_logprobs[i][k], part])
+    return token_logprobs
+
+
+def candidate_scores(token_logprobs: Sequence[torch.Tensor], normalization: str,
+                     texts: Sequence[str] | None = None) -> torch.Tensor:
+    """``[K]``: the score of each of one row's candidates from its token log-probs.
+
+    Args:
+        token_logprobs: per candidate, its token log-probs.
+        normalization: ``"sum"``, ``"token"`` (mean per token) or ``"word"`` (sum / words).
+        texts: the candidates' texts (``"word"`` only).
+    """
+    sums = torch.stack([t.sum() for t in token_logprobs])
+    if normalization == "sum":
+        return sums
+    if normalization == "token":
+        return sums / torch.tensor([len(t) for t in token_logprobs], device=sums.device)
+    if texts is None:
+        raise ValueError("word normalization needs the candidate texts")
+    return sums / torch.tensor([max(1, len(t.split())) for t in texts], device=sums.device, dtype=sums.dtype)
