@@ -203,3 +203,28 @@ def test_a_signal_to_the_launcher_reaches_every_process(tmp_path, signum):
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["signals"] for r in reports] == [[signum.name], [signum.name]]  # each got it once, and saved
     assert code == 128 + signum
+
+
+def test_the_trainers_compute_the_one_process_update_of_the_global_batch(tmp_path):
+    code, (rank0, rank1) = run_workers("trainers", tmp_path)
+    assert code == 0
+    for algorithm in ("reinforce", "ppo", "grpo"):
+        a, b = rank0[algorithm], rank1[algorithm]
+        assert a["start_equal"] and b["start_equal"]
+        assert a["local_decisions"] != b["local_decisions"] or algorithm == "grpo"  # uneven ranks
+        # the same optimizer steps (the plan is over the global batch), each with the gradient
+        # of the whole batch's minibatch, averaged and clipped
+        assert a["steps"] == b["steps"] and a["steps"][0] == a["steps"][1] >= 3, algorithm
+        assert max(a["grad_max"]) > 1e-3, algorithm  # a real gradient
+        assert max(a["grad_diffs"] + b["grad_diffs"]) < 1e-5, (algorithm, a["grad_diffs"], b["grad_diffs"])
+        # identical weights on both ranks, those of the 1-process trainer up to float rounding
+        # (AdamW divides by sqrt(v): a near-zero gradient's rounding moves its weight a little)
+        assert a["weights_checksum"] == b["weights_checksum"], algorithm
+        assert a["weights_moved"] > 1e-3 and a["weights_diff"] < 0.01 * a["weights_moved"], algorithm
+        # the same metrics on both ranks, those of the 1-process update (over all episodes)
+        dp, single = a["metrics"]
+        assert dp == b["metrics"][0], algorithm
+        assert dp.keys() == single.keys() and dp["episodes"] == 8, algorithm
+        for key, value in single.items():
+            assert dp[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (algorithm, key)
+        assert a["world_size_metric"] == 2

@@ -143,7 +143,8 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     plan = MinibatchPlan(num_decisions, minibatch_size, process)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
-    processed = 0
+    # Several processes: per minibatch, each statistic's (sum of chunk value x chunk size, size) here.
+    shares: list[dict[str, tuple[float, int]]] = []
     epochs_done, steps, stopped_nonfinite, stopped_kl = 0, 0, False, False
     for _ in range(epochs):
         epoch_kl: list[float] = []
@@ -151,23 +152,24 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
             optimizer.zero_grad(set_to_none=True)
             finite = True
             minibatch_kl: list[float] = []
-            kl_weighted = 0.0  # sum of chunk KL x chunk size: the KL agreed by the ranks
+            share: dict[str, tuple[float, int]] = {}
+            shares.append(share)
             for chunk in minibatch.chunk(min(gradient_accumulation_steps, len(minibatch))) if len(minibatch) else ():
                 loss, stats = loss_fn(chunk)
                 if not torch.isfinite(loss):
                     finite = False
                     break
                 (loss * len(chunk) / len(minibatch)).backward()
-                processed += len(chunk)
                 for key, value in {"loss": loss.item(), **stats}.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                     counts[key] = counts.get(key, 0) + 1
+                    weighted, size = share.get(key, (0.0, 0))
+                    share[key] = (weighted + float(value) * len(chunk), size + len(chunk))
                 if "kl" in stats:
                     minibatch_kl.append(float(stats["kl"]))
-                    kl_weighted += float(stats["kl"]) * len(chunk)
             if distributed:  # one decision for all ranks: skip on a NaN anywhere, the global KL
-                failed, kl_sum, kl_count = process.reduce_sum(
-                    [0.0 if finite else 1.0, kl_weighted, len(minibatch) if minibatch_kl else 0])
+                kl_weighted, kl_count = share.get("kl", (0.0, 0))
+                failed, kl_sum, kl_count = process.reduce_sum([0.0 if finite else 1.0, kl_weighted, kl_count])
                 finite = failed == 0
                 minibatch_kl = [kl_sum / kl_count] if kl_count else []
             epoch_kl.extend(minibatch_kl)
@@ -186,9 +188,7 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
         if target_kl is not None and epoch_kl and float(np.mean(epoch_kl)) > target_kl:
             break
     optimizer.zero_grad(set_to_none=True)
-    out = {key: sums[key] / counts[key] for key in sums}
-    if distributed:
-        out = process.weighted_mean(out, weight=processed)
+    out = {key: sums[key] / counts[key] for key in sums} if not distributed else _global_means(process, shares)
     out["epochs"] = epochs_done
     out["optimizer_steps"] = steps
     if stopped_kl:
@@ -198,3 +198,20 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                        "(the weights were not changed by the failing step)")
         out["nonfinite"] = True
     return out
+
+
+def _global_means(process: ProcessContext, shares: list[dict[str, tuple[float, int]]]) -> dict[str, float]:
+    """Each statistic's mean over the minibatches of every rank's ``shares``, a minibatch counting
+    with its decision-weighted mean over the ranks: the figure one process computes for the global
+    batch (exactly so with ``gradient_accumulation_steps=1``, where a minibatch is one chunk)."""
+    per_rank = process.gather([shares])  # every rank ran the same minibatches
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for minibatch in zip(*per_rank):
+        for key in dict.fromkeys(k for share in minibatch for k in share):
+            weighted = sum(share[key][0] for share in minibatch if key in share)
+            size = sum(share[key][1] for share in minibatch if key in share)
+            sums[key] = sums.get(key, 0.0) + weighted / size
+            counts[key] = counts.get(key, 0) + 1
+    return {key: sums[key] / counts[key] for key in sums}
+
