@@ -150,9 +150,6 @@ class Trainer:
     def _value_head(self) -> torch.nn.Module | None:
         return None
 
-    def _group_size(self) -> int:
-        """Episodes that must be played by one process (GRPO: a group)."""
-        return 1
 
     # --- set-up --------------------------------------------------------------------------
 
@@ -202,14 +199,13 @@ class Trainer:
 
     def episode_shard(self) -> range:
         """The global indices of the episodes of an update this process plays (all of them in one
-        process): :func:`textgym.distributed.episode_shard`.
+        process): :meth:`TrainConfig.episode_shard`.
 
         Raises:
             ValueError: ``episodes_per_update`` cannot give every process at least one episode (or
                 GRPO group).
         """
-        return distributed.episode_shard(self.config.episodes_per_update, self.process.world_size,
-                                         self.process.rank, self._group_size())
+        return self.config.episode_shard(self.process.world_size, self.process.rank)
 
     def collect(self) -> Rollout:
         """Play this process's share of ``config.episodes_per_update`` episodes with the current

@@ -49,9 +49,6 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"num_envs ({self.venv.num_envs}) must be a multiple of group_size "
                              f"({self.config.group_size}) so that groups start together")
 
-    def _group_size(self) -> int:
-        return self.config.group_size
-
     def group_seed(self, group: int) -> int:
         """The env seed of every member of the update's group ``group`` (its global index).
 
