@@ -175,6 +175,40 @@ def trainers(ctx, report: dict) -> None:
         }
 
 
+def train_loop(ctx, report: dict, out: Path) -> None:
+    """Trainer.train in 2 processes: the episodes each rank plays, a stop only rank 1 asks for,
+    the metrics and checkpoint files (written by rank 0), and a resume of that checkpoint."""
+    import textgym
+    from textgym import distributed
+    from textgym.trainers import make_trainer
+
+    config = {"num_envs": 4, "episodes_per_update": 6, "minibatch_size": 8, "seed": 5, "lr": 1e-2,
+              "checkpoint_every": 1}
+    policy = textgym.Policy.from_pretrained("tiny", mode="score", seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=config,
+                           out_dir=out / "run")
+    seeds: list = []
+    collect = trainer.collect
+
+    def collect_and_record():
+        rollout = collect()
+        seeds.append(sorted(ep.seed for ep in rollout.episodes))
+        return rollout
+
+    trainer.collect = collect_and_record
+    # only rank 1 asks to stop, after the second update
+    history = trainer.train(updates=10, callback=lambda m: not (ctx.rank == 1 and m["update"] == 2))
+    report["updates"] = [m["update"] for m in history]
+    report["seeds"] = seeds
+    report["update_seeds"] = [trainer.rollout_seed(u) for u in range(2)]
+    report["episodes_seen"] = trainer.episodes_seen
+    report["checksum"] = distributed.checksum(trainer._optimized_parameters())
+    ctx.barrier()  # rank 0 has written everything
+    resumed = textgym.trainers.Trainer.resume(out / "run" / "checkpoint", process=ctx)
+    report["resumed_checksum"] = distributed.checksum(resumed._optimized_parameters())
+    report["resumed_update_count"] = resumed.update_count
+
+
 def wait_for_signal(rank: int, report: dict, out: Path) -> None:
     """Stand in for a trainer: on SIGINT/SIGTERM finish the update (a short sleep), save, exit 0."""
     received: list[int] = []
@@ -205,8 +239,10 @@ def main() -> None:
         collectives(ctx, report)
     elif scenario == "gradients":
         gradients(ctx, report)
-    elif scenario == "trainers":
+    elif scenario == "trainers":  # one launch for both (a launch costs seconds)
         trainers(ctx, report)
+        report["train_loop"] = {}
+        train_loop(ctx, report["train_loop"], out)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))
