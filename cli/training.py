@@ -468,9 +468,10 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     where = (f"after update {summary.get('updates')} ({summary.get('episodes')} of {total} "
              f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
     if status == "interrupted":
+        if not process.is_main:  # exit 0: a launcher kills the others when one process fails
+            return
         # A non-zero exit: said on stderr, even with --quiet, so a job log tells why it ended.
-        if process.is_main:
-            say(f"textgym: stopped by {reason} {where}", err=True)
+        say(f"textgym: stopped by {reason} {where}", err=True)
         raise typer.Exit(stopping.exit_code(reason))
     if status == "time_limit":
         if not quiet:
