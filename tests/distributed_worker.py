@@ -150,14 +150,14 @@ def trainers(ctx, report: dict) -> None:
 
         data_parallel, dp_grads = make(ctx)
         single, single_grads = make(ProcessContext())
-        params = data_parallel._optimized_parameters()
-        start_equal = distributed.checksum(params) == distributed.checksum(single._optimized_parameters())
+        params = data_parallel.optimized_parameters()
+        start_equal = distributed.checksum(params) == distributed.checksum(single.optimized_parameters())
         torch.manual_seed(11)  # the minibatch permutation (rank 0's, in the data-parallel trainer)
         dp_metrics = data_parallel.update(episodes[shard.start:shard.stop])
         torch.manual_seed(11)
         single_metrics = single.update(episodes)
         weights = torch.cat([p.detach().reshape(-1) for p in params])
-        single_weights = torch.cat([p.detach().reshape(-1) for p in single._optimized_parameters()])
+        single_weights = torch.cat([p.detach().reshape(-1) for p in single.optimized_parameters()])
         keys = ("loss", "policy_loss", "value_loss", "kl", "entropy", "advantage_std", "return_mean",
                 "episodes", "decisions", "optimizer_steps", "epochs", "groups_with_signal", "explained_variance")
         report[algorithm] = {
@@ -169,7 +169,7 @@ def trainers(ctx, report: dict) -> None:
             "weights_checksum": distributed.checksum(params),
             "weights_diff": float((weights - single_weights).abs().max()),
             "weights_moved": float((single_weights - torch.cat([p.detach().reshape(-1) for p in make(
-                ProcessContext())[0]._optimized_parameters()])).abs().max()),
+                ProcessContext())[0].optimized_parameters()])).abs().max()),
             "metrics": [{k: m[k] for k in keys if k in m} for m in (dp_metrics, single_metrics)],
             "world_size_metric": dp_metrics.get("world_size"),
         }
@@ -202,10 +202,10 @@ def train_loop(ctx, report: dict, out: Path) -> None:
     report["seeds"] = seeds
     report["update_seeds"] = [trainer.rollout_seed(u) for u in range(2)]
     report["episodes_seen"] = trainer.episodes_seen
-    report["checksum"] = distributed.checksum(trainer._optimized_parameters())
+    report["checksum"] = distributed.checksum(trainer.optimized_parameters())
     ctx.barrier()  # rank 0 has written everything
     resumed = textgym.trainers.Trainer.resume(out / "run" / "checkpoint", process=ctx)
-    report["resumed_checksum"] = distributed.checksum(resumed._optimized_parameters())
+    report["resumed_checksum"] = distributed.checksum(resumed.optimized_parameters())
     report["resumed_update_count"] = resumed.update_count
 
 

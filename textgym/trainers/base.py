@@ -126,7 +126,7 @@ class Trainer:
         if self.venv is not None:
             self.episode_shard()  # fails now if the update's episodes cannot be shared by the processes
         # Every replica starts from rank 0's weights (adapter, value head), whatever its own seed made.
-        self.process.broadcast_parameters(self._optimized_parameters())
+        self.process.broadcast_parameters(self.optimized_parameters())
 
     # --- hooks for the algorithms ----------------------------------------------------------
 
@@ -178,7 +178,9 @@ class Trainer:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
-    def _optimized_parameters(self) -> list[torch.nn.Parameter]:
+    def optimized_parameters(self) -> list[torch.nn.Parameter]:
+        """Every parameter the optimizer updates (the policy's and, for PPO, the value head's): what
+        the processes of a data-parallel run keep identical."""
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _param_groups(self) -> list[dict[str, Any]]:
