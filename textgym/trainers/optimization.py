@@ -107,13 +107,13 @@ class MinibatchPlan:
 
     def epoch(self) -> list[torch.Tensor]:
         """The local index tensor of each minibatch of a new epoch."""
+        # The one-process plan of the global batch (with several processes: rank 0's draw, for all).
         perm = torch.randperm(self.total)
+        planned = [perm[start:start + self.minibatch_size] for start in range(0, self.total, self.minibatch_size)]
         if self.process is None:
-            return [perm[start:start + self.minibatch_size] for start in range(0, self.total, self.minibatch_size)]
-        perm = torch.tensor(self.process.broadcast_object(perm.tolist()), dtype=torch.long)
-        mine = (perm >= self.offset) & (perm < self.offset + self.num_decisions)
-        return [perm[start:start + self.minibatch_size][mine[start:start + self.minibatch_size]] - self.offset
-                for start in range(0, self.total, self.minibatch_size)]
+            return planned
+        planned = [torch.tensor(m, dtype=torch.long) for m in self.process.broadcast_object([m.tolist() for m in planned])]
+        return [m[(m >= self.offset) & (m < self.offset + self.num_decisions)] - self.offset for m in planned]
 
 
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
