@@ -26,7 +26,6 @@ from typing import Any
 import typer
 
 from textgym import distributed
-
 from textgym.cli import config as run_config
 from textgym.cli import runs, stopping
 from textgym.cli.display import LiveDisplay

@@ -125,6 +125,17 @@ def trainers(ctx, report: dict) -> None:
     from textgym.trainers import make_trainer
 
     base, tokenizer = textgym.models.load("tiny")
+
+    def make(algorithm, config, process):
+        """A trainer from the same start weights, recording each optimizer step's gradient."""
+        policy = textgym.Policy(copy.deepcopy(base), tokenizer, mode="score", seed=0)
+        trainer = make_trainer(algorithm, policy, env=None, config=config, process=process)
+        grads: list = []
+        trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: grads.append(torch.cat([
+            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+            for g in optimizer.param_groups for p in g["params"]])))
+        return trainer, grads
+
     common = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 6, "epochs": 2, "seed": 3,
               "lr": 1e-2, "max_grad_norm": 0.5}
     for algorithm, extra in (("reinforce", {}), ("ppo", {}), ("grpo", {"group_size": 2})):
@@ -139,17 +150,9 @@ def trainers(ctx, report: dict) -> None:
                 collect(player, venv, episodes=1, seed=100 + g).episodes
         shard = distributed.episode_shard(8, ctx.world_size, ctx.rank, group)
 
-        def make(process):
-            policy = textgym.Policy(copy.deepcopy(base), tokenizer, mode="score", seed=0)
-            trainer = make_trainer(algorithm, policy, env=None, config={**common, **extra}, process=process)
-            grads: list = []
-            trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: grads.append(torch.cat([
-                p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-                for g in optimizer.param_groups for p in g["params"]])))
-            return trainer, grads
-
-        data_parallel, dp_grads = make(ctx)
-        single, single_grads = make(ProcessContext())
+        config = {**common, **extra}
+        data_parallel, dp_grads = make(algorithm, config, ctx)
+        single, single_grads = make(algorithm, config, ProcessContext())
         params = data_parallel.optimized_parameters()
         start_equal = distributed.checksum(params) == distributed.checksum(single.optimized_parameters())
         torch.manual_seed(11)  # the minibatch permutation (rank 0's, in the data-parallel trainer)
@@ -169,7 +172,7 @@ def trainers(ctx, report: dict) -> None:
             "weights_checksum": distributed.checksum(params),
             "weights_diff": float((weights - single_weights).abs().max()),
             "weights_moved": float((single_weights - torch.cat([p.detach().reshape(-1) for p in make(
-                ProcessContext())[0].optimized_parameters()])).abs().max()),
+                algorithm, config, ProcessContext())[0].optimized_parameters()])).abs().max()),
             "metrics": [{k: m[k] for k in keys if k in m} for m in (dp_metrics, single_metrics)],
             "world_size_metric": dp_metrics.get("world_size"),
         }

@@ -175,7 +175,8 @@ def test_two_processes_under_torchrun(tmp_path):
     """examples/trl_grpo.py --quick in 2 CPU processes (torchrun, gloo) with TRL's own data parallelism."""
     environ = dict(os.environ, OMP_NUM_THREADS="1")
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-                             WORKER, str(tmp_path)], capture_output=True, text=True, env=environ, timeout=300)
+                             WORKER, str(tmp_path)], capture_output=True, text=True, env=environ, timeout=300,
+                            check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     summaries = [json.loads((tmp_path / f"summary-rank{r}.json").read_text()) for r in range(2)]
     weights = [json.loads((tmp_path / f"weights-rank{r}.json").read_text()) for r in range(2)]

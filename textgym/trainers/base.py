@@ -150,7 +150,6 @@ class Trainer:
     def _value_head(self) -> torch.nn.Module | None:
         return None
 
-
     # --- set-up --------------------------------------------------------------------------
 
     def _prepare_model(self) -> torch.nn.Module:
@@ -476,8 +475,10 @@ class Trainer:
         from textgym.trainers import make_trainer
 
         state = ckpt.read_state(path)
-        if policy is None:
-            policy = ckpt.policy_from_record(state.get("policy", {}))
+        process = process if process is not None else distributed.init()
+        if policy is None:  # on this process's device (its GPU in a multi-GPU run)
+            policy = ckpt.policy_from_record(state.get("policy", {}),
+                                             device=process.device if process.is_distributed else None)
         config = dict(state["config"])
         algorithm = config.pop("algorithm", state["algorithm"])
         env = env if env is not None else state["env_id"]

@@ -52,9 +52,9 @@ class GRPOTrainer(Trainer):
     def group_seed(self, group: int) -> int:
         """The env seed of every member of the update's group ``group`` (its global index).
 
-        Group ``r * (n / G) + b`` (``n = num_envs``) is seeded ``rollout_seed() + r * n + b``: the
-        seed block ``b`` of a single process's sub-envs resets with in round ``r``, whichever
-        process plays the group.
+        Group ``r * (n / G) + b`` (``n = num_envs``) is seeded ``rollout_seed() + r * n + b``, the
+        seed that block ``b`` of one process's sub-envs plays in round ``r`` when that process plays
+        every group; the same whichever process plays it.
         """
         n, per_round = self.venv.num_envs, self.venv.num_envs // self.config.group_size
         return self.rollout_seed() + (group // per_round) * n + group % per_round

@@ -25,7 +25,6 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import torch

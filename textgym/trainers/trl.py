@@ -88,7 +88,12 @@ class PolicySampler:
 
     @torch.no_grad()
     def sample(self, contexts: Sequence[list[int]], max_new_tokens: int) -> list[Answer]:
-        from textgym.policy.kv_cache import run_prompts, shared_prefix_length, unique_rows, weights_version
+        from textgym.policy.kv_cache import (
+            run_prompts,
+            shared_prefix_length,
+            unique_rows,
+            weights_version,
+        )
         from textgym.policy.sampling import generate
 
         p = self.policy
@@ -275,7 +280,7 @@ class TextgymRollout:
         episode.env_mask += [1] * len(ids)
         episode.answer_tokens += len(ids)
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        obs, reward, terminated, truncated, info = episode.env.step(text)
+        obs, reward, terminated, truncated, _ = episode.env.step(text)
         episode.total += float(reward)
         if terminated or truncated:
             episode.done = True
