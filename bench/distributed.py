@@ -1,26 +1,20 @@
 """Data parallelism on this machine: 1 process x 1 thread, 1 x 2 threads, 2 processes x 1 thread.
 
-Part 1 measures, in one run, the same REINFORCE updates on textgym/CartPole-v1 (SmolLM2-135M, score
-mode, a LoRA adapter on the top 8 layers, the CLI's CartPole settings) in three configurations, each
-in fresh processes started one after the other: decisions per second and seconds per update (rollout
-and update apart), as ratios to 1 process x 1 thread. Every configuration plays the same global
-batch of episodes per update with the same env seeds (``textgym.distributed.episode_shard``'s
-rule); each process steps ``episodes_per_update / processes`` envs, one episode each.
+Part 1 measures, in one run, the same REINFORCE training on textgym/CartPole-v1 (SmolLM2-135M, score
+mode, the env's registered training settings: ``textgym.registry.training_defaults``, a LoRA adapter
+on the top 8 layers) in three configurations, each in fresh processes started one after the other:
+decisions per second and seconds per update (rollout and update apart), as ratios to 1 process x 1
+thread. The trainer is the one ``textgym train --processes N`` runs: every configuration plays the
+same global batch of episodes per update with the same env seeds (``episode_shard``'s rule), each
+process steps ``episodes_per_update / processes`` envs (one episode each), the minibatches are
+planned over the global batch and the gradients averaged in the optimizer step. The gradient
+all-reduce is timed apart from the wait for the slower process (a barrier just before it).
 
 Part 2 computes the communication per optimizer step: the bytes one all-reduce of the gradients
 carries with the trainer's default LoRA (r 16, the registry's target modules, every layer) and with
 full fine-tuning, for a 135M, a 0.5B and a 7B model. The parameter counts come from building each
 model from its config on PyTorch's meta device (no weights) and wrapping it with peft, so they are
 counted by the same code that trains; the config numbers used are printed with them.
-
-The trainers do not call ``textgym.distributed`` yet, so the data-parallel run is assembled here
-from today's trainer API and one documented hook (see :class:`DataParallelReinforce`): each process
-collects its shard of the episodes, and a pre-step hook on the optimizer averages the gradients with
-``ProcessContext.average_gradients`` (weighted by the process's decisions). One optimizer step per
-update (the whole batch as one minibatch, in ~32-decision accumulation chunks) keeps the number of
-collectives equal on every rank; no gradient clipping, so averaging right before the step is exact.
-Advantages are normalised over each process's own episodes (not the global batch): a different
-learning rule in detail, the same amount of work.
 
 Usage:
     .venv/bin/python bench/distributed.py --json bench/results/distributed.json   # the measurement
@@ -32,13 +26,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 import warnings
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
@@ -47,9 +41,6 @@ ENV_ID = "textgym/CartPole-v1"
 #: (name, processes, threads per process)
 CONFIGURATIONS = (("1 process x 1 thread", 1, 1), ("1 process x 2 threads", 1, 2),
                   ("2 processes x 1 thread", 2, 1))
-#: Decisions per forward/backward chunk of the update (the CLI's CartPole minibatch size).
-CHUNK_DECISIONS = 32
-
 # Model configs for the communication estimate (the fields that set the parameter shapes), from each
 # model's config.json on the Hugging Face hub. SmolLM2-135M's is also read from the local model cache
 # when present (and must agree).
@@ -75,55 +66,42 @@ def log(msg: str) -> None:
 # --- part 1: the timed runs ----------------------------------------------------------------------
 
 
+def timed(ctx):
+    """``ctx`` with its gradient all-reduce timed: a barrier first (the wait for the slower process,
+    ``wait_s``), then the all-reduce itself (``allreduce_s``). Every rank averages gradients the same
+    number of times, so the extra barrier is safe."""
+    from textgym.distributed import ProcessContext
+
+    @dataclass(frozen=True)
+    class TimedContext(ProcessContext):
+        seconds: dict = field(default_factory=lambda: {"wait_s": 0.0, "allreduce_s": 0.0})
+
+        def average_gradients(self, parameters, weight=1.0, **kwargs):
+            t0 = time.perf_counter()
+            self.barrier()
+            t1 = time.perf_counter()
+            total = super().average_gradients(parameters, weight=weight, **kwargs)
+            self.seconds["wait_s"] += t1 - t0
+            self.seconds["allreduce_s"] += time.perf_counter() - t1
+            return total
+
+    return TimedContext(**{f.name: getattr(ctx, f.name) for f in fields(ProcessContext)})
+
+
 def make_trainer(args: argparse.Namespace, ctx):
-    """A REINFORCE trainer that plays this process's shard and averages gradients before each step."""
-    from textgym.cli.training import ENV_DEFAULTS
-
+    """The REINFORCE trainer of ``textgym train cartpole`` (the env's registered settings), as this
+    process's part of a data-parallel run."""
     import textgym
-    from textgym import distributed
-    from textgym.rollout import collect
-    from textgym.trainers.reinforce import ReinforceTrainer
+    from textgym.registry import training_defaults
+    from textgym.trainers import make_trainer as make
 
-    class DataParallelReinforce(ReinforceTrainer):
-        """The hook, until the trainers call textgym.distributed themselves: ``collect`` plays this
-        rank's episode shard (seeds ``rollout_seed() + shard.start``); ``update`` sizes the
-        accumulation chunks and records the rank's decisions, the weight its gradients get in the
-        all-reduce that the optimizer's pre-step hook runs."""
-
-        decisions_in_update = 0
-        wait_seconds = 0.0  # at the barrier before the all-reduce: waiting for the slower rank
-        allreduce_seconds = 0.0  # the all-reduce itself
-
-        def collect(self):
-            shard = distributed.episode_shard(self.config.episodes_per_update, ctx.world_size, ctx.rank)
-            return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start)
-
-        def update(self, episodes, stats=None):
-            self.decisions_in_update = sum(ep.length for ep in episodes)
-            self.config.gradient_accumulation_steps = max(1, math.ceil(self.decisions_in_update / CHUNK_DECISIONS))
-            return super().update(episodes, stats=stats)
-
-    defaults = ENV_DEFAULTS[ENV_ID]
-    config = {**defaults["trainer"], "lr": defaults["lr"], "seed": args.seed,
+    defaults = training_defaults(ENV_ID, "score")
+    config = {**defaults.trainer, "lr": defaults.lr, "seed": args.seed,
               "episodes_per_update": args.episodes_per_update,
-              "num_envs": args.episodes_per_update // ctx.world_size,
-              "minibatch_size": 1_000_000, "epochs": 1, "max_grad_norm": None}
-    model, tokenizer = textgym.models.load(args.model, device=ctx.device)
-    policy = textgym.Policy(model, tokenizer, mode="score", seed=args.seed, name=args.model)
-    trainer = DataParallelReinforce(policy, env=ENV_ID, config=config, env_kwargs=defaults.get("env_kwargs"))
-    params = [p for group in trainer.optimizer.param_groups for p in group["params"]]
-    ctx.broadcast_parameters(params)
-
-    def average_before_step(optimizer, _args, _kwargs):
-        t0 = time.perf_counter()
-        ctx.barrier()  # every rank runs this hook once per step, so the extra collective is safe
-        t1 = time.perf_counter()
-        ctx.average_gradients(params, weight=trainer.decisions_in_update)
-        trainer.wait_seconds += t1 - t0
-        trainer.allreduce_seconds += time.perf_counter() - t1
-
-    trainer.optimizer.register_step_pre_hook(average_before_step)
-    return trainer, params
+              "num_envs": max(1, args.episodes_per_update // ctx.world_size)}
+    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed, device=ctx.device)
+    return make("reinforce", policy, env=ENV_ID, config=config, env_kwargs=dict(defaults.env_kwargs),
+                process=ctx)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -132,21 +110,21 @@ def worker(args: argparse.Namespace) -> None:
 
     from textgym import distributed
 
-    ctx = distributed.init()
-    trainer, params = make_trainer(args, ctx)
+    ctx = timed(distributed.init())
+    trainer = make_trainer(args, ctx)
     updates = []
     for u in range(args.warmup + args.updates):
         ctx.barrier()
         t0 = time.perf_counter()
         rollout = trainer.collect()
         t1 = time.perf_counter()
-        trainer.wait_seconds = trainer.allreduce_seconds = 0.0
+        ctx.seconds.update(wait_s=0.0, allreduce_s=0.0)
         trainer.update(rollout.episodes, stats=rollout.stats)
         t2 = time.perf_counter()
         ctx.barrier()
         t3 = time.perf_counter()
         mine = {"decisions": int(rollout.stats["decisions"]), "rollout_s": t1 - t0, "update_s": t2 - t1,
-                "wait_s": trainer.wait_seconds, "allreduce_s": trainer.allreduce_seconds}
+                **ctx.seconds}
         ranks = ctx.gather([mine])
         if u >= args.warmup:
             updates.append({"seconds": t3 - t0, "decisions": sum(r["decisions"] for r in ranks),
@@ -155,7 +133,7 @@ def worker(args: argparse.Namespace) -> None:
                             "wait_s": max(r["wait_s"] for r in ranks),
                             "allreduce_s": max(r["allreduce_s"] for r in ranks),
                             "decisions_per_rank": [r["decisions"] for r in ranks]})
-    checksums = ctx.gather([distributed.checksum(params)])
+    checksums = ctx.gather([distributed.checksum(trainer.optimized_parameters())])
     if ctx.is_main:
         Path(args.report).write_text(json.dumps({
             "processes": ctx.world_size, "threads": torch.get_num_threads(), "updates": updates,
@@ -254,7 +232,7 @@ def print_estimate(rows: list[dict], measured: dict | None) -> None:
             f"{r['model'].split('-Instruct')[0]}: LoRA {2 * r['lora_bytes'] / speed * 1e3:.1f} ms, "
             f"full {2 * r['full_bytes'] / speed:.2f} s" for r in rows))
     if measured:
-        log(f"  Measured here (2 processes, gloo over shared memory, the benchmark's top-8-layer adapter): "
+        log(f"  Measured here (2 processes, gloo over shared memory, CartPole's top-8-layer adapter): "
             f"all-reduce {measured['allreduce_s_per_update'] * 1e3:.1f} ms per update, waiting for the "
             f"slower rank {measured['wait_s_per_update']:.2f} s, of {measured['seconds_per_update']:.1f} s "
             "per update")

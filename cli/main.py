@@ -134,6 +134,11 @@ def train(
     ),
     force: bool = typer.Option(False, "--force", help="Start over in an existing --out folder."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display."),
+    processes: int | None = typer.Option(
+        None, "--processes", min=1, show_default="1",
+        help="Train data-parallel in N local processes (each plays its share of the episodes). "
+             "Not needed under torchrun or accelerate launch.",
+    ),
     stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,
         help="Act as if Ctrl-C was pressed after N updates (tests of resume).",
@@ -160,7 +165,7 @@ def train(
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
-        stop_after=stop_after,
+        stop_after=stop_after, processes=processes,
     )
 
 

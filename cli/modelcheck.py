@@ -5,8 +5,13 @@ minute of retries. The rules are :mod:`textgym.models`' own (:func:`textgym.mode
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from textgym import models  # torch-free at import
 from textgym.cli.errors import CLIError
+
+if TYPE_CHECKING:
+    import torch
 
 
 def check_option_names(device: str | None, dtype: str | None, quantize: str | None) -> None:
@@ -17,7 +22,7 @@ def check_option_names(device: str | None, dtype: str | None, quantize: str | No
         raise CLIError(str(exc)) from None
 
 
-def check_model(name: str, device: str | None = None, dtype: str | None = None,
+def check_model(name: str, device: str | torch.device | None = None, dtype: str | None = None,
                 quantize: str | None = None) -> models.ModelSource:
     """Check that the device, precision and quantization are usable here and that ``name`` is a
     registered model, a model folder, a cached hub id or a hub id while the hub is reachable.

@@ -5,16 +5,27 @@ A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``, ``c
 stopped). Ctrl-C or SIGTERM stops after the current update and saves a checkpoint; a second
 one stops at once (the last periodic checkpoint stays; see cli/stopping.py). ``--resume DIR``
 continues the same run: the update and episode counters carry on and ``metrics.jsonl`` grows.
+
+Data parallelism (:mod:`textgym.distributed`): ``--processes N`` checks everything here, then
+starts N copies of the same command (with the run folder resolved) through torch's elastic
+launcher; ``torchrun`` or ``accelerate launch ... -m textgym.cli train`` start them the same way.
+In every copy, only the main process checks, locks and writes the run folder (the others wait for
+its lock), prints, and plots; all of them train, and stop after the same update.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from textgym import distributed
 from textgym.cli import config as run_config
 from textgym.cli import runs, stopping
 from textgym.cli.display import LiveDisplay
@@ -24,7 +35,7 @@ from textgym.cli.envtools import (
     refuse_env_import,
     resolve_env,
 )
-from textgym.cli.errors import CLIError
+from textgym.cli.errors import EXIT_ERROR, CLIError
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
@@ -71,12 +82,13 @@ def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],
-                   out: Path | None) -> run_config.RunConfig:
+                   out: Path | None, check_lock: bool = True) -> run_config.RunConfig:
     if out is not None and Path(out).resolve() != run_dir.resolve():
         raise CLIError("give either --resume DIR or --out DIR, not both")
     if not run_dir.is_dir():
         raise CLIError(f"cannot resume: run folder {run_dir} does not exist")
-    runs.check_not_in_use(run_dir)
+    if check_lock:
+        runs.check_not_in_use(run_dir)
     if not (run_dir / CONFIG_FILE).is_file():
         raise CLIError(f"cannot resume: {run_dir} is not a textgym run folder (no {CONFIG_FILE})")
     saved = run_config.load_toml(run_dir / CONFIG_FILE)
@@ -141,11 +153,11 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str, seed: int | None = None, *, device: str | None = None,
+def build_policy(model_name: str, mode: str, seed: int | None = None, *, device: Any = None,
                  dtype: str | None = None, quantize: str | None = None, **settings: Any) -> Any:
-    """Check the model name, device, precision and quantization, load the model and wrap it in a
-    ``textgym.Policy`` with the model registry's defaults and ``settings`` on top (errors ->
-    CLIError)."""
+    """Check the model name, device, precision and quantization, load the model (on ``device``;
+    default: the loader's) and wrap it in a ``textgym.Policy`` with the model registry's defaults
+    and ``settings`` on top (errors -> CLIError)."""
     check_model(model_name, device, dtype, quantize)
     from textgym.policy import Policy, PolicyConfig
 
@@ -162,21 +174,27 @@ def build_policy(model_name: str, mode: str, seed: int | None = None, *, device:
 
 def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None = None,
         resume: Path | None = None, force: bool = False, quiet: bool = False,
-        stop_after: int | None = None) -> None:
+        stop_after: int | None = None, processes: int | None = None) -> None:
     """The ``train`` command (see the module docstring).
 
-    Every check (config, run folder, env settings, SFT file) comes before the model loads and
-    before anything is written; then the run folder is created (a new run) and locked for the
-    session."""
+    Every check (config, run folder, env settings, SFT file, ``--processes``) comes before the
+    model loads and before anything is written; then the run folder is created (a new run) and
+    locked for the session. With ``processes`` > 1 the checked command is started in that many
+    processes instead (:func:`launch`)."""
+    # A process started by a launcher joins the others first: only the main one checks the run
+    # folder (the others would find it locked by the main one).
+    process = _join_processes(processes) if distributed.is_launched() else None
+    main = process is None or process.is_main
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
     if resume is not None:
         run_dir = Path(resume)
-        cfg = _resume_config(run_dir, file_layer, flags, out)
+        cfg = _resume_config(run_dir, file_layer, flags, out, check_lock=main)
         env_kwargs = _checkpoint_env_kwargs(run_dir)
     else:
         cfg = _new_config(file_layer, flags, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
-        runs.check_new(run_dir, force)
+        if main:
+            runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
     trainer_config = _trainer_config(cfg)
@@ -184,14 +202,26 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
     check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
+    if processes is not None and processes > 1 and process is None:
+        _check_shares(trainer_config, processes)
+        _check_process_device(cfg.device, processes)
+        launch(flags, processes, run_dir=run_dir, config_file=config_file, resume=resume,
+               force=force, quiet=quiet, stop_after=stop_after)
+        return
+    if process is None:
+        process = distributed.init()
+    else:
+        _check_shares(trainer_config, process.world_size)
+        run_dir = process.broadcast_object(run_dir)  # the main process's default name, for all
+    quiet = quiet or not process.is_main
 
-    with stopping.sigterm_unwinds(), runs.claim(run_dir, new=resume is None):
+    with stopping.sigterm_unwinds(), _hold_run_folder(run_dir, resume is None, process):
         if not quiet:
             say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
-                f"run folder {run_dir}")
+                f"run folder {run_dir}" + (f"; {process.world_size} processes" if process.is_distributed else ""))
         loading = time.monotonic()
-        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=cfg.device,
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=_device_of(cfg, process),
                               dtype=cfg.dtype, quantize=cfg.quantize)
         if not quiet:
             weights = next(policy.model.parameters())
@@ -199,10 +229,116 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
                 f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
                 f"{', ' + cfg.quantize if cfg.quantize else ''})")
         if resume is not None:
-            trainer = _resume_trainer(cfg, policy, run_dir, quiet)
+            trainer = _resume_trainer(cfg, policy, run_dir, quiet, process)
         else:
-            trainer = _new_trainer(cfg, trainer_config, policy, run_dir, force, quiet)
+            trainer = _new_trainer(cfg, trainer_config, policy, run_dir, force, quiet, process)
         _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
+
+
+# --- several processes -------------------------------------------------------------------------
+
+
+def _join_processes(processes: int | None) -> distributed.ProcessContext:
+    """This process's place among those a launcher (torchrun, ``accelerate launch``, ``textgym
+    train --processes``) started (errors -> CLIError)."""
+    if processes is not None and processes > 1:
+        raise CLIError(f"--processes {processes} in a process started by a launcher (torchrun, "
+                       "accelerate launch), which already started the processes: drop --processes")
+    try:
+        return distributed.init()
+    except distributed.UnsupportedLaunch as exc:
+        raise CLIError(str(exc)) from exc
+
+
+def _check_process_device(device: str, processes: int) -> None:
+    """With several processes each one gets its device from the launcher (``cuda:<local rank>``,
+    or the CPU): ``--device`` may only name that kind, not one GPU (CLIError)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise CLIError(f"--device {device} with {processes} processes: each process runs on the "
+                       "device its launcher gives it (cuda:<local rank> or cpu); use --device "
+                       "auto, cuda or cpu")
+
+
+def _device_of(cfg: run_config.RunConfig, process: distributed.ProcessContext) -> Any:
+    """The device this process loads the model on: ``--device``, or with several processes the
+    launcher's, which ``--device`` may only confirm (CLIError otherwise)."""
+    if not process.is_distributed:
+        return cfg.device
+    _check_process_device(cfg.device, process.world_size)
+    if cfg.device not in ("auto", process.device.type):
+        raise CLIError(f"--device {cfg.device}: this process's launcher put it on {process.device} "
+                       "(for CPU processes on a GPU machine set ACCELERATE_USE_CPU=1)")
+    return process.device
+
+
+def _check_shares(trainer_config: Any, processes: int) -> None:
+    """Refuse a number of processes the update's episodes cannot be shared by (every process
+    plays at least one episode, or one GRPO group), and accelerate settings textgym ignores."""
+    try:
+        distributed.check_launch_config()
+        trainer_config.episode_shard(processes, 0)
+    except ValueError as exc:  # UnsupportedLaunch too
+        raise CLIError(f"cannot train in {processes} processes: {exc}") from exc
+
+
+def worker_arguments(flags: dict[str, Any], run_dir: Path, config_file: Path | None = None,
+                     resume: Path | None = None, force: bool = False, quiet: bool = False,
+                     stop_after: int | None = None) -> list[str]:
+    """The ``textgym`` arguments of each launched process: the same ``train`` command, with the
+    run folder resolved by the launching process (one default name for all)."""
+    args = ["train", *([flags["env"]] if flags.get("env") else [])]
+    for name, value in flags.items():
+        if name == "env" or value is None:
+            continue
+        if name == "lora":  # the one on/off flag: --lora/--full
+            args.append("--lora" if value else "--full")
+        else:
+            args += [f"--{name.replace('_', '-')}", str(value)]
+    if config_file is not None:
+        args += ["--config", str(config_file)]
+    args += ["--resume", str(run_dir)] if resume is not None else ["--out", str(run_dir)]
+    args += ["--force"] * force + ["--quiet"] * quiet
+    if stop_after is not None:
+        args += ["--stop-after", str(stop_after)]
+    return args
+
+
+def launch(flags: dict[str, Any], processes: int, *, run_dir: Path, config_file: Path | None = None,
+           resume: Path | None = None, force: bool = False, quiet: bool = False,
+           stop_after: int | None = None) -> None:
+    """Start the checked ``train`` command in ``processes`` local processes (torch's elastic
+    launcher, :func:`textgym.distributed.launch`) and wait for them; exits with their code.
+
+    A Ctrl-C or SIGTERM here reaches every process once: each stops after the same update and the
+    main one saves the checkpoint."""
+    command = ["-m", "textgym.cli", *worker_arguments(flags, run_dir, config_file, resume, force, quiet,
+                                                       stop_after)]
+    if not quiet:
+        say(f"textgym: starting {processes} training processes (torch.distributed.run)")
+    code = distributed.launch(command, processes=processes)
+    if code:
+        raise typer.Exit(code)
+
+
+@contextlib.contextmanager
+def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessContext) -> Iterator[None]:
+    """:func:`runs.claim` the run folder for the session in the main process; the other processes
+    wait for its outcome, and fail with it (quietly: the main process says why)."""
+    with contextlib.ExitStack() as stack:
+        error = None
+        if process.is_main:
+            try:
+                stack.enter_context(runs.claim(run_dir, new=new))
+            except CLIError as exc:
+                if not process.is_distributed:
+                    raise
+                error = exc
+        failed = process.broadcast_object(error is not None)
+        if error is not None:
+            raise error
+        if failed:
+            raise typer.Exit(EXIT_ERROR)
+        yield
 
 
 def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
@@ -222,15 +358,17 @@ def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
 
 
 def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, run_dir: Path,
-                 force: bool, quiet: bool) -> Any:
-    """A trainer for a new run in the locked folder ``run_dir``; writes config.toml."""
+                 force: bool, quiet: bool, process: distributed.ProcessContext) -> Any:
+    """A trainer for a new run in the locked folder ``run_dir``; writes config.toml (the main
+    process)."""
     from textgym.trainers import make_trainer
 
-    if force:
+    if force and process.is_main:
         runs.empty_for_new_run(run_dir)
     trainer = make_trainer(cfg.algo, policy, env=cfg.env, config=trainer_config,
-                           out_dir=run_dir, **_env_kwargs_arg(cfg))
-    (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
+                           out_dir=run_dir, process=process, **_env_kwargs_arg(cfg))
+    if process.is_main:
+        (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
     if cfg.sft:
         _warm_start(trainer, cfg, quiet)
     return trainer
@@ -240,18 +378,20 @@ def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
     return {"env_kwargs": dict(cfg.env_kwargs)} if cfg.env_kwargs else {}
 
 
-def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet: bool) -> Any:
-    """The trainer of the run in the locked folder ``run_dir``, from its checkpoint."""
+def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet: bool,
+                    process: distributed.ProcessContext) -> Any:
+    """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
+    number of processes wrote it)."""
     from textgym.trainers import Trainer
 
     checkpoint = run_dir / CHECKPOINT
     try:
         # env: the id checked by _resume_config, never the one trainer_state.json names.
-        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir)
+        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
     resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
-    if resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+    if process.is_main and resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
         (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
     repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
     if repair is not None and not quiet:
@@ -288,11 +428,13 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
            stop_after: int | None) -> None:
     from textgym.cli.plotting import plot_runs
 
+    process = trainer.process
     total = int(cfg.episodes or 0)
     done = trainer.episodes_seen
     updates_this_session = 0
     started = time.monotonic()
     status = "complete"
+    processes = process.gather([{"host": socket.gethostname(), "pid": os.getpid()}])
 
     display = LiveDisplay(total=total, done=done, quiet=quiet, sample_every=cfg.sample_every,
                           description=cfg.env.split("/")[-1])
@@ -302,7 +444,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     def redraw() -> None:
         nonlocal last_plot
         last_plot = time.monotonic()
-        if (run_dir / "metrics.jsonl").is_file():
+        if process.is_main and (run_dir / "metrics.jsonl").is_file():
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
@@ -329,28 +471,33 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
         if remaining > 0:
             try:
+                # With several processes, a stop any of them asks for stops all (Trainer.train).
                 trainer.train(episodes=remaining, seconds=seconds, callback=callback)
             except Exception as exc:
                 # The last periodic checkpoint stays; say so in the summary, then fail.
-                _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
+                if process.is_main:
+                    _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
                 raise
-            if stop.requested:
-                status = "interrupted"
-            elif trainer.episodes_seen < total:  # the time budget ran out first
-                status = "time_limit"
         else:
             display.log(f"the run already has {done} of {total} episodes")
+        reason = _agreed_stop_reason(stop.reason, process)
+        if reason is not None:
+            status = "interrupted"
+        elif trainer.episodes_seen < total:  # the time budget ran out first
+            status = "time_limit"
         trainer.save_checkpoint(run_dir / CHECKPOINT)
         redraw()
 
     summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display,
-                             stopped_by=stop.reason)
+                             stopped_by=reason, processes=processes)
     where = (f"after update {summary.get('updates')} ({summary.get('episodes')} of {total} "
              f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
     if status == "interrupted":
+        if not process.is_main:  # exit 0: a launcher kills the others when one process fails
+            return
         # A non-zero exit: said on stderr, even with --quiet, so a job log tells why it ended.
-        say(f"textgym: stopped by {stop.reason} {where}", err=True)
-        raise typer.Exit(stopping.exit_code(stop.reason))
+        say(f"textgym: stopped by {reason} {where}", err=True)
+        raise typer.Exit(stopping.exit_code(reason))
     if status == "time_limit":
         if not quiet:
             say(f"textgym: time budget of {cfg.minutes:g} min reached {where}")
@@ -363,14 +510,30 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
 
 
+def _agreed_stop_reason(reason: str | None, process: distributed.ProcessContext) -> str | None:
+    """What stopped the run, as every process sees it: the first Ctrl-C or SIGTERM any of them got
+    (a scheduler may signal only some)."""
+    return next((r for r in process.gather([reason]) if r is not None), None)
+
+
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
                    trainer: Any = None, display: LiveDisplay | None = None,
-                   stopped_by: str | None = None) -> dict[str, Any]:
+                   stopped_by: str | None = None,
+                   processes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """Write ``summary.json``: the run's outcome, from metrics.jsonl (and a final greedy
     evaluation when ``eval_episodes`` is set and the run is complete). ``stopped_by``: the
-    Ctrl-C or SIGTERM that stopped an interrupted run."""
+    Ctrl-C or SIGTERM that stopped an interrupted run; ``processes``: where each training
+    process ran (host and PID, in rank order). With a trainer of several processes, every one
+    calls this (each plays its share of the evaluation) and the main one writes."""
     from textgym.cli.plotting import read_metrics
 
+    evaluation = None
+    if status == "complete" and cfg.eval_episodes and trainer is not None:
+        if display is not None:
+            display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
+        evaluation = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
+    if trainer is not None and not trainer.process.is_main:
+        return {}
     records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
     summary = {
         "status": status,
@@ -384,10 +547,9 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         **runs.summarize_metrics(records),
         "session_seconds": round(time.monotonic() - started, 3),
         "checkpoint": str(run_dir / CHECKPOINT),
+        **({"processes": processes} if processes is not None else {}),
     }
-    if status == "complete" and cfg.eval_episodes and trainer is not None:
-        if display is not None:
-            display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
-        summary["eval"] = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
+    if evaluation is not None:
+        summary["eval"] = evaluation
     runs.write_json(run_dir / "summary.json", summary)
     return summary

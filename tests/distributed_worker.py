@@ -109,6 +109,109 @@ def gradients(ctx, report: dict) -> None:
         policy.clear_cache()
 
 
+def trainers(ctx, report: dict) -> None:
+    """Each algorithm's own update path on a fixed global batch: this rank's shard in the
+    2-process trainer, the whole batch in a 1-process trainer beside it (same start weights, same
+    minibatch permutation). Every optimizer step's gradient (after the average and the clipping)
+    and the weights after the update are reported."""
+    import copy
+
+    import torch
+
+    import textgym
+    from textgym import distributed
+    from textgym.distributed import ProcessContext
+    from textgym.rollout import collect
+    from textgym.trainers import make_trainer
+
+    base, tokenizer = textgym.models.load("tiny")
+
+    def make(algorithm, config, process):
+        """A trainer from the same start weights, recording each optimizer step's gradient."""
+        policy = textgym.Policy(copy.deepcopy(base), tokenizer, mode="score", seed=0)
+        trainer = make_trainer(algorithm, policy, env=None, config=config, process=process)
+        grads: list = []
+        trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: grads.append(torch.cat([
+            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
+            for g in optimizer.param_groups for p in g["params"]])))
+        return trainer, grads
+
+    common = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 6, "epochs": 2, "seed": 3,
+              "lr": 1e-2, "max_grad_norm": 0.5}
+    for algorithm, extra in (("reinforce", {}), ("ppo", {}), ("grpo", {"group_size": 2})):
+        group = extra.get("group_size", 1)
+        # The global batch: every rank plays the same 8 Blackjack episodes (1 to 3 decisions each)
+        # with the same untrained policy; GRPO's come in groups of 2 from one seed.
+        player = textgym.Policy(copy.deepcopy(base), tokenizer, mode="score", seed=0)
+        venv = textgym.make_vec("textgym/Blackjack-v1", num_envs=group)
+        episodes = []
+        for g in range(8 // group):
+            episodes += collect(player, venv, schedule=[[100 + g]] * group).episodes if group > 1 else \
+                collect(player, venv, episodes=1, seed=100 + g).episodes
+        shard = distributed.episode_shard(8, ctx.world_size, ctx.rank, group)
+
+        config = {**common, **extra}
+        data_parallel, dp_grads = make(algorithm, config, ctx)
+        single, single_grads = make(algorithm, config, ProcessContext())
+        params = data_parallel.optimized_parameters()
+        start_equal = distributed.checksum(params) == distributed.checksum(single.optimized_parameters())
+        torch.manual_seed(11)  # the minibatch permutation (rank 0's, in the data-parallel trainer)
+        dp_metrics = data_parallel.update(episodes[shard.start:shard.stop])
+        torch.manual_seed(11)
+        single_metrics = single.update(episodes)
+        weights = torch.cat([p.detach().reshape(-1) for p in params])
+        single_weights = torch.cat([p.detach().reshape(-1) for p in single.optimized_parameters()])
+        keys = ("loss", "policy_loss", "value_loss", "kl", "entropy", "advantage_std", "return_mean",
+                "episodes", "decisions", "optimizer_steps", "epochs", "groups_with_signal", "explained_variance")
+        report[algorithm] = {
+            "start_equal": start_equal,
+            "local_decisions": sum(len(ep.steps) for ep in episodes[shard.start:shard.stop]),
+            "steps": [len(dp_grads), len(single_grads)],
+            "grad_diffs": [float((a - b).abs().max()) for a, b in zip(dp_grads, single_grads)],
+            "grad_max": [float(b.abs().max()) for b in single_grads],
+            "weights_checksum": distributed.checksum(params),
+            "weights_diff": float((weights - single_weights).abs().max()),
+            "weights_moved": float((single_weights - torch.cat([p.detach().reshape(-1) for p in make(
+                algorithm, config, ProcessContext())[0].optimized_parameters()])).abs().max()),
+            "metrics": [{k: m[k] for k in keys if k in m} for m in (dp_metrics, single_metrics)],
+            "world_size_metric": dp_metrics.get("world_size"),
+        }
+
+
+def train_loop(ctx, report: dict, out: Path) -> None:
+    """Trainer.train in 2 processes: the episodes each rank plays, a stop only rank 1 asks for,
+    the metrics and checkpoint files (written by rank 0), and a resume of that checkpoint."""
+    import textgym
+    from textgym import distributed
+    from textgym.trainers import make_trainer
+
+    config = {"num_envs": 4, "episodes_per_update": 6, "minibatch_size": 8, "seed": 5, "lr": 1e-2,
+              "checkpoint_every": 1}
+    policy = textgym.Policy.from_pretrained("tiny", mode="score", seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=config,
+                           out_dir=out / "run")
+    seeds: list = []
+    collect = trainer.collect
+
+    def collect_and_record():
+        rollout = collect()
+        seeds.append(sorted(ep.seed for ep in rollout.episodes))
+        return rollout
+
+    trainer.collect = collect_and_record
+    # only rank 1 asks to stop, after the second update
+    history = trainer.train(updates=10, callback=lambda m: not (ctx.rank == 1 and m["update"] == 2))
+    report["updates"] = [m["update"] for m in history]
+    report["seeds"] = seeds
+    report["update_seeds"] = [trainer.rollout_seed(u) for u in range(2)]
+    report["episodes_seen"] = trainer.episodes_seen
+    report["checksum"] = distributed.checksum(trainer.optimized_parameters())
+    ctx.barrier()  # rank 0 has written everything
+    resumed = textgym.trainers.Trainer.resume(out / "run" / "checkpoint", process=ctx)
+    report["resumed_checksum"] = distributed.checksum(resumed.optimized_parameters())
+    report["resumed_update_count"] = resumed.update_count
+
+
 def wait_for_signal(rank: int, report: dict, out: Path) -> None:
     """Stand in for a trainer: on SIGINT/SIGTERM finish the update (a short sleep), save, exit 0."""
     received: list[int] = []
@@ -139,6 +242,10 @@ def main() -> None:
         collectives(ctx, report)
     elif scenario == "gradients":
         gradients(ctx, report)
+    elif scenario == "trainers":  # one launch for both (a launch costs seconds)
+        trainers(ctx, report)
+        report["train_loop"] = {}
+        train_loop(ctx, report["train_loop"], out)
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))

@@ -203,3 +203,57 @@ def test_a_signal_to_the_launcher_reaches_every_process(tmp_path, signum):
     reports = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["signals"] for r in reports] == [[signum.name], [signum.name]]  # each got it once, and saved
     assert code == 128 + signum
+
+
+@pytest.fixture(scope="module")
+def trainer_reports(tmp_path_factory):
+    """The trainers in 2 processes (tests/distributed_worker.py's "trainers" scenario): each rank's report."""
+    out = tmp_path_factory.mktemp("trainers")
+    code, reports = run_workers("trainers", out)
+    assert code == 0
+    return out, reports
+
+
+def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer_reports):
+    _, (rank0, rank1) = trainer_reports
+    for algorithm in ("reinforce", "ppo", "grpo"):
+        a, b = rank0[algorithm], rank1[algorithm]
+        assert a["start_equal"] and b["start_equal"]
+        assert a["local_decisions"] != b["local_decisions"] or algorithm == "grpo"  # uneven ranks
+        # the same optimizer steps (the plan is over the global batch), each with the gradient
+        # of the whole batch's minibatch, averaged and clipped
+        assert a["steps"] == b["steps"] and a["steps"][0] == a["steps"][1] >= 3, algorithm
+        assert max(a["grad_max"]) > 1e-3, algorithm  # a real gradient
+        assert max(a["grad_diffs"] + b["grad_diffs"]) < 1e-5, (algorithm, a["grad_diffs"], b["grad_diffs"])
+        # identical weights on both ranks, those of the 1-process trainer up to float rounding
+        # (AdamW divides by sqrt(v): a near-zero gradient's rounding moves its weight a little)
+        assert a["weights_checksum"] == b["weights_checksum"], algorithm
+        assert a["weights_moved"] > 1e-3 and a["weights_diff"] < 0.01 * a["weights_moved"], algorithm
+        # the same metrics on both ranks, those of the 1-process update (over all episodes)
+        dp, single = a["metrics"]
+        assert dp == b["metrics"][0], algorithm
+        assert dp.keys() == single.keys() and dp["episodes"] == 8, algorithm
+        for key, value in single.items():
+            assert dp[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (algorithm, key)
+        assert a["world_size_metric"] == 2
+
+
+def test_training_in_two_processes_stops_together_and_writes_once(trainer_reports):
+    tmp_path, reports = trainer_reports
+    rank0, rank1 = (report["train_loop"] for report in reports)
+    # rank 1 alone asked to stop after update 2: both stopped there
+    assert rank0["updates"] == rank1["updates"] == [1, 2]
+    assert rank0["episodes_seen"] == rank1["episodes_seen"] == 12
+    # each update's 6 episodes split 3 + 3, with the seeds one process would give them
+    for update, base in enumerate(rank0["update_seeds"]):
+        assert rank0["seeds"][update] == [base, base + 1, base + 2]
+        assert rank1["seeds"][update] == [base + 3, base + 4, base + 5]
+    assert rank0["checksum"] == rank1["checksum"]
+    # the main process wrote one metrics line per update (over both ranks' episodes) and the checkpoint
+    lines = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [m["update"] for m in lines] == [1, 2] and [m["episodes"] for m in lines] == [6, 12]
+    assert all(m["world_size"] == 2 for m in lines)
+    state = json.loads((tmp_path / "run" / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == 2 and state["episodes_seen"] == 12
+    assert rank0["resumed_checksum"] == rank1["resumed_checksum"] == rank0["checksum"]
+    assert rank0["resumed_update_count"] == rank1["resumed_update_count"] == 2

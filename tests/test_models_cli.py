@@ -95,3 +95,21 @@ def test_a_bfloat16_run_saves_its_precision_and_a_resume_may_change_it(cli, tmp_
     result = cli("eval", "bandit", "--checkpoint", run, "--episodes", "4", "--num-envs", "4",
                  "--dtype", "bfloat16", "--json")
     assert result.exit_code == 0, result.output
+
+
+def test_with_several_processes_the_device_is_the_launchers():
+    from textgym.cli import config as run_config
+    from textgym.cli import training
+    from textgym.cli.errors import CLIError
+    from textgym.distributed import ProcessContext
+
+    process = ProcessContext(rank=1, world_size=2, local_rank=1, local_world_size=2,
+                             device=torch.device("cpu"))
+    for asked in ("auto", "cpu"):
+        assert training._device_of(run_config.RunConfig(device=asked), process) == torch.device("cpu")
+    with pytest.raises(CLIError, match="launcher put it on cpu .*ACCELERATE_USE_CPU"):
+        training._device_of(run_config.RunConfig(device="cuda"), process)
+    with pytest.raises(CLIError, match="--device cuda:1 with 2 processes"):
+        training._check_process_device("cuda:1", 2)
+    alone = ProcessContext(device=torch.device("cpu"))
+    assert training._device_of(run_config.RunConfig(device="cuda:1"), alone) == "cuda:1"

@@ -1,11 +1,49 @@
 """The TRL adapter: TRL's GRPOTrainer trains on textgym envs through a rollout_func (CPU, tiny model)."""
 
 import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
 pytest.importorskip("trl")
+
+WORKER = str(Path(__file__).with_name("trl_worker.py"))
+
+
+def even_tokens(prompts, completions, completion_ids, **kwargs):
+    # The random model's answers are all invalid, so the env return alone ties within a group
+    # and GRPO has nothing to learn; an arbitrary token-level reward that varies between samples
+    # gives the update a signal, so the test can check that TRL really trained the weights.
+    return [sum(t % 2 == 0 for t in ids) / max(1, len(ids)) for ids in completion_ids]
+
+
+class FakeTrainer:
+    """What the rollout reads from TRL's trainer (one process, no vLLM)."""
+
+    use_vllm = False
+
+    class accelerator:
+        process_index, num_processes, device = 0, 1, torch.device("cpu")
+
+        @staticmethod
+        def unwrap_model(m):
+            return m
+
+    def __init__(self, model):
+        self.model = model
+
+
+def bandit_prompt(seed: int) -> list[dict]:
+    import textgym
+    from textgym.trainers.trl import SEED_KEY
+
+    obs, info = textgym.make("textgym/Bandit-v0").reset(seed=seed)
+    return [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": obs, SEED_KEY: seed}]
 
 
 def test_trl_grpo_two_steps_on_the_bandit(tiny_model_and_tokenizer):
@@ -14,12 +52,6 @@ def test_trl_grpo_two_steps_on_the_bandit(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     model = copy.deepcopy(model)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    def even_tokens(prompts, completions, completion_ids, **kwargs):
-        # The random model's answers are all invalid, so the env return alone ties within a group
-        # and GRPO has nothing to learn; an arbitrary token-level reward that varies between samples
-        # gives the update a signal, so the test can check that TRL really trained the weights.
-        return [sum(t % 2 == 0 for t in ids) / max(1, len(ids)) for ids in completion_ids]
-
     trainer = make_trl_grpo_trainer(model, tokenizer, "textgym/Bandit-v0", num_prompts=16, max_new_tokens=4,
                                     extra_reward_funcs=(even_tokens,),
                                     args={"max_steps": 2, "per_device_train_batch_size": 8, "num_generations": 4,
@@ -27,39 +59,134 @@ def test_trl_grpo_two_steps_on_the_bandit(tiny_model_and_tokenizer):
     trainer.train()
     rollout = trainer.textgym_rollout
     assert trainer.state.global_step == 2
-    assert rollout.episodes_played >= 16  # 8 completions per step, each one episode
-    assert all(r in (0.0, -0.1, 1.0) or -1.0 <= r <= 1.0 for r in rollout.returns)
+    assert rollout.episodes_played == 16  # 8 completions per step, each one episode
+    # TRL passes each start num_generations times in a row: a group, every member from its seed
+    groups = [rollout.seeds[i:i + 4] for i in range(0, 16, 4)]
+    assert all(len(set(g)) == 1 for g in groups) and len({g[0] for g in groups}) == 4
+    assert all(r in (0.0, -1.0, 1.0) for r in rollout.returns)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 2
     changed = any(not torch.equal(before[n], p) for n, p in trainer.model.named_parameters())
     assert changed, "two GRPO steps left every weight unchanged"
 
 
-def test_group_members_share_the_seed_and_multi_turn_masks_env_tokens(tiny_model_and_tokenizer):
-    from textgym.trainers.trl import TextgymRollout
+def test_a_group_is_played_together_and_multi_turn_masks_env_tokens(tiny_model_and_tokenizer, monkeypatch):
+    import textgym
+    from textgym.trainers.trl import SEED_KEY, PolicySampler, TextgymRollout
 
     model, tokenizer = tiny_model_and_tokenizer
-    import textgym
-
     env = textgym.make("textgym/CartPole-v1")
     obs, info = env.reset(seed=5)
-    key = (info["system_prompt"], obs)
-    rollout = TextgymRollout("textgym/CartPole-v1", tokenizer, {key: [5]}, num_generations=2, max_turns=3,
-                             max_new_tokens=3, max_completion_length=200)
-    prompt = [{"role": "system", "content": key[0]}, {"role": "user", "content": key[1]}]
-
-    class FakeTrainer:  # what the rollout reads from TRL's trainer
-        class accelerator:
-            @staticmethod
-            def unwrap_model(m):
-                return m
-
-    FakeTrainer.model = model
-    out = rollout([prompt, prompt], FakeTrainer)
-    assert len(out["completion_ids"]) == 2 and out["prompt_ids"][0] == out["prompt_ids"][1]
+    prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": obs, SEED_KEY: 5}]
+    rollout = TextgymRollout("textgym/CartPole-v1", tokenizer, max_turns=3, max_new_tokens=3,
+                             max_completion_length=200)
+    batches = []
+    sample = PolicySampler.sample
+    monkeypatch.setattr(PolicySampler, "sample", lambda self, contexts, n: batches.append(len(contexts))
+                        or sample(self, contexts, n))
+    model.train()  # as TRL keeps it while training: the rollout samples in eval mode, then restores it
+    out = rollout([prompt, prompt, prompt], FakeTrainer(model))
+    assert model.training
+    # the three episodes of the group: one batched generation per turn, three turns
+    assert batches == [3, 3, 3] and rollout.seeds == [5, 5, 5]
+    assert len(out["completion_ids"]) == 3 and out["prompt_ids"][0] == out["prompt_ids"][2]
     for completion, logprobs, mask in zip(out["completion_ids"], out["logprobs"], out["env_mask"]):
         assert len(completion) == len(logprobs) == len(mask)
         assert 1 in mask and 0 in mask  # model answers and env observations interleaved
         env_text = tokenizer.decode([t for t, m in zip(completion, mask) if m == 0])
-        assert "Cart" in env_text or "cart" in env_text or "pole" in env_text.lower()
+        assert "cart" in env_text.lower() or "pole" in env_text.lower()
         assert all(lp <= 0 for lp, m in zip(logprobs, mask) if m)
+    assert out["answer_tokens"] == [sum(mask) for mask in out["env_mask"]]
+    assert [completion != out["completion_ids"][0] for completion in out["completion_ids"][1:]] == [True, True]
+
+
+def test_a_prompt_without_its_seed_is_refused(tiny_model_and_tokenizer):
+    from textgym.trainers.trl import TextgymRollout
+
+    model, tokenizer = tiny_model_and_tokenizer
+    rollout = TextgymRollout("textgym/Bandit-v0", tokenizer)
+    prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "Color: red."}]
+    with pytest.raises(ValueError, match="the prompt has no 'textgym_seed'"):
+        rollout([prompt], FakeTrainer(model))
+
+
+class StandInVLLM:
+    """Stands in for TRL's VLLMGeneration (vLLM cannot be installed here): answers every prompt with
+    ``answer`` plus the end-of-turn token, with made-up log-probs, and records its calls."""
+
+    mode = "colocate"
+
+    def __init__(self, answer_ids: list[int], eos: int):
+        self.answer_ids, self.eos = answer_ids, eos
+        self.max_completion_length = 99
+        self.calls: list[tuple[int, int]] = []  # (prompts, max tokens) per call
+
+    def generate(self, prompts, images, num_generations, profiler=None):
+        assert images is None and num_generations == 1
+        self.calls.append((len(prompts), self.max_completion_length))
+        completion = (self.answer_ids + [self.eos])[: self.max_completion_length]
+        return (prompts, [list(completion) for _ in prompts],
+                [[[-0.25] for _ in completion] for _ in prompts], None)
+
+
+def test_use_vllm_plays_the_episodes_with_trl_vllm_engine(tiny_model_and_tokenizer):
+    from textgym.trainers.trl import TextgymRollout
+
+    model, tokenizer = tiny_model_and_tokenizer
+    engine = StandInVLLM(tokenizer("dog", add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)
+
+    class VLLMTrainer(FakeTrainer):
+        use_vllm = True
+        vllm_generation = engine
+
+    rollout = TextgymRollout("textgym/Bandit-v0", tokenizer, max_new_tokens=6)
+    out = rollout([bandit_prompt(0), bandit_prompt(0), bandit_prompt(1)], VLLMTrainer(model))
+    # one call for the three episodes, with the adapter's answer length; the engine's own restored
+    assert engine.calls == [(3, 6)] and engine.max_completion_length == 99
+    expected = engine.answer_ids + [tokenizer.eos_token_id]
+    assert out["completion_ids"] == [expected] * 3 and out["env_mask"] == [[1] * len(expected)] * 3
+    assert out["logprobs"] == [[-0.25] * len(expected)] * 3
+    # "dog" is a valid answer: the env scored it (1 for the cue whose animal is the dog, else 0)
+    assert set(out["env_return"]) <= {0.0, 1.0} and len(set(out["env_return"][:2])) == 1
+
+
+def test_vllm_server_mode_keeps_the_processes_in_lockstep(tiny_model_and_tokenizer):
+    from textgym.trainers.trl import VLLMSampler
+
+    engine = StandInVLLM([7, 8], eos=2)
+    engine.mode = "server"
+
+    class TwoProcesses:  # the other process has 3 contexts this turn
+        num_processes, device = 2, torch.device("cpu")
+
+        @staticmethod
+        def gather(count):
+            return torch.cat([count, torch.tensor([3])])
+
+    sampler = VLLMSampler(engine, TwoProcesses)
+    assert sampler.lockstep
+    answers = sampler.sample([[1, 5], [1, 6]], max_new_tokens=4)
+    assert engine.calls == [(3, 4)]  # padded to the other process's count: one collective call each
+    assert answers == [([7, 8, 2], [-0.25] * 3)] * 2  # the padding's answer dropped
+    assert sampler.sample([], max_new_tokens=4, padding=[1, 5]) == [] and engine.calls[-1] == (3, 4)
+
+
+def test_two_processes_under_torchrun(tmp_path):
+    """examples/trl_grpo.py --quick in 2 CPU processes (torchrun, gloo) with TRL's own data parallelism."""
+    environ = dict(os.environ, OMP_NUM_THREADS="1")
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                             WORKER, str(tmp_path)], capture_output=True, text=True, env=environ, timeout=300,
+                            check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    summaries = [json.loads((tmp_path / f"summary-rank{r}.json").read_text()) for r in range(2)]
+    weights = [json.loads((tmp_path / f"weights-rank{r}.json").read_text()) for r in range(2)]
+    assert [s["rank"] for s in summaries] == [0, 1] and all(s["world_size"] == 2 for s in summaries)
+    assert len({s["pid"] for s in summaries} | {os.getpid()}) == 3  # two processes of their own
+    assert all(s["global_step"] == 2 and s["episodes"] == 16 for s in summaries)
+    # each step: 4 starts, 2 per process, each played by a group of 4 episodes from its seed
+    for step in range(2):
+        seeds = [seed for s in summaries for seed in s["seeds"][8 * step:8 * step + 8]]
+        assert sorted(seeds.count(seed) for seed in set(seeds)) == [4, 4, 4, 4]
+    # both processes trained the same weights (B of LoRA starts at zero: they moved)
+    assert weights[0]["checksum"] == weights[1]["checksum"] and weights[0]["lora_b_max"] > 0
+    assert summaries[0]["rewards"] == summaries[1]["rewards"]  # TRL gathers the rewards of both

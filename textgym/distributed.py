@@ -381,6 +381,36 @@ class ProcessContext:
 
     # --- small records and statistics ---------------------------------------------------------
 
+    def shard(self, total: int) -> range:
+        """This rank's consecutive share of ``total`` items (e.g. evaluation episodes, demonstrations),
+        as :func:`split_evenly` sizes them; empty when there are fewer items than ranks."""
+        start = sum(split_evenly(total, self.world_size, r) for r in range(self.rank))
+        return range(start, start + split_evenly(total, self.world_size, self.rank))
+
+    def reduce_sum(self, values: Sequence[float]) -> list[float]:
+        """Each value summed over the ranks (one all-reduce of a small vector; the same length on
+        every rank): e.g. ``[failed, kl * n, n]`` of a minibatch, agreed by every rank at once."""
+        if not self.is_distributed:
+            return [float(v) for v in values]
+        import torch
+        from accelerate.utils import reduce
+
+        flat = torch.tensor([float(v) for v in values], dtype=torch.float64, device=self.device)
+        return reduce(flat, reduction="sum").tolist()
+
+    def concat(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
+        """Every rank's 1-D ``values``, concatenated in rank order, and this rank's slice of the
+        result: batch statistics (advantage normalisation) then see the global batch, exactly as one
+        process holding all of it would."""
+        if not self.is_distributed:
+            return values, slice(0, len(values))
+        import torch
+
+        parts = self.gather([values.detach().cpu().tolist()])
+        start = sum(len(part) for part in parts[:self.rank])
+        merged = torch.tensor([v for part in parts for v in part], dtype=values.dtype, device=values.device)
+        return merged, slice(start, start + len(values))
+
     def gather(self, records: Sequence[T]) -> list[T]:
         """Every rank's ``records`` (picklable, e.g. episode summaries), concatenated in rank order,
         on every rank."""

@@ -16,7 +16,7 @@ Example:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textgym.policy import Policy
 from textgym.rollout import Envs
@@ -34,6 +34,9 @@ from textgym.trainers.grpo import GRPOTrainer
 from textgym.trainers.ppo import PPOTrainer
 from textgym.trainers.reinforce import ReinforceTrainer
 
+if TYPE_CHECKING:
+    from textgym.distributed import ProcessContext
+
 TRAINERS: dict[str, type[Trainer]] = {
     "reinforce": ReinforceTrainer,
     "grpo": GRPOTrainer,
@@ -43,7 +46,7 @@ TRAINERS: dict[str, type[Trainer]] = {
 
 def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
-                 env_kwargs: dict[str, Any] | None = None) -> Trainer:
+                 env_kwargs: dict[str, Any] | None = None, process: ProcessContext | None = None) -> Trainer:
     """A trainer for ``algorithm`` (``"reinforce"``, ``"grpo"`` or ``"ppo"``).
 
     Args:
@@ -54,17 +57,20 @@ def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textg
             (its shared fields are kept), or ``None`` for defaults.
         out_dir: where metrics and checkpoints go.
         env_kwargs: passed to ``textgym.make_vec`` when ``env`` is an id.
+        process: this process's place in a data-parallel run (default:
+            :func:`textgym.distributed.init`: one process unless a launcher started several).
     """
     algorithm = algorithm.lower()
     if algorithm not in TRAINERS:
         raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(TRAINERS)}")
     return TRAINERS[algorithm](policy, env=env, config=config_for(algorithm, config), out_dir=out_dir,
-                               env_kwargs=env_kwargs)
+                               env_kwargs=env_kwargs, process=process)
 
 
-def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None, out_dir: str | Path | None = None) -> Trainer:
+def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
+           out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
-    return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir)
+    return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
 
 
 __all__ = [

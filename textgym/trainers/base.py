@@ -10,6 +10,14 @@ LoRA set-up (through :mod:`textgym.lora`), the learning-rate schedule, the per-u
 (assembled in :meth:`Trainer.update`, the one place), warm start and online SFT
 (:mod:`~textgym.trainers.sft`), greedy evaluation (:mod:`~textgym.trainers.evaluation`) and
 checkpoints (:mod:`~textgym.trainers.checkpoint`).
+
+Data parallelism (:mod:`textgym.distributed`): started by a launcher (``textgym train --processes
+N``, ``torchrun``, ``accelerate launch``), every process builds the same trainer, which then plays
+its shard of each update's episodes (the seeds one process would give them), trains on its own
+decisions with gradients averaged across processes before each optimizer step, and reports and
+checkpoints from the main process only; the replicas start from rank 0's weights and end every
+update with identical weights. A process started without a launcher is a world of one: nothing
+is communicated and the numbers are those of a plain single-process run.
 """
 
 from __future__ import annotations
@@ -26,7 +34,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from textgym import lora
+from textgym import distributed, lora
+from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Policy
 from textgym.rollout import Envs, Episode, Rollout, collect
@@ -70,16 +79,20 @@ class Trainer:
         env: a text env id (a vector env of ``config.num_envs`` is made), a ``TextVectorEnv``, or
             ``None`` when the caller feeds episodes to :meth:`update` itself.
         config: the algorithm's config, a dict of its fields, or ``None`` for defaults.
-        out_dir: where ``metrics.jsonl``, TensorBoard files and checkpoints go (``None``: nowhere).
+        out_dir: where ``metrics.jsonl``, TensorBoard files and checkpoints go (``None``: nowhere);
+            with several processes, written by the main process only.
         env_kwargs: passed to ``textgym.make_vec`` when ``env`` is an id.
+        process: this process's place in a data-parallel run (default:
+            :func:`textgym.distributed.init`, a world of one unless a launcher started several).
     """
 
     algorithm = "base"
 
     def __init__(self, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
-                 env_kwargs: dict[str, Any] | None = None):
+                 env_kwargs: dict[str, Any] | None = None, process: ProcessContext | None = None):
         self.config = config_for(self.algorithm, config)
+        self.process = process if process is not None else distributed.init()
         seed_everything(self.config.seed)
         self.policy = policy
         self.model = self._prepare_model()
@@ -96,7 +109,7 @@ class Trainer:
             self.env_id = env.spec.id if getattr(env, "spec", None) is not None else None
             self.venv = env
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.writer = MetricsWriter(self.out_dir)
+        self.writer = MetricsWriter(self.out_dir if self.process.is_main else None)
 
         self.update_count = 0
         self.episodes_seen = 0
@@ -106,10 +119,14 @@ class Trainer:
         self._started = time.monotonic()
         self._schedule_total = self.config.total_updates
         self.recent: deque[EpisodeRecord] = deque(maxlen=self.config.metrics_window)
-        self.online_sft = OnlineSFT(self.config)
+        self.online_sft = OnlineSFT(self.config, self.process)
 
         self._init_algorithm()
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=self.config.weight_decay)
+        if self.venv is not None:
+            self.episode_shard()  # fails now if the update's episodes cannot be shared by the processes
+        # Every replica starts from rank 0's weights (adapter, value head), whatever its own seed made.
+        self.process.broadcast_parameters(self.optimized_parameters())
 
     # --- hooks for the algorithms ----------------------------------------------------------
 
@@ -160,6 +177,11 @@ class Trainer:
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def optimized_parameters(self) -> list[torch.nn.Parameter]:
+        """Every parameter the optimizer updates (the policy's and, for PPO, the value head's): what
+        the processes of a data-parallel run keep identical."""
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
     def _param_groups(self) -> list[dict[str, Any]]:
         groups = [{"params": self.trainable_parameters(), "lr": self.config.lr, "base_lr": self.config.lr}]
         return groups + self._extra_param_groups()
@@ -176,10 +198,22 @@ class Trainer:
         update = self.update_count if update is None else update
         return _TRAIN_SEED_BASE + self.config.seed * 1_000_000_000 + update * _SEEDS_PER_UPDATE
 
+    def episode_shard(self) -> range:
+        """The global indices of the episodes of an update this process plays (all of them in one
+        process): :meth:`TrainConfig.episode_shard`.
+
+        Raises:
+            ValueError: ``episodes_per_update`` cannot give every process at least one episode (or
+                GRPO group).
+        """
+        return self.config.episode_shard(self.process.world_size, self.process.rank)
+
     def collect(self) -> Rollout:
-        """Play ``config.episodes_per_update`` episodes with the current policy (sampling)."""
+        """Play this process's share of ``config.episodes_per_update`` episodes with the current
+        policy (sampling); episode ``j`` of the update is reset with ``rollout_seed() + j``."""
         self._need_env("collect")
-        return collect(self.policy, self.venv, episodes=self.config.episodes_per_update, seed=self.rollout_seed())
+        shard = self.episode_shard()
+        return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:
@@ -189,12 +223,17 @@ class Trainer:
               callback: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
         """Collect and update until a budget is spent; returns the metrics of every update.
 
+        With several processes, every one of them calls this; each stop (the time budget, a
+        callback returning ``False`` on any rank) is agreed by all of them, so they stop after the
+        same update.
+
         Args:
-            episodes: stop after this many more training episodes.
+            episodes: stop after this many more training episodes (of all processes).
             updates: stop after this many more updates.
             seconds: stop after this much more wall time (checked between updates).
-            callback: called with each update's metrics; returning ``False`` stops training
-                (a ``KeyboardInterrupt`` raised in it propagates after the metrics are written).
+            callback: called with each update's metrics (on every process); returning ``False``
+                stops training (a ``KeyboardInterrupt`` raised in it propagates after the metrics
+                are written).
         """
         if episodes is None and updates is None and seconds is None:
             raise ValueError("train() needs a budget: episodes=, updates= or seconds=")
@@ -207,7 +246,7 @@ class Trainer:
                 break
             if updates is not None and self.update_count - updates0 >= updates:
                 break
-            if seconds is not None and time.monotonic() - start >= seconds:
+            if seconds is not None and self.process.agree_to_stop(time.monotonic() - start >= seconds):
                 break
             rollout = self.collect()
             metrics = self.update(rollout.episodes, stats=rollout.stats)
@@ -215,7 +254,7 @@ class Trainer:
             if (self.config.checkpoint_every and self.out_dir is not None
                     and self.update_count % self.config.checkpoint_every == 0):
                 self.save_checkpoint()
-            if callback is not None and callback(metrics) is False:
+            if self.process.agree_to_stop(callback is not None and callback(metrics) is False):
                 break
         return history
 
@@ -224,6 +263,9 @@ class Trainer:
 
         This is where every update's metrics are assembled, from the algorithm's losses, the
         window of recent episodes and the rollout's throughput.
+
+        With several processes, every one calls this with its own episodes; the metrics (the
+        same on every process) are over all of them.
 
         Args:
             episodes: ``textgym.rollout.Episode`` objects (their steps hold the decisions).
@@ -243,13 +285,17 @@ class Trainer:
         if losses.get("nonfinite"):
             self.nonfinite_updates += 1
         self.update_count += 1
-        self.episodes_seen += len(episodes)
+        # Every process's episodes, in rank order: the counters and the window are global.
+        records: list[EpisodeRecord] = self.process.gather(
+            [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in episodes])
+        self.episodes_seen += len(records)
         steps = [step for episode in episodes for step in episode.steps]
-        self.decisions_seen += len(steps)
-        self.recent.extend((ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in episodes)
+        self.decisions_seen += sum(r[1] for r in records)
+        self.recent.extend(records)
         sft_metrics = self.online_sft.after_update(self.policy, episodes, self.update_count,
                                                    self.trainable_parameters())
         update_seconds = time.monotonic() - t0
+        stats = self._rollout_stats(stats, update_seconds)
 
         window = list(self.recent)
         lengths = sum(w[1] for w in window)
@@ -272,6 +318,8 @@ class Trainer:
             tokens = float(stats.get("prompt_tokens", 0)) + float(stats.get("answer_tokens", 0))
             if tokens:
                 metrics["tokens_per_s"] = tokens / seconds
+        if self.process.is_distributed:
+            metrics["world_size"] = self.process.world_size
         metrics["samples"] = [
             {"prompt": s.observation, "answer": s.decision.text, "reward": float(s.reward)}
             for s in steps[: self.config.log_samples]
@@ -279,15 +327,33 @@ class Trainer:
         self.writer.write(metrics)
         return metrics
 
+    def _rollout_stats(self, stats: dict[str, Any] | None, update_seconds: float) -> dict[str, Any] | None:
+        """The throughput figures of the update: with several processes, decisions and tokens
+        summed over them, time the slowest one's (rollout plus update)."""
+        if not self.process.is_distributed or stats is None:
+            return stats
+        counted = ("decisions", "prompt_tokens", "answer_tokens")
+        mine = [float(stats.get(key, 0.0)) for key in counted]
+        totals = self.process.reduce_sum(mine)
+        slowest = max(self.process.gather([float(stats.get("seconds", 0.0)) + update_seconds]))
+        return {**dict(zip(counted, totals)), "seconds": slowest - update_seconds}
+
     def optimize(self, num_decisions: int, loss_fn: LossFn, epochs: int | None = None) -> dict[str, float]:
         """The algorithm's minibatch loop with this trainer's optimizer and config (epochs,
-        minibatch size, accumulation, clipping, ``target_kl``): see
+        minibatch size, accumulation, clipping, ``target_kl``), planned over every process's
+        decisions (``num_decisions`` is this one's): see
         :func:`textgym.trainers.optimization.run_minibatches`."""
         cfg = self.config
         return run_minibatches(self.optimizer, num_decisions, loss_fn, epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=cfg.minibatch_size,
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl)
+                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process)
+
+    def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
+        """Every process's per-decision (or per-episode) ``values`` in rank order, and this
+        process's slice: batch statistics computed on the first are those of the global batch
+        (:meth:`textgym.distributed.ProcessContext.concat`; one process: ``values`` itself)."""
+        return self.process.concat(values)
 
     # --- warm start ---------------------------------------------------------------------------
 
@@ -302,23 +368,25 @@ class Trainer:
         except AttributeError:  # no env, or an env without TextObservation
             system_prompt = ""
         return sft(self.policy, demonstrations, system_prompt=system_prompt, config=config,
-                   parameters=self.trainable_parameters())
+                   parameters=self.trainable_parameters(), process=self.process)
 
     # --- evaluation ----------------------------------------------------------------------------
 
     def evaluate(self, episodes: int = 100, seed: int | None = None, num_envs: int | None = None) -> dict[str, Any]:
         """Greedy play on held-out seeds (``config.eval_seed`` by default): mean return, length,
-        invalid rate, and win/draw/loss rates when the env reports outcomes (games)."""
+        invalid rate, and win/draw/loss rates when the env reports outcomes (games). With several
+        processes, each plays its share of the episodes and every one gets the whole result."""
         seed = self.config.eval_seed if seed is None else seed
         self._need_env("evaluate")
         if self.env_id is not None:
             import textgym
 
-            n = num_envs or min(episodes, max(self.config.num_envs, 16))
+            mine = max(1, len(self.process.shard(episodes)))
+            n = num_envs or min(mine, max(self.config.num_envs, 16))
             venv = textgym.make_vec(self.env_id, num_envs=n, seed=seed, **self.env_kwargs)
         else:
             venv = self.venv
-        return evaluate_greedy(self.policy, venv, episodes=episodes, seed=seed)
+        return evaluate_greedy(self.policy, venv, episodes=episodes, seed=seed, process=self.process)
 
     # --- checkpoints ---------------------------------------------------------------------------
 
@@ -332,11 +400,20 @@ class Trainer:
         return optimizers
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint (default ``<out_dir>/checkpoint``) atomically."""
+        """Write a checkpoint (default ``<out_dir>/checkpoint``) atomically. With several processes,
+        every one calls this; the main process writes (the replicas' states are identical) while
+        the others wait, so none goes on before the checkpoint is complete."""
         if path is None:
             if self.out_dir is None:
                 raise ValueError("save_checkpoint() needs a path when the trainer has no out_dir")
             path = self.out_dir / "checkpoint"
+        path = Path(path)
+        if self.process.is_main:
+            self._write_checkpoint(path)
+        self.process.barrier()
+        return path
+
+    def _write_checkpoint(self, path: Path) -> Path:
         state = {
             "algorithm": self.algorithm,
             "config": self.config.to_dict(),
@@ -358,7 +435,11 @@ class Trainer:
                                     files={METRICS_FILE: self.writer.lines_up_to(self.update_count)})
 
     def load_state(self, path: str | Path) -> dict[str, Any]:
-        """Load a checkpoint of this run into this trainer (weights, optimizer, counters, RNG)."""
+        """Load a checkpoint of this run into this trainer (weights, optimizer, counters, RNG).
+
+        Every process loads the same checkpoint, whatever number of processes wrote it (its
+        state is the global one: counters, metrics window, rank 0's RNG), so a run may resume
+        with more or fewer processes."""
         state = ckpt.read_state(path)
         if state.get("optimizers", {}).get("sft"):
             self.online_sft.make_optimizer(self.trainable_parameters())
@@ -380,7 +461,7 @@ class Trainer:
 
     @classmethod
     def resume(cls, path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
-               out_dir: str | Path | None = None) -> Trainer:
+               out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
         """Rebuild a trainer from a checkpoint and continue the same run.
 
         Args:
@@ -389,12 +470,15 @@ class Trainer:
                 the model name and policy settings recorded in the checkpoint.
             env: the env (default: the checkpoint's env id).
             out_dir: where to keep writing metrics (default: the checkpoint's run folder).
+            process: this process's place in a data-parallel run (default: :func:`textgym.distributed.init`).
         """
         from textgym.trainers import make_trainer
 
         state = ckpt.read_state(path)
-        if policy is None:
-            policy = ckpt.policy_from_record(state.get("policy", {}))
+        process = process if process is not None else distributed.init()
+        if policy is None:  # on this process's device (its GPU in a multi-GPU run)
+            policy = ckpt.policy_from_record(state.get("policy", {}),
+                                             device=process.device if process.is_distributed else None)
         config = dict(state["config"])
         algorithm = config.pop("algorithm", state["algorithm"])
         env = env if env is not None else state["env_id"]
@@ -402,6 +486,6 @@ class Trainer:
             raise ValueError("the checkpoint's env was a vector env object: pass env=")
         out_dir = out_dir if out_dir is not None else state.get("out_dir")
         trainer = make_trainer(algorithm, policy, env=env, config=config, out_dir=out_dir,
-                               env_kwargs=state.get("env_kwargs"))
+                               env_kwargs=state.get("env_kwargs"), process=process)
         trainer.load_state(path)
         return trainer

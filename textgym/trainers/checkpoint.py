@@ -136,15 +136,15 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
 
 # --- the policy --------------------------------------------------------------------------------
 
-def policy_from_record(record: dict[str, Any]) -> Policy:
+def policy_from_record(record: dict[str, Any], device: str | torch.device | None = None) -> Policy:
     """The policy a checkpoint's ``"policy"`` record (:func:`policy_record`: the base model's name
-    and every setting) describes, built by :meth:`Policy.from_pretrained` (without the adapter:
-    the trainer adds it and loads its weights)."""
+    and every setting) describes, built by :meth:`Policy.from_pretrained` on ``device`` (default:
+    the loader's) without the adapter: the trainer adds it and loads its weights."""
     settings = {k: v for k, v in record.items() if v is not None}
     name = settings.pop("name", None)
     if name is None:
         raise ValueError("the checkpoint does not name its base model: pass resume(path, policy=...)")
-    return Policy.from_pretrained(name, **settings)
+    return Policy.from_pretrained(name, device=device, **settings)
 
 
 # --- the checkpoint folder -------------------------------------------------------------------

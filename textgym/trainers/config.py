@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from textgym import distributed
 from textgym.lora import LoraSettings
 
 
@@ -45,9 +46,11 @@ class TrainConfig:
 
     # --- data collection ----------------------------------------------------------------
     num_envs: int = 8
-    """Environments stepped together in one vector env (one policy call per vector step)."""
+    """Environments stepped together in one vector env (one policy call per vector step); with
+    several data-parallel processes, in each process."""
     episodes_per_update: int = 32
-    """Completed episodes collected before each update (the batch size, in episodes)."""
+    """Completed episodes collected before each update (the batch size, in episodes); with several
+    data-parallel processes, of all of them together (each plays its share)."""
     gamma: float = 1.0
     """Discount factor of returns (and of GAE for PPO)."""
 
@@ -120,6 +123,21 @@ class TrainConfig:
         return LoraSettings(r=self.lora_r, alpha=self.lora_alpha, dropout=self.lora_dropout,
                             target_modules=self.lora_target_modules, layers=self.lora_layers)
 
+    @property
+    def episodes_per_group(self) -> int:
+        """Episodes that one process must play together (GRPO: a group sharing its start)."""
+        return 1
+
+    def episode_shard(self, world_size: int = 1, rank: int = 0) -> range:
+        """The global indices of an update's episodes that process ``rank`` of ``world_size``
+        plays (:func:`textgym.distributed.episode_shard`: consecutive whole groups).
+
+        Raises:
+            ValueError: ``episodes_per_update`` cannot give every process at least one episode
+                (or group).
+        """
+        return distributed.episode_shard(self.episodes_per_update, world_size, rank, self.episodes_per_group)
+
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
@@ -185,6 +203,10 @@ class GRPOConfig(TrainConfig):
     (suits per-step rewards, e.g. CartPole)."""
 
     algorithm = "grpo"
+
+    @property
+    def episodes_per_group(self) -> int:
+        return self.group_size
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -12,31 +12,44 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, SupportsAct, collect
 
+if TYPE_CHECKING:
+    from textgym.distributed import ProcessContext
+
 __all__ = ["evaluate_greedy"]
 
 
-def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int) -> dict[str, Any]:
+def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
+                    process: ProcessContext | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes greedily from seeds ``seed, seed + 1, ...``: mean return (the
     env's own, unshaped), its std, mean length, invalid answers per decision, and win/draw/loss
-    rates when the env reports outcomes (games)."""
-    rollout = collect(policy, envs, episodes=episodes, seed=seed, greedy=True)
-    eps = rollout.episodes[:episodes]
-    returns = np.array([ep.env_return for ep in eps])
-    lengths = np.array([ep.length for ep in eps])
-    invalid = sum(ep.invalid_count for ep in eps)
+    rates when the env reports outcomes (games).
+
+    With several data-parallel processes (``process``), each plays its consecutive share of the
+    episodes (episode ``j`` still from seed ``seed + j``) and every one returns the result over all.
+    """
+    shard = process.shard(episodes) if process is not None else range(episodes)
+    played = []
+    if len(shard):
+        rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
+        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in rollout.episodes[:len(shard)]]
+    if process is not None:
+        played = process.gather(played)
+    returns = np.array([r[0] for r in played])
+    lengths = np.array([r[1] for r in played])
+    invalid = sum(r[2] for r in played)
     return {
-        "episodes": len(eps),
+        "episodes": len(played),
         "return_mean": float(returns.mean()),
         "return_std": float(returns.std()),
         "length_mean": float(lengths.mean()),
         "invalid_rate": invalid / max(1, int(lengths.sum())),
-        **outcome_rates([outcome_of(ep) for ep in eps]),
+        **outcome_rates([r[3] for r in played]),
         "seed": seed,
     }

@@ -49,21 +49,33 @@ class GRPOTrainer(Trainer):
             raise ValueError(f"num_envs ({self.venv.num_envs}) must be a multiple of group_size "
                              f"({self.config.group_size}) so that groups start together")
 
+    def group_seed(self, group: int) -> int:
+        """The env seed of every member of the update's group ``group`` (its global index).
+
+        Group ``r * (n / G) + b`` (``n = num_envs``) is seeded ``rollout_seed() + r * n + b``, the
+        seed that block ``b`` of one process's sub-envs plays in round ``r`` when that process plays
+        every group; the same whichever process plays it.
+        """
+        n, per_round = self.venv.num_envs, self.venv.num_envs // self.config.group_size
+        return self.rollout_seed() + (group // per_round) * n + group % per_round
+
     def collect(self) -> Rollout:
-        """Play ``episodes_per_update`` episodes in groups of ``group_size`` that share a start.
+        """Play this process's groups of the update, ``group_size`` episodes each from one start.
 
         Each block of ``group_size`` sub-envs plays one group per round, every member reset with
-        the group's seed; the sub-envs play their rounds independently (one rollout loop, no
-        waiting for the slowest group). Episodes come back grouped: ``i * G .. i * G + G - 1``
-        form group ``i``.
+        the group's seed (:meth:`group_seed`); the sub-envs play their rounds independently (one
+        rollout loop, no waiting for the slowest group). Episodes come back grouped: ``i * G ..
+        i * G + G - 1`` form group ``i``. With several processes, each plays a consecutive block of
+        whole groups (:meth:`episode_shard`).
         """
         self._need_env("collect")
-        cfg, n, G = self.config, self.venv.num_envs, self.config.group_size
-        base = self.rollout_seed()
-        # Group r * (n / G) + b is played by block b in round r, seeded base + r * n + b.
-        groups, per_round = cfg.episodes_per_update // G, n // G
+        n, G = self.venv.num_envs, self.config.group_size
+        shard = self.episode_shard()
+        seeds = [self.group_seed(g) for g in range(shard.start // G, shard.stop // G)]
+        # This process's group i is played by block i % (n / G) in round i // (n / G).
+        groups, per_round = len(seeds), n // G
         rounds = -(-groups // per_round)
-        schedule = [[base + r * n + i // G for r in range(rounds) if r * per_round + i // G < groups]
+        schedule = [[seeds[r * per_round + i // G] for r in range(rounds) if r * per_round + i // G < groups]
                     for i in range(n)]
         rollout = collect(self.policy, self.venv, schedule=schedule)
         by_env: dict[int, list[Episode]] = {}
@@ -82,7 +94,7 @@ class GRPOTrainer(Trainer):
 
         # 1. Advantage per episode: its return relative to the other members of its group.
         returns = torch.tensor([float(ep.return_) for ep in episodes], dtype=torch.float32)
-        if not all_finite(returns):
+        if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
             return skipped_update("rewards")
         decisions = decisions_of(episodes)
         if cfg.credit == "episode":
@@ -116,7 +128,8 @@ class GRPOTrainer(Trainer):
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(len(decisions), loss_fn)
-        metrics["groups_with_signal"] = int((returns.view(-1, G).std(dim=1) > 0).sum())
+        with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
+        metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
         return metrics
 
 

@@ -1,8 +1,14 @@
 """The optimizer side of an update: the learning-rate schedule, the minibatch loop, and the step.
 
-:func:`optimizer_step` is the one place where an optimizer steps (per-group gradient clipping and
-the non-finite guard included): the RL minibatch loop (:func:`run_minibatches`) and the SFT
-steps (:mod:`textgym.trainers.sft`) both go through it.
+:func:`optimizer_step` is the one place where an optimizer steps (the gradient average across
+data-parallel processes, per-group gradient clipping and the non-finite guard included): the RL
+minibatch loop (:func:`run_minibatches`) and the SFT steps (:mod:`textgym.trainers.sft`) both go
+through it.
+
+Data parallelism (:mod:`textgym.distributed`): each process holds its own decisions, and the
+minibatches are planned over the *global* batch (every rank draws the same permutation of all
+ranks' decisions, each keeps the part of a minibatch it holds), so every rank takes the same
+number of steps, and N processes take exactly the steps one process would take on the whole batch.
 
 Example:
     >>> import torch
@@ -19,11 +25,15 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
 
-__all__ = ["LossFn", "lr_factor", "optimizer_step", "run_minibatches"]
+if TYPE_CHECKING:
+    from textgym.distributed import ProcessContext
+
+__all__ = ["LossFn", "MinibatchPlan", "lr_factor", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -43,13 +53,21 @@ def lr_factor(update: int, warmup: int, total: int | None, schedule: str) -> flo
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None) -> bool:
-    """Clip each parameter group's gradient norm to ``max_grad_norm`` and step; returns ``False``
-    (and steps nothing, gradients cleared) when a gradient is not finite.
+def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None,
+                   process: ProcessContext | None = None, weight: float = 1.0) -> bool:
+    """Average the gradients across processes, clip each parameter group's gradient norm to
+    ``max_grad_norm`` and step; returns ``False`` (and steps nothing, gradients cleared) when a
+    gradient is not finite.
 
     Each group is clipped on its own: the value head's large early gradients must not shrink the
-    policy's step.
+    policy's step. With several processes (``process``), every rank calls this once per step: the
+    gradients become their mean over the ranks weighted by ``weight`` (this rank's number of
+    decisions in the step, 0 for none), before clipping and the non-finite check, so every rank
+    sees the same gradients and makes the same decision (a NaN on one rank skips the step on all).
     """
+    if process is not None and process.is_distributed:
+        process.average_gradients([p for group in optimizer.param_groups for p in group["params"]],
+                                  weight=weight)
     max_norm = max_grad_norm if max_grad_norm is not None else float("inf")
     finite = True
     for group in optimizer.param_groups:
@@ -62,9 +80,46 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     return True
 
 
+class MinibatchPlan:
+    """Which of this rank's decisions each minibatch of an epoch holds.
+
+    One process: minibatches of a random permutation of its decisions. Several: the permutation is
+    of *all* ranks' decisions (rank 0 draws it, every rank gets it), rank ``r`` holding global
+    indices ``offset .. offset + n - 1``; a minibatch's local part is what falls in that range
+    (possibly nothing). Every rank thus runs the same number of minibatches, and the union of the
+    ranks' parts is the minibatch one process would have drawn.
+
+    Args:
+        num_decisions: this rank's decisions.
+        minibatch_size: decisions per minibatch of the global batch.
+        process: the data-parallel context (``None``: one process).
+    """
+
+    def __init__(self, num_decisions: int, minibatch_size: int, process: ProcessContext | None = None):
+        self.process = process if process is not None and process.is_distributed else None
+        self.minibatch_size = minibatch_size
+        self.num_decisions = num_decisions
+        if self.process is None:
+            self.total, self.offset = num_decisions, 0
+        else:
+            counts = self.process.gather([num_decisions])
+            self.total, self.offset = sum(counts), sum(counts[:self.process.rank])
+
+    def epoch(self) -> list[torch.Tensor]:
+        """The local index tensor of each minibatch of a new epoch."""
+        # The one-process plan of the global batch (with several processes: rank 0's draw, for all).
+        perm = torch.randperm(self.total)
+        planned = [perm[start:start + self.minibatch_size] for start in range(0, self.total, self.minibatch_size)]
+        if self.process is None:
+            return planned
+        planned = [torch.tensor(m, dtype=torch.long) for m in self.process.broadcast_object([m.tolist() for m in planned])]
+        return [m[(m >= self.offset) & (m < self.offset + self.num_decisions)] - self.offset for m in planned]
+
+
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
-                    max_grad_norm: float | None = 1.0, target_kl: float | None = None) -> dict[str, float]:
+                    max_grad_norm: float | None = 1.0, target_kl: float | None = None,
+                    process: ProcessContext | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -77,19 +132,29 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     ``gradient_accumulation_steps`` chunks whose gradients add up. A non-finite loss or gradient
     stops the update before that optimizer step (``nonfinite: True``; the weights keep what the
     earlier steps made of them).
+
+    With several processes (``process``; ``num_decisions`` is this rank's count), the minibatches
+    are planned over the global batch (:class:`MinibatchPlan`), a minibatch's KL and the
+    non-finite check are agreed by all ranks before its step (one all-reduce), the gradients are
+    averaged in :func:`optimizer_step`, and the statistics returned are the decision-weighted
+    means over all ranks: every rank returns the same metrics and keeps the same weights.
     """
+    distributed = process is not None and process.is_distributed
+    plan = MinibatchPlan(num_decisions, minibatch_size, process)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
+    # Several processes: per minibatch, each statistic's (sum of chunk value x chunk size, size) here.
+    shares: list[dict[str, tuple[float, int]]] = []
     epochs_done, steps, stopped_nonfinite, stopped_kl = 0, 0, False, False
     for _ in range(epochs):
         epoch_kl: list[float] = []
-        perm = torch.randperm(num_decisions)
-        for start in range(0, num_decisions, minibatch_size):
-            minibatch = perm[start:start + minibatch_size]
+        for minibatch in plan.epoch():
             optimizer.zero_grad(set_to_none=True)
             finite = True
             minibatch_kl: list[float] = []
-            for chunk in minibatch.chunk(min(gradient_accumulation_steps, len(minibatch))):
+            share: dict[str, tuple[float, int]] = {}
+            shares.append(share)
+            for chunk in minibatch.chunk(min(gradient_accumulation_steps, len(minibatch))) if len(minibatch) else ():
                 loss, stats = loss_fn(chunk)
                 if not torch.isfinite(loss):
                     finite = False
@@ -98,14 +163,21 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                 for key, value in {"loss": loss.item(), **stats}.items():
                     sums[key] = sums.get(key, 0.0) + float(value)
                     counts[key] = counts.get(key, 0) + 1
+                    weighted, size = share.get(key, (0.0, 0))
+                    share[key] = (weighted + float(value) * len(chunk), size + len(chunk))
                 if "kl" in stats:
                     minibatch_kl.append(float(stats["kl"]))
+            if distributed:  # one decision for all ranks: skip on a NaN anywhere, the global KL
+                kl_weighted, kl_count = share.get("kl", (0.0, 0))
+                failed, kl_sum, kl_count = process.reduce_sum([0.0 if finite else 1.0, kl_weighted, kl_count])
+                finite = failed == 0
+                minibatch_kl = [kl_sum / kl_count] if kl_count else []
             epoch_kl.extend(minibatch_kl)
             if (finite and target_kl is not None and minibatch_kl
                     and float(np.mean(minibatch_kl)) > 1.5 * target_kl):
                 stopped_kl = True  # the policy already moved too far: no step on this minibatch
                 break
-            if not finite or not optimizer_step(optimizer, max_grad_norm):
+            if not finite or not optimizer_step(optimizer, max_grad_norm, process, weight=len(minibatch)):
                 optimizer.zero_grad(set_to_none=True)
                 stopped_nonfinite = True
                 break
@@ -116,7 +188,7 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
         if target_kl is not None and epoch_kl and float(np.mean(epoch_kl)) > target_kl:
             break
     optimizer.zero_grad(set_to_none=True)
-    out = {key: sums[key] / counts[key] for key in sums}
+    out = {key: sums[key] / counts[key] for key in sums} if not distributed else _global_means(process, shares)
     out["epochs"] = epochs_done
     out["optimizer_steps"] = steps
     if stopped_kl:
@@ -126,3 +198,20 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                        "(the weights were not changed by the failing step)")
         out["nonfinite"] = True
     return out
+
+
+def _global_means(process: ProcessContext, shares: list[dict[str, tuple[float, int]]]) -> dict[str, float]:
+    """Each statistic's mean over the minibatches of every rank's ``shares``, a minibatch counting
+    with its decision-weighted mean over the ranks: the figure one process computes for the global
+    batch (exactly so with ``gradient_accumulation_steps=1``, where a minibatch is one chunk)."""
+    per_rank = process.gather([shares])  # every rank ran the same minibatches
+    sums: dict[str, float] = {}
+    counts: dict[str, int] = {}
+    for minibatch in zip(*per_rank):
+        for key in dict.fromkeys(k for share in minibatch for k in share):
+            weighted = sum(share[key][0] for share in minibatch if key in share)
+            size = sum(share[key][1] for share in minibatch if key in share)
+            sums[key] = sums.get(key, 0.0) + weighted / size
+            counts[key] = counts.get(key, 0) + 1
+    return {key: sums[key] / counts[key] for key in sums}
+

@@ -81,10 +81,12 @@ class PPOTrainer(Trainer):
             returns.append(ret)
             start += T
         advantages, returns = torch.cat(advantages), torch.cat(returns)
-        if not all_finite(advantages, returns):
+        if self.process.agree_to_stop(not all_finite(advantages, returns)):  # every process skips, or none
             return skipped_update("rewards or advantages")
-        if cfg.normalize_advantages and len(advantages) > 1:
-            advantages = normalize(advantages)
+        # Batch statistics over every process's decisions (`mine`: this process's part).
+        all_advantages, mine = self.global_batch(advantages)
+        if cfg.normalize_advantages and len(all_advantages) > 1:
+            advantages = normalize(all_advantages)[mine]
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
@@ -112,8 +114,11 @@ class PPOTrainer(Trainer):
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(len(decisions), loss_fn)
-        metrics["value_mean"] = float(values.mean())
-        metrics["explained_variance"] = float(1 - (returns - values).var(correction=0) / returns.var(correction=0).clamp(min=1e-8))
+        all_values, _ = self.global_batch(values)
+        all_returns, _ = self.global_batch(returns)
+        metrics["value_mean"] = float(all_values.mean())
+        metrics["explained_variance"] = float(
+            1 - (all_returns - all_values).var(correction=0) / all_returns.var(correction=0).clamp(min=1e-8))
         return metrics
 
 

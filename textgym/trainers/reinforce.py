@@ -49,16 +49,19 @@ class ReinforceTrainer(Trainer):
             returns_to_go(torch.tensor([s.reward for s in ep.steps], dtype=torch.float32), cfg.gamma)
             for ep in episodes
         ])
-        if not all_finite(returns):
+        if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
             return skipped_update("rewards")
 
-        # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns.
+        # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns
+        #    (batch statistics over every process's decisions; `mine` is this process's part).
+        all_returns, mine = self.global_batch(returns)
         if cfg.baseline == "batch":
-            advantages = normalize(returns)
+            all_advantages = normalize(all_returns)
         elif cfg.baseline == "ema":
-            advantages = self.baseline.advantages(returns)
+            all_advantages = self.baseline.advantages(all_returns)
         else:
-            advantages = returns
+            all_advantages = all_returns
+        advantages = all_advantages[mine]
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
@@ -79,7 +82,7 @@ class ReinforceTrainer(Trainer):
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(len(decisions), loss_fn)
-        metrics["advantage_std"] = float(advantages.std(correction=0))
+        metrics["advantage_std"] = float(all_advantages.std(correction=0))
         return metrics
 
     def _algorithm_state(self) -> dict[str, Any]:

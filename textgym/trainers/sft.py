@@ -25,6 +25,7 @@ import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -32,6 +33,9 @@ from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of
 from textgym.trainers.config import SFTConfig, TrainConfig
 from textgym.trainers.optimization import optimizer_step
+
+if TYPE_CHECKING:
+    from textgym.distributed import ProcessContext
 
 
 @dataclass
@@ -88,31 +92,54 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
 
 def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
                      batch_size: int = 16, epochs: int = 1, max_grad_norm: float | None = 1.0,
-                     seed: int | None = None) -> float:
+                     seed: int | None = None, process: ProcessContext | None = None) -> float:
     """Maximise the log-likelihood of ``decisions``' answers; returns the mean loss of the last epoch.
 
     Works for both kinds of decision: a generate-mode decision's loss is the mean NLL of its answer
     tokens; a score-mode decision's is the NLL of its chosen candidate among the valid ones.
     Batches whose loss or gradient is not finite are skipped.
+
+    With several processes (``process``), ``decisions`` are this rank's share: the batches are
+    planned over all ranks' decisions (the same shuffled order on every rank, each keeping the part
+    of a batch it holds), so every rank takes the same steps with the gradients averaged, and the
+    loss returned is the global one.
     """
+    distributed = process is not None and process.is_distributed
+    if distributed:
+        counts = process.gather([len(decisions)])
+        total, offset = sum(counts), sum(counts[:process.rank])
+    else:
+        total, offset = len(decisions), 0
     rng = random.Random(seed)
     last = float("nan")
     for _ in range(epochs):
-        order = list(range(len(decisions)))
+        order = list(range(total))
         rng.shuffle(order)
+        if distributed:  # seed=None draws differently on each rank: rank 0's order for all
+            order = process.broadcast_object(order)
         losses = []
-        for start in range(0, len(order), batch_size):
-            batch = [decisions[i] for i in order[start:start + batch_size]]
-            ev = policy.evaluate(batch)
-            mask = ev.mask.float()
-            # Mean NLL per answer token of each example, then over examples.
-            loss = (-(ev.logprobs * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
-            if not torch.isfinite(loss):
+        for start in range(0, total, batch_size):
+            batch = [decisions[i - offset] for i in order[start:start + batch_size]
+                     if offset <= i < offset + len(decisions)]
+            loss = None
+            if batch:
+                ev = policy.evaluate(batch)
+                mask = ev.mask.float()
+                # Mean NLL per answer token of each example, then over examples.
+                loss = (-(ev.logprobs * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+            finite = loss is None or bool(torch.isfinite(loss))
+            value = loss.item() if loss is not None and finite else 0.0
+            if distributed:  # skip the batch on every rank if it is not finite on one; the global loss
+                failed, weighted, count = process.reduce_sum([0.0 if finite else 1.0, value * len(batch),
+                                                              len(batch)])
+                finite, value = failed == 0, weighted / max(count, 1)
+            if not finite:
                 continue
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            if optimizer_step(optimizer, max_grad_norm):
-                losses.append(loss.item())
+            if loss is not None:
+                loss.backward()
+            if optimizer_step(optimizer, max_grad_norm, process, weight=len(batch)):
+                losses.append(value)
         optimizer.zero_grad(set_to_none=True)
         last = sum(losses) / len(losses) if losses else float("nan")
     return last
@@ -120,7 +147,8 @@ def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: t
 
 def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
         config: SFTConfig | None = None, *, epochs: int | None = None,
-        parameters: Sequence[torch.nn.Parameter] | None = None) -> list[float]:
+        parameters: Sequence[torch.nn.Parameter] | None = None,
+        process: ProcessContext | None = None) -> list[float]:
     """Fine-tune ``policy`` on demonstrations (a JSONL path or a list); returns the loss per epoch.
 
     Args:
@@ -131,10 +159,14 @@ def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, sy
         config: learning rate, epochs, batch size, clipping.
         epochs: overrides ``config.epochs``.
         parameters: what to train (default: the policy's trainable parameters).
+        process: with several data-parallel processes, each trains on its share of the
+            demonstrations (every rank holds them all) and the gradients are averaged.
     """
     config = config or SFTConfig()
     torch.manual_seed(config.seed)
     demos = load_demonstrations(demonstrations) if isinstance(demonstrations, (str, Path)) else list(demonstrations)
+    if process is not None and process.is_distributed:
+        demos = [demos[i] for i in process.shard(len(demos))]
     decisions = demonstration_decisions(policy, demos, system_prompt)
     if parameters is None:
         parameters = [p for p in policy.model.parameters() if p.requires_grad] or \
@@ -143,7 +175,8 @@ def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, sy
     history = []
     for epoch in range(epochs or config.epochs):
         history.append(sft_on_decisions(policy, decisions, optimizer, batch_size=config.batch_size, epochs=1,
-                                        max_grad_norm=config.max_grad_norm, seed=config.seed + epoch))
+                                        max_grad_norm=config.max_grad_norm, seed=config.seed + epoch,
+                                        process=process))
     return history
 
 
@@ -151,13 +184,19 @@ class OnlineSFT:
     """Online SFT between RL updates: every ``sft_every`` updates, one epoch of imitation of the
     best episodes (by return) of a replay buffer. See the ``sft_*`` fields of :class:`TrainConfig`.
 
+    With several data-parallel processes, each keeps a replay buffer of its own episodes and
+    imitates the best of it; the steps are planned over all ranks' decisions
+    (:func:`sft_on_decisions`).
+
     Args:
         config: the trainer's config (``sft_every``, ``sft_top_fraction``, ``replay_size``,
             ``sft_lr``, ``minibatch_size``, ``max_grad_norm``).
+        process: the data-parallel context (``None``: one process).
     """
 
-    def __init__(self, config: TrainConfig):
+    def __init__(self, config: TrainConfig, process: ProcessContext | None = None):
         self.config = config
+        self.process = process
         self.replay: list[Episode] = []
         self.optimizer: torch.optim.Optimizer | None = None  # made at the first SFT step
 
@@ -181,7 +220,10 @@ class OnlineSFT:
         best = best[: max(1, int(len(best) * cfg.sft_top_fraction))]
         decisions = decisions_of(best)
         loss = sft_on_decisions(policy, decisions, self.make_optimizer(parameters),
-                                batch_size=cfg.minibatch_size, epochs=1, max_grad_norm=cfg.max_grad_norm)
+                                batch_size=cfg.minibatch_size, epochs=1, max_grad_norm=cfg.max_grad_norm,
+                                process=self.process)
+        if self.process is not None and self.process.is_distributed:
+            return {"sft_loss": loss, "sft_decisions": int(self.process.reduce_sum([len(decisions)])[0])}
         return {"sft_loss": loss, "sft_decisions": len(decisions)}
 
 

@@ -1,14 +1,27 @@
 """Adapter onto TRL's ``GRPOTrainer``: textgym envs played through a ``rollout_func``.
 
-For users who want TRL's scale-out path (accelerate, DeepSpeed, vLLM) on textgym envs. Each
-dataset row is an env start (the first observation of a seeded episode, as a chat prompt); TRL
-asks for ``num_generations`` completions of it, and the rollout function plays that many
-episodes from the same seed. A multi-step episode becomes one multi-turn completion: the
-model's answers (trained on) interleaved with the env's next observations (masked out with
-``env_mask``, TRL's mechanism for env feedback). The reward is the episode's return.
+For users who want TRL's own trainer and its scale-out path (accelerate, DeepSpeed, vLLM) on
+textgym envs. Each dataset row is an env start: the first observation of an episode as a chat
+prompt, with its env seed in the user message (``textgym_seed``), so that the members of a GRPO
+group start from the same state on whichever process TRL gives them. TRL hands each process its
+prompts (``num_generations`` copies of each), and :class:`TextgymRollout` plays one episode per
+copy, all of them together: every turn, one batched generation for every running episode. A
+multi-step episode becomes one multi-turn completion: the model's answers (trained on)
+interleaved with the env's next observations (masked out with ``env_mask``, TRL's mechanism for
+env feedback). The reward is the episode's return.
 
-Unlike textgym's own trainers, the model acts on the whole conversation so far (TRL scores the
-completion as one sequence), so prompts grow with the episode: keep ``max_turns`` small.
+Where the answers come from:
+
+* without vLLM: a :class:`textgym.Policy` around the trainer's model (:class:`PolicySampler`):
+  one forward pass per turn over every running episode, identical contexts (a group's first
+  turn) run once, the shared system-prompt prefix's KV cache reused;
+* ``use_vllm=True``: TRL's vLLM engine (``trainer.vllm_generation``, colocated or server;
+  :class:`VLLMSampler`), whose weights TRL syncs before each rollout. vLLM cannot be installed
+  on the machine this was written on: that branch is exercised with a stand-in engine in the
+  tests, not with vLLM itself.
+
+The model acts on the whole conversation so far (TRL scores the completion as one sequence), so
+prompts grow with the episode: keep ``max_turns`` small.
 
 Example:
     >>> import textgym
@@ -18,123 +31,274 @@ Example:
     ...     args=dict(max_steps=1, per_device_train_batch_size=4, num_generations=2))
     >>> _ = trainer.train()                       # doctest: +SKIP
 
-``import trl`` takes seconds, so this module imports it only when a trainer is made.
+Several processes: ``torchrun --nproc_per_node N script.py`` (CPU: gloo) or ``accelerate launch
+--multi_gpu ...`` with the same script (``examples/trl_grpo.py``). ``import trl`` takes seconds,
+so this module imports it only when a trainer is made.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
-from collections import defaultdict, deque
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import torch
+
+__all__ = ["SEED_KEY", "AnswerSampler", "PolicySampler", "TextgymRollout", "VLLMSampler", "env_return_reward",
+           "make_trl_grpo_trainer"]
+
+#: The key of a dataset prompt's user message that holds its env seed.
+SEED_KEY = "textgym_seed"
+
+Answer = tuple[list[int], list[float]]
+"""An answer's token ids and their log-probs under the sampling distribution."""
+
+
+class AnswerSampler(Protocol):
+    """Samples one answer per context (a conversation's token ids so far)."""
+
+    def sample(self, contexts: Sequence[list[int]], max_new_tokens: int) -> list[Answer]: ...
+
+
+class PolicySampler:
+    """Answers from a :class:`textgym.Policy` around the trainer's model, one batched forward per turn.
+
+    Rows with the same context (the members of a GRPO group on their first turn) are run through
+    the model once and sampled independently; the prefix every context shares (the chat header
+    and system prompt) keeps its KV cache across turns until the weights change. The model's
+    train/eval mode is restored after each call (the policy samples in eval mode: no dropout).
+
+    Args:
+        model: the trainer's model, unwrapped (a causal LM, or a PEFT model around one).
+        tokenizer: its tokenizer.
+        temperature: sampling temperature (the log-probs are those of ``softmax(logits / T)``).
+        top_p: nucleus sampling.
+        seed: seed of the sampling generator.
+    """
+
+    def __init__(self, model: torch.nn.Module, tokenizer: Any, temperature: float = 1.0, top_p: float = 1.0,
+                 seed: int | None = None):
+        from textgym.policy import Policy
+
+        with _mode_kept(model):
+            self.policy = Policy(model, tokenizer, mode="generate", temperature=temperature, top_p=top_p,
+                                 seed=seed)
+
+    @torch.no_grad()
+    def sample(self, contexts: Sequence[list[int]], max_new_tokens: int) -> list[Answer]:
+        from textgym.policy.kv_cache import (
+            run_prompts,
+            shared_prefix_length,
+            unique_rows,
+            weights_version,
+        )
+        from textgym.policy.sampling import generate
+
+        p = self.policy
+        firsts, row_of = unique_rows([tuple(c) for c in contexts])
+        distinct = [list(contexts[i]) for i in firsts]
+        with _mode_kept(p.model):
+            p.model.eval()
+            batch, _ = run_prompts(p.model, distinct, shared_prefix_length(distinct), pad_id=p.pad_id,
+                                   device=p.device, counters=p.counters, prefix_cache=p.prefix_cache,
+                                   version=weights_version(p.model))
+            if len(firsts) < len(contexts):  # each copy samples on its own KV row
+                batch = batch.select_rows(row_of)
+            return generate(p.model, batch, max_new_tokens=max_new_tokens, temperature=p.temperature,
+                            top_p=p.top_p, greedy=False, generator=p.generator, end_ids=p.end_ids, stop=(),
+                            tokenizer=p.tokenizer, counters=p.counters)
+
+
+class VLLMSampler:
+    """Answers from TRL's vLLM engine (``trainer.vllm_generation``), each context sampled once.
+
+    TRL syncs the engine's weights before each rollout. In server mode (and with tensor
+    parallelism) the engine's ``generate`` is a collective call: every process must make it the
+    same number of times with the same number of prompts, so the rollout then keeps the processes
+    in lockstep (:attr:`lockstep`; short lists are padded with a copy of their first context, whose
+    answer is dropped).
+
+    Args:
+        generation: TRL's ``VLLMGeneration`` (its ``generate(prompts, images, num_generations)``).
+        accelerator: the trainer's accelerator.
+    """
+
+    def __init__(self, generation: Any, accelerator: Any):
+        self.generation = generation
+        self.accelerator = accelerator
+        collective = getattr(generation, "mode", "colocate") == "server" or \
+            getattr(generation, "tensor_parallel_size", 1) > 1
+        self.lockstep = collective and accelerator.num_processes > 1
+
+    def most(self, count: int) -> int:
+        """The largest ``count`` over the processes (this process's alone without lockstep)."""
+        if not self.lockstep:
+            return count
+        counts = self.accelerator.gather(torch.tensor([count], device=self.accelerator.device))
+        return int(counts.max())
+
+    def sample(self, contexts: Sequence[list[int]], max_new_tokens: int, padding: list[int] | None = None) -> list[Answer]:
+        contexts = [list(c) for c in contexts]
+        n = len(contexts)
+        width = self.most(n)
+        if width > n:
+            contexts += [padding or contexts[0]] * (width - n)
+        if not contexts:
+            return []
+        generation = self.generation
+        budget = generation.max_completion_length  # the engine reads its answer length from here
+        generation.max_completion_length = max_new_tokens
+        try:
+            _, completions, logprobs, _ = generation.generate(prompts=contexts, images=None, num_generations=1)
+        finally:
+            generation.max_completion_length = budget
+        # vLLM gives each token's top log-probs, the sampled token's first
+        return [(list(ids), [float(lp[0]) for lp in lps]) for ids, lps in zip(completions[:n], logprobs[:n])]
+
+
+@dataclass
+class _Episode:
+    """One episode being played as a multi-turn completion."""
+
+    env: Any
+    messages: list[dict[str, str]]
+    prompt_ids: list[int]
+    completion: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    env_mask: list[int] = field(default_factory=list)
+    answer_tokens: int = 0
+    total: float = 0.0
+    done: bool = False
+
+    @property
+    def context(self) -> list[int]:
+        return self.prompt_ids + self.completion
 
 
 class TextgymRollout:
     """The ``rollout_func`` for TRL's ``GRPOTrainer``: plays textgym episodes with the trained model.
 
+    Each prompt TRL passes starts one episode, from the seed its user message carries
+    (:data:`SEED_KEY`); all of them are played together, one batched generation per turn.
+
     Args:
         env_id: a text env id.
         tokenizer: the model's tokenizer (its chat template renders the conversation).
-        seeds_by_prompt: for each prompt (system prompt, first observation), the env seeds that
-            start with it (filled by :func:`make_trl_grpo_trainer` when it builds the dataset).
-        num_generations: completions per prompt (TRL's ``num_generations``): consecutive copies
-            of a prompt share one seed.
         max_turns: decisions per episode at most (an episode cut here gets the return so far).
         max_new_tokens: tokens per answer.
         max_completion_length: tokens of the whole multi-turn completion at most.
         temperature: sampling temperature.
+        top_p: nucleus sampling (without vLLM; vLLM takes TRL's ``top_p``).
         env_kwargs: passed to ``textgym.make``.
     """
 
-    def __init__(self, env_id: str, tokenizer: Any, seeds_by_prompt: dict[tuple[str, str], list[int]],
-                 num_generations: int, max_turns: int = 8, max_new_tokens: int = 16,
-                 max_completion_length: int = 256, temperature: float = 1.0,
+    def __init__(self, env_id: str, tokenizer: Any, max_turns: int = 8, max_new_tokens: int = 16,
+                 max_completion_length: int = 256, temperature: float = 1.0, top_p: float = 1.0,
                  env_kwargs: dict[str, Any] | None = None):
-        import textgym
-
         self.env_id, self.tokenizer = env_id, tokenizer
-        self.seeds = {key: deque(seeds) for key, seeds in seeds_by_prompt.items()}
-        self.num_generations = num_generations
         self.max_turns, self.max_new_tokens = max_turns, max_new_tokens
-        self.max_completion_length, self.temperature = max_completion_length, temperature
+        self.max_completion_length, self.temperature, self.top_p = max_completion_length, temperature, top_p
         self.env_kwargs = dict(env_kwargs or {})
-        self.env = textgym.make(env_id, **self.env_kwargs)
+        self.envs: list[Any] = []  # one per episode played at once, kept across calls
         self.episodes_played = 0
         self.returns: list[float] = []
+        self.seeds: list[int] = []
+        """The env seed of every episode played, in order."""
+        self._sampler: PolicySampler | None = None
 
-    def _next_seed(self, prompt: list[dict[str, str]]) -> int:
-        key = (prompt[0]["content"], prompt[-1]["content"])
-        seeds = self.seeds.get(key)
-        if not seeds:
-            raise ValueError(f"prompt not made by make_trl_grpo_trainer for {self.env_id}: {key[1]!r}")
-        seeds.rotate(-1)
-        return seeds[-1]
+    def sampler(self, trainer: Any) -> PolicySampler | VLLMSampler:
+        """vLLM when the trainer uses it, else a policy around the trainer's (unwrapped) model."""
+        if getattr(trainer, "use_vllm", False):
+            return VLLMSampler(trainer.vllm_generation, trainer.accelerator)
+        model = trainer.accelerator.unwrap_model(trainer.model)
+        if self._sampler is None or self._sampler.policy.model is not model:
+            seed = getattr(getattr(trainer, "args", None), "seed", 0) + trainer.accelerator.process_index
+            self._sampler = PolicySampler(model, self.tokenizer, self.temperature, self.top_p, seed=seed)
+        return self._sampler
 
     def __call__(self, prompts: list[Any], trainer: Any) -> dict[str, list]:
-        model = trainer.accelerator.unwrap_model(trainer.model)
-        out: dict[str, list] = defaultdict(list)
-        seed, run = None, 0
-        for i, prompt in enumerate(prompts):
-            # Consecutive copies of a prompt are one GRPO group: num_generations episodes per seed.
-            if i == 0 or prompt != prompts[i - 1] or run == self.num_generations:
-                seed, run = self._next_seed(prompt), 0
-            run += 1
-            episode = self.play(model, prompt, seed)
-            for key, value in episode.items():
-                out[key].append(value)
-        return dict(out)
+        import textgym
 
-    @torch.no_grad()
-    def play(self, model: Any, prompt: list[dict[str, str]], seed: int) -> dict[str, Any]:
-        """One episode from ``seed``: prompt ids, the multi-turn completion, its log-probs and env mask."""
-        tok = self.tokenizer
-        obs, info = self.env.reset(seed=seed)
+        while len(self.envs) < len(prompts):
+            self.envs.append(textgym.make(self.env_id, **self.env_kwargs))
+        episodes = [self.start(env, prompt) for env, prompt in zip(self.envs, prompts)]
+        sampler = self.sampler(trainer)
+        end_ids = self._end_ids(trainer)
+        for _ in range(self.max_turns):
+            for episode in episodes:
+                if len(episode.completion) >= self.max_completion_length:
+                    episode.done = True
+            running = [e for e in episodes if not e.done]
+            if isinstance(sampler, VLLMSampler) and sampler.lockstep:
+                if sampler.most(len(running)) == 0:  # every process is done
+                    break
+                answers = sampler.sample([e.context for e in running], self.max_new_tokens,
+                                         padding=episodes[0].prompt_ids)
+            elif not running:
+                break
+            else:
+                answers = sampler.sample([e.context for e in running], self.max_new_tokens)
+            for episode, (ids, logprobs) in zip(running, answers):
+                self.answer(episode, ids, logprobs, end_ids)
+        out: dict[str, list] = {"prompt_ids": [], "completion_ids": [], "logprobs": [], "env_mask": [],
+                                "env_return": [], "answer_tokens": []}
+        for episode in episodes:
+            self.episodes_played += 1
+            self.returns.append(episode.total)
+            for key, value in (("prompt_ids", episode.prompt_ids), ("completion_ids", episode.completion),
+                               ("logprobs", episode.logprobs), ("env_mask", episode.env_mask),
+                               ("env_return", episode.total), ("answer_tokens", episode.answer_tokens)):
+                out[key].append(value)
+        return out
+
+    def start(self, env: Any, prompt: list[dict[str, Any]]) -> _Episode:
+        """Reset ``env`` with the seed of ``prompt`` (made by :func:`make_trl_grpo_trainer`)."""
+        seed = prompt[-1].get(SEED_KEY)
+        if seed is None:
+            raise ValueError(f"the prompt has no {SEED_KEY!r}: make the dataset with make_trl_grpo_trainer "
+                             f"(or give its user message the env seed): {prompt[-1].get('content')!r}")
+        obs, info = env.reset(seed=int(seed))
+        self.seeds.append(int(seed))
         messages = [{"role": "system", "content": info.get("system_prompt", prompt[0]["content"])},
                     {"role": "user", "content": obs}]
-        prompt_ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
-                                             return_dict=False)
-        ids, completion, logprobs, env_mask = list(prompt_ids), [], [], []
-        total, end_ids = 0.0, {tok.eos_token_id}
-        device = next(model.parameters()).device
-        for _ in range(self.max_turns):
-            budget = min(self.max_new_tokens, self.max_completion_length - len(completion))
-            if budget <= 0:
-                break
-            # 1. The model answers on the conversation so far (sampled; log-probs kept).
-            generated = model.generate(input_ids=torch.tensor([ids], device=device),
-                                       attention_mask=torch.ones(1, len(ids), dtype=torch.long, device=device),
-                                       do_sample=True, temperature=self.temperature, top_p=1.0, top_k=0,
-                                       max_new_tokens=budget, output_scores=True, return_dict_in_generate=True,
-                                       pad_token_id=tok.pad_token_id)
-            answer = generated.sequences[0, len(ids):].tolist()
-            if any(t in end_ids for t in answer):
-                answer = answer[:next(j for j, t in enumerate(answer) if t in end_ids) + 1]
-            scores = torch.stack(generated.scores[:len(answer)])[:, 0].float()
-            answer_logprobs = torch.log_softmax(scores, -1).gather(-1, torch.tensor(answer, device=device)[:, None])
-            ids += answer
-            completion += answer
-            logprobs += answer_logprobs[:, 0].tolist()
-            env_mask += [1] * len(answer)
-            # 2. The env reads the answer text.
-            text = tok.decode(answer, skip_special_tokens=True)
-            obs, reward, terminated, truncated, info = self.env.step(text)
-            total += float(reward)
-            if terminated or truncated:
-                break
-            # 3. Its next observation joins the conversation as a user turn (masked out of the loss).
-            feedback = self._feedback_ids(messages, text, obs, ended=bool(answer) and answer[-1] in end_ids)
-            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
-            if len(completion) + len(feedback) >= self.max_completion_length:
-                break
-            ids += feedback
-            completion += feedback
-            logprobs += [0.0] * len(feedback)
-            env_mask += [0] * len(feedback)
-        self.episodes_played += 1
-        self.returns.append(total)
-        return {"prompt_ids": list(prompt_ids), "completion_ids": completion, "logprobs": logprobs,
-                "env_mask": env_mask, "env_return": total}
+        prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True,
+                                                        return_dict=False)
+        return _Episode(env=env, messages=messages, prompt_ids=list(prompt_ids))
+
+    def answer(self, episode: _Episode, ids: list[int], logprobs: list[float], end_ids: set[int]) -> None:
+        """Play one sampled answer: append it (trained on), step the env, append its next
+        observation (masked out), or end the episode."""
+        budget = min(self.max_new_tokens, self.max_completion_length - len(episode.completion))
+        ids, logprobs = ids[:budget], logprobs[:budget]
+        ended = next((j for j, t in enumerate(ids) if t in end_ids), None)
+        if ended is not None:  # keep the end-of-turn token
+            ids, logprobs = ids[:ended + 1], logprobs[:ended + 1]
+        episode.completion += ids
+        episode.logprobs += logprobs
+        episode.env_mask += [1] * len(ids)
+        episode.answer_tokens += len(ids)
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        obs, reward, terminated, truncated, _ = episode.env.step(text)
+        episode.total += float(reward)
+        if terminated or truncated:
+            episode.done = True
+            return
+        # The next observation joins the conversation as a user turn (masked out of the loss).
+        feedback = self._feedback_ids(episode.messages, text, obs, ended=ended is not None)
+        episode.messages += [{"role": "assistant", "content": text}, {"role": "user", "content": obs}]
+        if len(episode.completion) + len(feedback) >= self.max_completion_length:
+            episode.done = True
+            return
+        episode.completion += feedback
+        episode.logprobs += [0.0] * len(feedback)
+        episode.env_mask += [0] * len(feedback)
+
+    def _end_ids(self, trainer: Any) -> set[int]:
+        from textgym.policy.prompts import end_token_ids
+
+        return end_token_ids(self.tokenizer, trainer.accelerator.unwrap_model(trainer.model))
 
     def _feedback_ids(self, messages: list[dict[str, str]], answer: str, obs: str, ended: bool) -> list[int]:
         """Tokens between the model's answer and the next answer: end of turn, the user turn with
@@ -152,6 +316,17 @@ class TextgymRollout:
         return tok(suffix, add_special_tokens=False)["input_ids"]
 
 
+@contextlib.contextmanager
+def _mode_kept(model: torch.nn.Module) -> Iterator[None]:
+    """Within the block the model may be switched to eval mode; its train/eval mode comes back after
+    (TRL reads it to tell training from evaluation)."""
+    training = model.training
+    try:
+        yield
+    finally:
+        model.train(training)
+
+
 def env_return_reward(prompts: list[Any], completions: list[Any], env_return: list[float], **kwargs: Any) -> list[float]:
     """TRL reward function: the return of the episode each completion played."""
     return [float(r) for r in env_return]
@@ -160,8 +335,12 @@ def env_return_reward(prompts: list[Any], completions: list[Any], env_return: li
 def make_trl_grpo_trainer(model: Any, tokenizer: Any, env: str = "textgym/Bandit-v0", *,
                           args: Any = None, num_prompts: int = 256, seed: int = 0, max_turns: int = 8,
                           max_new_tokens: int = 16, env_kwargs: dict[str, Any] | None = None,
-                          peft_config: Any = None, extra_reward_funcs: tuple = (), **trainer_kwargs: Any) -> Any:
+                          peft_config: Any = None, extra_reward_funcs: Sequence[Callable[..., list[float]]] = (),
+                          **trainer_kwargs: Any) -> Any:
     """A ``trl.GRPOTrainer`` that trains ``model`` on text env ``env``.
+
+    Run the script that calls it with ``torchrun`` or ``accelerate launch`` for several
+    processes; TRL (accelerate) sets the processes up.
 
     Args:
         model: a causal LM (or a hub id TRL can load).
@@ -169,13 +348,15 @@ def make_trl_grpo_trainer(model: Any, tokenizer: Any, env: str = "textgym/Bandit
         env: a text env id.
         args: a ``trl.GRPOConfig`` or a dict of its fields; defaults suited to CPU
             (``use_cpu`` when no GPU, ``bf16=False``, ``report_to="none"``, a temporary ``output_dir``).
+            ``use_vllm=True`` plays the episodes on TRL's vLLM engine.
         num_prompts: dataset size: env starts from seeds ``seed .. seed + num_prompts - 1``.
         seed: first env seed.
         max_turns: decisions per episode at most.
         max_new_tokens: tokens per answer.
         env_kwargs: passed to ``textgym.make``.
         peft_config: a ``peft.LoraConfig`` to train an adapter (TRL wraps the model).
-        extra_reward_funcs: TRL reward functions added to the episode return (e.g. a format bonus).
+        extra_reward_funcs: TRL reward functions added to the episode return (e.g. a format bonus);
+            they also get ``env_return`` and ``answer_tokens`` (model tokens of the completion).
         **trainer_kwargs: passed to ``GRPOTrainer``.
     """
     import os
@@ -188,30 +369,24 @@ def make_trl_grpo_trainer(model: Any, tokenizer: Any, env: str = "textgym/Bandit
 
     if args is None or isinstance(args, dict):
         defaults = {"output_dir": tempfile.mkdtemp(prefix="textgym-trl-"), "report_to": "none", "bf16": False,
-                        "use_cpu": not torch.cuda.is_available(), "logging_steps": 1, "max_completion_length": 128,
-                        "per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 1e-5}
+                    "use_cpu": not torch.cuda.is_available(), "logging_steps": 1, "max_completion_length": 128,
+                    "per_device_train_batch_size": 8, "num_generations": 4, "learning_rate": 1e-5}
         args = GRPOConfig(**{**defaults, **(args or {})})
 
-    # The dataset: one chat prompt per env start; remember which seeds give each prompt.
+    # The dataset: one chat prompt per env start, its seed in the user message.
     probe = textgym.make(env, **(env_kwargs or {}))
-    seeds_by_prompt: dict[tuple[str, str], list[int]] = defaultdict(list)
     rows = []
     for s in range(seed, seed + num_prompts):
         obs, info = probe.reset(seed=s)
-        system = info.get("system_prompt", "")
-        seeds_by_prompt[(system, obs)].append(s)
-        rows.append([{"role": "system", "content": system}, {"role": "user", "content": obs}])
+        rows.append([{"role": "system", "content": info.get("system_prompt", "")},
+                     {"role": "user", "content": obs, SEED_KEY: s}])
     probe.close()
 
-    rollout = TextgymRollout(env, tokenizer, seeds_by_prompt, num_generations=args.num_generations,
-                             max_turns=max_turns, max_new_tokens=max_new_tokens,
+    rollout = TextgymRollout(env, tokenizer, max_turns=max_turns, max_new_tokens=max_new_tokens,
                              max_completion_length=args.max_completion_length, temperature=args.temperature,
-                             env_kwargs=env_kwargs)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[env_return_reward, *extra_reward_funcs], args=args,
-                          train_dataset=Dataset.from_dict({"prompt": rows}), rollout_func=rollout,
+                             top_p=args.top_p, env_kwargs=env_kwargs)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, reward_funcs=[env_return_reward, *extra_reward_funcs],
+                          args=args, train_dataset=Dataset.from_dict({"prompt": rows}), rollout_func=rollout,
                           peft_config=peft_config, **trainer_kwargs)
-    trainer.textgym_rollout = rollout  # for inspection: episodes played, returns
+    trainer.textgym_rollout = rollout  # for inspection: episodes played, returns, seeds
     return trainer
-
-
-__all__ = ["TextgymRollout", "env_return_reward", "make_trl_grpo_trainer"]

@@ -1,0 +1,98 @@
+"""``textgym train --processes N``: data-parallel training started by the CLI (torch's elastic
+launcher, gloo on CPU), its checks, and a run that resumes with another number of processes."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from test_cli import cli, lines_of, one_error_line, run_script  # noqa: F401 (cli is a fixture)
+
+# The tiny model learns the bandit in ~20-30 updates of 32 episodes at this learning rate.
+LEARN = """model = "tiny"
+lr = 3e-3
+num_envs = 16
+episodes = 1280
+eval_episodes = 64
+seed = 1
+[trainer]
+episodes_per_update = 32
+minibatch_size = 32
+"""
+
+
+def test_two_processes_learn_the_bandit_and_the_run_resumes_in_one(cli, tmp_path):  # noqa: F811
+    config, run = tmp_path / "learn.toml", tmp_path / "run"
+    config.write_text(LEARN)
+    result = run_script("train", "bandit", "--config", config, "--processes", "2", "--out", run,
+                        "--quiet", timeout=240)
+    assert result.returncode == 0, result.stderr
+
+    # two processes really ran, neither of them this one
+    summary = json.loads((run / "summary.json").read_text())
+    pids = [p["pid"] for p in summary["processes"]]
+    assert len(set(pids)) == 2 and os.getpid() not in pids
+    # the main process wrote exactly one metrics line per update, over both processes' episodes
+    metrics = lines_of(run / "metrics.jsonl")
+    assert [m["update"] for m in metrics] == list(range(1, 41))
+    assert [m["episodes"] for m in metrics] == [32 * u for u in range(1, 41)]
+    assert all(m["world_size"] == 2 for m in metrics)
+    # it learned: greedy return on held-out seeds (both processes played half of them)
+    assert summary["status"] == "complete" and summary["updates"] == 40
+    assert summary["eval"]["episodes"] == 64
+    assert summary["first_return_mean"] < 0.7 and summary["eval"]["return_mean"] >= 0.9, summary
+
+    # the checkpoint of the 2-process run continues in 1 process (no launcher)
+    result = cli("train", "--resume", run, "--episodes", "1344", "--quiet")
+    assert result.exit_code == 0, result.output
+    metrics = lines_of(run / "metrics.jsonl")
+    assert [m["update"] for m in metrics] == list(range(1, 43))
+    assert metrics[-1]["episodes"] == 1344 and "world_size" not in metrics[-1]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and [p["pid"] for p in summary["processes"]] == [os.getpid()]
+    assert summary["eval"]["return_mean"] >= 0.9
+
+
+def test_a_stop_reaches_every_process_and_is_said_once(tmp_path):
+    config, run = tmp_path / "fast.toml", tmp_path / "run"
+    config.write_text('model = "tiny"\nnum_envs = 4\nepisodes = 64\n[trainer]\nepisodes_per_update = 8\n')
+    # --stop-after 2 acts as a Ctrl-C after the second update (in every process)
+    result = run_script("train", "bandit", "--config", config, "--processes", "2", "--out", run,
+                        "--quiet", "--stop-after", "2", timeout=240)
+    assert result.returncode == 130, result.stderr
+    stopped = [line for line in result.stderr.splitlines() if "stopped by Ctrl-C" in line]
+    assert len(stopped) == 1 and "after update 2 (16 of 64 episodes)" in stopped[0]
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["stopped_by"] == "Ctrl-C"
+    assert not (run / ".textgym.lock").exists()  # the main process released the run folder
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--processes", "40"], "cannot train in 40 processes: 32 episodes per update cannot be shared by 40"),
+    (["--algo", "grpo", "--processes", "9"],
+     "cannot train in 9 processes: 8 groups of 4 episodes per update cannot be shared by 9"),
+])
+def test_processes_that_cannot_share_the_update_fail_before_anything_loads(cli, tmp_path, args,  # noqa: F811
+                                                                           message):
+    run = tmp_path / "run"
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--out", run, *args))
+    assert message in line
+    assert not run.exists()
+
+
+def test_processes_inside_a_launched_process_is_refused(cli, tmp_path, monkeypatch):  # noqa: F811
+    monkeypatch.setenv("WORLD_SIZE", "2")  # what torchrun sets
+    monkeypatch.setenv("RANK", "0")
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--out", tmp_path / "run",
+                              "--processes", "2"))
+    assert "already started the processes: drop --processes" in line
+
+
+def test_processes_must_be_positive(cli, tmp_path):  # noqa: F811
+    result = cli("train", "bandit", "--processes", "0", "--out", tmp_path / "run")
+    assert result.exit_code == 2 and "--processes" in result.stderr
+    assert not Path(tmp_path / "run").exists()
