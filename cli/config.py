@@ -59,6 +59,14 @@ class RunConfig:
     """Seed of the training envs and of torch."""
     lora: bool = True
     """Train a LoRA adapter (True) or all weights (False)."""
+    device: str = "auto"
+    """Where the model runs: auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps. A
+    resumed run may change it."""
+    dtype: str = "auto"
+    """Precision of the weights: auto (bfloat16 on a CUDA GPU that supports it, else float32),
+    float32, bfloat16 or float16. A resumed run may change it."""
+    quantize: str | None = None
+    """Load the base model quantized by bitsandbytes, 4bit or 8bit (QLoRA), or not (None)."""
     sft: str | None = None
     """JSONL file of {"prompt", "answer"} pairs for a supervised warm-up before RL."""
     checkpoint_every: int = 10
@@ -122,6 +130,15 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
         raise CLIError(f"{where}: minutes must be a positive number, got {config.minutes}")
     if config.lr is not None and not (config.lr > 0 and math.isfinite(config.lr)):
         raise CLIError(f"{where}: lr must be a positive number, got {config.lr}")
+    from textgym.models import ModelError, check_option_names  # torch-free
+
+    try:
+        check_option_names(config.device, config.dtype, config.quantize)
+    except ModelError as exc:
+        raise CLIError(f"{where}: {exc}") from None
+    if config.quantize is not None and not config.lora:
+        raise CLIError(f"{where}: a {config.quantize} model trains through a LoRA adapter only: "
+                       "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
     return config

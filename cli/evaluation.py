@@ -16,6 +16,7 @@ from textgym.cli import config as run_config
 from textgym.cli.envtools import make_env, resolve_env
 from textgym.cli.errors import CLIError
 from textgym.cli.messages import say, styled
+from textgym.cli.modelcheck import check_option_names
 from textgym.cli.runs import with_stderr
 
 
@@ -42,7 +43,8 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
 
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
-                      episodes: int, num_envs: int, seed: int
+                      episodes: int, num_envs: int, seed: int, device: str | None = None,
+                      dtype: str | None = None, quantize: str | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``."""
     from textgym.cli.training import build_policy
@@ -69,7 +71,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     # The checkpoint's own policy settings (normalization, chat template...) when it is its base model.
     settings = {k: v for k, v in recorded.items() if k not in ("name", "mode", "seed") and v is not None} \
         if recorded.get("name") == model else {}
-    policy = build_policy(model, mode, **settings)
+    # Device, precision and quantization are this machine's choice (flags), not the run's.
+    policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize, **settings)
     trainer_config = dict(state.get("config", {}))
     algorithm = trainer_config.pop("algorithm", state.get("algorithm", "reinforce"))
     # A bare model gets a fresh LoRA adapter, which starts as the identity (B = 0).
@@ -86,7 +89,9 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
 
 def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
-        baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool) -> None:
+        baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
+        device: str | None = None, dtype: str | None = None, quantize: str | None = None) -> None:
+    check_option_names(device, dtype, quantize)
     env_id = resolve_env(env)
     if checkpoint is None and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
@@ -96,7 +101,7 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     env_kwargs: dict[str, Any] = {}
     if checkpoint is not None or model is not None:
         label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
-                                                      num_envs, seed)
+                                                      num_envs, seed, device, dtype, quantize)
         results[label] = result
     if baselines:
         from textgym.baselines import evaluate_baseline

@@ -54,6 +54,12 @@ class Baseline(str, Enum):
     scripted = "scripted"
 
 
+# --device/--dtype/--quantize of the commands that load a model; textgym.models checks the values.
+_DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps."
+_DTYPE_HELP = "auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16, float16."
+_QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; textgym[quantize])."
+
+
 def _print_version(value: bool) -> None:
     if not value:
         return
@@ -111,6 +117,9 @@ def train(
     lora: bool | None = typer.Option(
         None, "--lora/--full", help="Train a LoRA adapter or all weights.", show_default="lora"
     ),
+    device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
+    dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
+    quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
     sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
@@ -149,6 +158,9 @@ def train(
         "lr": lr,
         "seed": seed,
         "lora": lora,
+        "device": device,
+        "dtype": dtype,
+        "quantize": quantize,
         "sft": str(sft) if sft else None,
     }
     training.run(
@@ -168,6 +180,9 @@ def evaluate(
         None, help="Model to evaluate without a checkpoint, or the base model of an adapter."
     ),
     mode: Mode | None = typer.Option(None, help="score or generate.", show_default="the run's"),
+    device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
+    dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
+    quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
     baseline: list[Baseline] = typer.Option(
         [], "--baseline", help="Also evaluate a reference policy (repeatable)."
     ),
@@ -184,7 +199,7 @@ def evaluate(
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
         baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,
-        json_out=json_out,
+        json_out=json_out, device=device, dtype=dtype, quantize=quantize,
     )
 
 

@@ -41,9 +41,11 @@ from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
-# What a resumed run may change: its budget and how it reports. Everything else (env, model,
-# algorithm and its settings) comes from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes")
+# What a resumed run may change: its budget, how it reports, and where and in which precision
+# the model runs. Everything else (env, model, quantization, algorithm and its settings) comes
+# from the run's checkpoint.
+_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes",
+                         "device", "dtype")
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
@@ -151,14 +153,12 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def build_policy(model_name: str, mode: str, seed: int | None = None, device: Any = None,
-                 **settings: Any) -> Any:
-    """Check the model name, load it (on ``device``; default: the loader's) and wrap it in a
-    ``textgym.Policy`` with the model registry's defaults and ``settings`` on top (errors ->
-    CLIError)."""
-    from textgym.cli.modelcheck import check_model
-
-    check_model(model_name)
+def build_policy(model_name: str, mode: str, seed: int | None = None, *, device: Any = None,
+                 dtype: str | None = None, quantize: str | None = None, **settings: Any) -> Any:
+    """Check the model name, device, precision and quantization, load the model (on ``device``;
+    default: the loader's) and wrap it in a ``textgym.Policy`` with the model registry's defaults
+    and ``settings`` on top (errors -> CLIError)."""
+    check_model(model_name, device, dtype, quantize)
     from textgym.policy import Policy, PolicyConfig
 
     try:  # seed: reproducible sampling
@@ -166,7 +166,8 @@ def build_policy(model_name: str, mode: str, seed: int | None = None, device: An
     except (TypeError, ValueError) as exc:
         raise CLIError(f"invalid policy settings: {exc}") from exc
     try:  # the name is recorded in checkpoints
-        return Policy.from_pretrained(model_name, config=config, device=device)
+        return Policy.from_pretrained(model_name, config=config, device=device, dtype=dtype,
+                                      quantize=quantize)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
 
@@ -200,9 +201,10 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
-    check_model(cfg.model)
+    check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
     if processes is not None and processes > 1 and process is None:
         _check_shares(trainer_config, processes)
+        _check_process_device(cfg.device, processes)
         launch(flags, processes, run_dir=run_dir, config_file=config_file, resume=resume,
                force=force, quiet=quiet, stop_after=stop_after)
         return
@@ -219,10 +221,13 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
                 f"run folder {run_dir}" + (f"; {process.world_size} processes" if process.is_distributed else ""))
         loading = time.monotonic()
-        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed,
-                              device=process.device if process.is_distributed else None)
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=_device_of(cfg, process),
+                              dtype=cfg.dtype, quantize=cfg.quantize)
         if not quiet:
-            say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
+            weights = next(policy.model.parameters())
+            say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
+                f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
+                f"{', ' + cfg.quantize if cfg.quantize else ''})")
         if resume is not None:
             trainer = _resume_trainer(cfg, policy, run_dir, quiet, process)
         else:
@@ -243,6 +248,27 @@ def _join_processes(processes: int | None) -> distributed.ProcessContext:
         return distributed.init()
     except distributed.UnsupportedLaunch as exc:
         raise CLIError(str(exc)) from exc
+
+
+def _check_process_device(device: str, processes: int) -> None:
+    """With several processes each one gets its device from the launcher (``cuda:<local rank>``,
+    or the CPU): ``--device`` may only name that kind, not one GPU (CLIError)."""
+    if device not in ("auto", "cpu", "cuda"):
+        raise CLIError(f"--device {device} with {processes} processes: each process runs on the "
+                       "device its launcher gives it (cuda:<local rank> or cpu); use --device "
+                       "auto, cuda or cpu")
+
+
+def _device_of(cfg: run_config.RunConfig, process: distributed.ProcessContext) -> Any:
+    """The device this process loads the model on: ``--device``, or with several processes the
+    launcher's, which ``--device`` may only confirm (CLIError otherwise)."""
+    if not process.is_distributed:
+        return cfg.device
+    _check_process_device(cfg.device, process.world_size)
+    if cfg.device not in ("auto", process.device.type):
+        raise CLIError(f"--device {cfg.device}: this process's launcher put it on {process.device} "
+                       "(for CPU processes on a GPU machine set ACCELERATE_USE_CPU=1)")
+    return process.device
 
 
 def _check_shares(trainer_config: Any, processes: int) -> None:

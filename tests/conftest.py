@@ -88,3 +88,36 @@ class CountdownTextEnv(gym.Env):
 def countdown_env_cls():
     """The :class:`CountdownTextEnv` class (episode length ``1 + seed % max_length``)."""
     return CountdownTextEnv
+
+
+@pytest.fixture
+def empty_hub_cache(tmp_path, monkeypatch):
+    """An empty Hugging Face hub cache (a fresh folder), so that models cached on this machine do
+    not change what a test sees. Returns its path."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-hub-cache"
+    cache.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(cache))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))  # read by huggingface_hub at import
+    return cache
+
+
+@pytest.fixture
+def unreachable_hub(monkeypatch):
+    """No ``HF_HUB_OFFLINE``, but ``HF_ENDPOINT`` points at a loopback port nobody listens on: the
+    hub cannot be reached, as on a machine without network. Returns the endpoint URL."""
+    import socket
+
+    from huggingface_hub import constants
+
+    with socket.socket() as probe:  # a free port, closed again: connections to it are refused
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    return endpoint

@@ -328,7 +328,7 @@ def test_eval_missing_checkpoint(cli, tmp_path):
 
 def test_missing_model(cli, tmp_path):
     line = one_error_line(cli("eval", "bandit", "--model", "smollm-135"))
-    assert "unknown model 'smollm-135'" in line and "smollm2-135m" in line
+    assert "'smollm-135'" in line and "Did you mean: smollm2-135m" in line
     line = one_error_line(cli("train", "bandit", "--model", tmp_path / "no_model",
                               "--out", tmp_path / "run"))
     assert "does not exist" in line

@@ -38,8 +38,8 @@ def policy_record(policy: Policy) -> dict[str, Any]:
 
 def from_pretrained(cls: type[Policy], name_or_path: str = models.DEFAULT_MODEL, mode: str | None = None, *,
                     config: PolicyConfig | None = None, device: str | torch.device | None = None,
-                    dtype: torch.dtype | str | None = None, lora: bool | None = None,
-                    **overrides: Any) -> Policy:
+                    dtype: torch.dtype | str | None = None, quantize: str | None = None,
+                    lora: bool | None = None, **overrides: Any) -> Policy:
     """Load a model by name (see :func:`textgym.models.load`) and wrap it in a policy.
 
     Args:
@@ -47,7 +47,8 @@ def from_pretrained(cls: type[Policy], name_or_path: str = models.DEFAULT_MODEL,
         mode: ``"score"`` or ``"generate"`` (an override, like ``**overrides``).
         config: complete settings (e.g. recorded by a save); ``None``: the defaults with the
             model registry's on top (see :meth:`PolicyConfig.for_model`).
-        device, dtype: see :func:`textgym.models.load`.
+        device, dtype, quantize: see :func:`textgym.models.load` (default: CUDA if available,
+            else CPU; bf16 on a bf16-capable GPU, else fp32; not quantized).
         lora: not needed any more: the trainer adds the LoRA adapter from its config
             (``TrainConfig.lora_*``); ``True`` warns and is otherwise what the trainer does anyway.
         **overrides: settings of :class:`PolicyConfig` (temperature, normalization, seed, ...).
@@ -64,7 +65,7 @@ def from_pretrained(cls: type[Policy], name_or_path: str = models.DEFAULT_MODEL,
     if mode is not None:
         overrides["mode"] = mode
     settings = PolicyConfig.for_model(name_or_path, config, **overrides)  # fails before the slow load
-    model, tokenizer = models.load(name_or_path, device=device, dtype=dtype)
+    model, tokenizer = models.load(name_or_path, device=device, dtype=dtype, quantize=quantize)
     return cls(model, tokenizer, config=settings, name=name_or_path)
 
 
@@ -99,8 +100,10 @@ def save(policy: Policy, directory: str | os.PathLike) -> Path:
 
 
 def load(cls: type[Policy], directory: str | os.PathLike, device: str | torch.device | None = None,
-         dtype: torch.dtype | str | None = None, **overrides: Any) -> Policy:
-    """Load a policy written by :func:`save` (for an adapter, the base model is loaded by name)."""
+         dtype: torch.dtype | str | None = None, quantize: str | None = None,
+         **overrides: Any) -> Policy:
+    """Load a policy written by :func:`save` (for an adapter, the base model is loaded by name;
+    ``device``, ``dtype`` and ``quantize`` as in :func:`textgym.models.load`)."""
     folder = Path(directory)
     settings_file = folder / POLICY_FILE
     if not settings_file.is_file():
@@ -111,7 +114,7 @@ def load(cls: type[Policy], directory: str | os.PathLike, device: str | torch.de
     if lora:
         if name is None:
             raise ValueError(f"{folder}: the adapter's base model name was not recorded")
-        model, _ = models.load(name, device=device, dtype=dtype)
+        model, _ = models.load(name, device=device, dtype=dtype, quantize=quantize)
         from transformers import AutoTokenizer
 
         tokenizer = AutoTokenizer.from_pretrained(folder / "tokenizer")
@@ -121,6 +124,7 @@ def load(cls: type[Policy], directory: str | os.PathLike, device: str | torch.de
             warnings.simplefilter("ignore", FutureWarning)
             model = PeftModel.from_pretrained(model, folder / "adapter", is_trainable=True)
     else:
-        model, tokenizer = models.load(str(folder / "model"), device=device, dtype=dtype)
+        model, tokenizer = models.load(str(folder / "model"), device=device, dtype=dtype,
+                                       quantize=quantize)
     model.eval()
     return cls(model, tokenizer, config=config, name=name)

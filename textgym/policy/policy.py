@@ -106,12 +106,12 @@ class Policy:
     @classmethod
     def from_pretrained(cls, name_or_path: str = models.DEFAULT_MODEL, mode: str | None = None, *,
                         config: PolicyConfig | None = None, device: str | torch.device | None = None,
-                        dtype: torch.dtype | str | None = None, lora: bool | None = None,
-                        **overrides: Any) -> Policy:
+                        dtype: torch.dtype | str | None = None, quantize: str | None = None,
+                        lora: bool | None = None, **overrides: Any) -> Policy:
         """Load a model by name and wrap it in a policy, with the model registry's defaults
         (see :func:`textgym.policy.persistence.from_pretrained`). LoRA is added by the trainer."""
         return persistence.from_pretrained(cls, name_or_path, mode, config=config, device=device, dtype=dtype,
-                                           lora=lora, **overrides)
+                                           quantize=quantize, lora=lora, **overrides)
 
     def save(self, directory: str | os.PathLike) -> Path:
         """Save the adapter or full model, the tokenizer and the settings (atomically)."""
@@ -119,9 +119,11 @@ class Policy:
 
     @classmethod
     def load(cls, directory: str | os.PathLike, device: str | torch.device | None = None,
-             dtype: torch.dtype | str | None = None, **overrides: Any) -> Policy:
+             dtype: torch.dtype | str | None = None, quantize: str | None = None,
+             **overrides: Any) -> Policy:
         """Load a policy written by :meth:`save` (the base model is loaded by name for an adapter)."""
-        return persistence.load(cls, directory, device=device, dtype=dtype, **overrides)
+        return persistence.load(cls, directory, device=device, dtype=dtype, quantize=quantize,
+                                **overrides)
 
     def seed(self, seed: int | None) -> None:
         """Reseed the sampling generator (``None``: a fresh random seed)."""
