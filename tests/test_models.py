@@ -236,7 +236,7 @@ def test_a_quantized_model_trains_a_lora_adapter(quantize, tmp_path, tiny_model_
     quantized, _ = models.load(str(tmp_path / "m"), device="cpu", dtype="bfloat16", quantize=quantize)
     assert getattr(quantized, f"is_loaded_in_{quantize}")
     assert type(quantized.model.layers[0].self_attn.q_proj).__module__.startswith("bitsandbytes")
-    policy = textgym.Policy(models.prepare_for_kbit_training(quantized), tokenizer, seed=0)
+    policy = textgym.Policy(quantized, tokenizer, seed=0)  # the trainer prepares it for LoRA
     trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=ReinforceConfig(
         num_envs=4, episodes_per_update=8, minibatch_size=8, lr=1e-3))
     adapter = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}

@@ -99,6 +99,9 @@ def add_lora(model: Any, settings: LoraSettings | None = None, model_name: str |
     config = LoraConfig(r=settings.r, lora_alpha=settings.alpha, lora_dropout=settings.dropout,
                         target_modules=_target_modules(model, settings, model_name), bias="none",
                         task_type="CAUSAL_LM", **layers)
+    from textgym.models import prepare_for_kbit_training
+
+    model = prepare_for_kbit_training(model)  # QLoRA: a 4-/8-bit base needs it; others unchanged
     with warnings.catch_warnings():  # transformers' deprecation chatter from inside peft
         warnings.simplefilter("ignore", FutureWarning)
         model = get_peft_model(model, config)
