@@ -31,6 +31,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -226,7 +227,7 @@ def _invalid_rising(history: Sequence[UpdateStats], reference: Reference,
     rates = [s.invalid_rate for s in history[-(n + 1):]]
     if len(rates) < n + 1 or any(r is None for r in rates):
         return None
-    rising = all(later > earlier for earlier, later in zip(rates, rates[1:]))
+    rising = all(later > earlier for earlier, later in itertools.pairwise(rates))
     if not (rising and rates[-1] >= thresholds.invalid_rate and rates[-1] - rates[0] >= thresholds.invalid_rise):
         return None
     return Alarm("invalid_rising", history[-1].update,
