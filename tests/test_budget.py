@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 
 import pytest
 
@@ -132,3 +133,17 @@ def test_each_update_records_its_answers_and_the_alarms_it_raised(tiny_policy, t
     resumed = Trainer.resume(tmp_path / "ck")
     assert resumed.alarm_history == trainer.alarm_history
     assert resumed.train(updates=1)[0]["alarms"] == []  # the condition lasts across the resume
+
+
+def test_generate_mode_counts_the_env_actions_and_the_raw_answers(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=4, seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=SMALL)
+    rollout = trainer.collect()
+    metrics = trainer.update(rollout.episodes, stats=rollout.stats)
+    assert metrics["answer_choices"] == 2                    # the env's action names
+    # the parsed action of a valid answer, the text of an invalid one (a random model babbles)
+    answers = Counter((s.parse["action_name"] if s.parse["valid"] else s.decision.text.strip())
+                      for s in rollout.steps)
+    top, count = answers.most_common(1)[0]
+    assert (metrics["top_answer"], metrics["top_answer_share"]) == (top, count / 16)

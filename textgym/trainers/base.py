@@ -190,17 +190,14 @@ class Trainer:
         except gym.error.Error:  # an env textgym's registry does not know
             return None
 
-    def _answer_choices(self, step: Step) -> int | None:
-        """How many answers the env offered for a decision: its scored candidates (score mode),
-        else the env's action names."""
-        if step.decision.candidates is not None:
-            return len(step.decision.candidates)
+    def _env_action_count(self) -> int:
+        """How many action names the env offers (0 when unknown: no env, or none declared)."""
         if self.venv is None:
-            return None
+            return 0
         try:
             return len(self.venv.envs[0].get_wrapper_attr("action_names"))
         except (AttributeError, TypeError, IndexError):
-            return None
+            return 0
 
     def _prepare_model(self) -> torch.nn.Module:
         model = self.policy.model
@@ -434,9 +431,11 @@ class Trainer:
     def _answer_metrics(self, steps: Sequence[Step]) -> dict[str, Any]:
         """The update's most common answer and its share of every process's decisions, when the
         env offers several answers (what the ``one_answer`` alarm reads)."""
-        mine = ([answer_of(step) for step in steps],
-                max((k for step in steps if (k := self._answer_choices(step)) is not None), default=0))
-        gathered = self.process.gather([mine])
+        scored = [len(step.decision.candidates) for step in steps if step.decision.candidates is not None]
+        choices = max(scored, default=0)
+        if len(scored) < len(steps):  # generate mode: what the env offers is its action names
+            choices = max(choices, self._env_action_count())
+        gathered = self.process.gather([([answer_of(step) for step in steps], choices)])
         choices = max(k for _, k in gathered)
         if choices < 2:
             return {}
