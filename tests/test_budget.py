@@ -32,7 +32,7 @@ def slowed(policy, seconds: float):
 def test_an_update_budget_does_the_same_updates_at_any_speed(tiny_model_and_tokenizer):
     model, tokenizer = tiny_model_and_tokenizer
     runs = []
-    for delay in (0.0, 0.2):
+    for delay in (0.0, 0.1):
         policy = slowed(textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0), delay)
         trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=SMALL)
         history = trainer.train(updates=3)
@@ -104,6 +104,9 @@ def test_early_stop_checks_at_its_updates_on_held_out_capped_episodes(tiny_polic
     assert check["until"] == 1e9 and check["seconds"] >= 0
     # the check's seeds are held out: neither the first evaluation seeds nor any training seed
     assert max(never.seeds()) < trainer.config.eval_seed and CHECK_SEED + 4 < trainer.rollout_seed(0)
+
+    # the run's own step limit is tighter than the check's cap: the check reports the one it played
+    assert trainer.greedy_check(EarlyStop(until=1.0, episodes=2, max_steps=50)).max_steps == 6
 
     reached = EarlyStop(until=0.0, every=1, episodes=4)
     history = trainer.train(updates=5, early_stop=reached)

@@ -513,16 +513,15 @@ class Trainer:
         started = time.monotonic()
         venv, cap = self.venv, None
         if self.env_id is not None:
-            cap = early_stop.max_steps
+            kwargs = dict(self.env_kwargs)
+            if early_stop.max_steps is not None:  # the tighter of the check's cap and the run's own limit
+                cap = min(early_stop.max_steps, kwargs.get("max_episode_steps") or early_stop.max_steps)
+                kwargs["max_episode_steps"] = cap
             mine = max(1, len(self.process.shard(early_stop.episodes)))
-            key = (min(mine, max(self.config.num_envs, 16)), early_stop.max_steps)
+            key = (min(mine, max(self.config.num_envs, 16)), cap)
             if key not in self._check_envs:
                 import textgym
 
-                kwargs = dict(self.env_kwargs)
-                if early_stop.max_steps is not None:
-                    limit = kwargs.get("max_episode_steps")
-                    kwargs["max_episode_steps"] = min(early_stop.max_steps, limit or early_stop.max_steps)
                 self._check_envs[key] = textgym.make_vec(self.env_id, num_envs=key[0], seed=early_stop.seed, **kwargs)
             venv = self._check_envs[key]
         result = evaluate_greedy(self.policy, venv, episodes=early_stop.episodes, seed=early_stop.seed,

@@ -88,7 +88,8 @@ class CheckResult:
         update: the update after which it ran.
         return_mean: the mean greedy return of its episodes (the env's own, unshaped).
         episodes: how many episodes it played.
-        max_steps: the cap on their length (``None``: the env's own limit).
+        max_steps: the cap on their length it played with (the tighter of the early stop's and the
+            run's own ``max_episode_steps``; ``None``: the env's own limit).
         until: the threshold.
         solved: ``return_mean >= until``.
         seconds: how long it took.
