@@ -25,8 +25,8 @@ from textgym.policy.prompts import common_prefix_length
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-__all__ = ["BatchState", "Counters", "PrefixCache", "run_prompts", "shared_prefix_length", "unique_rows",
-           "weights_version"]
+__all__ = ["BatchState", "Counters", "PrefixCache", "PrefixKV", "alias_cache", "run_prompts",
+           "shared_prefix_length", "unique_rows", "weights_version"]
 
 Counters = dict[str, float]
 """The policy's running totals (see :attr:`textgym.Policy.counters`)."""
@@ -130,6 +130,19 @@ class PrefixCache:
         else:
             self._entries.move_to_end(key)
         return kv
+
+
+def alias_cache(model: torch.nn.Module, kv: PrefixKV | None) -> DynamicCache:
+    """A ``DynamicCache`` over the tensors ``kv`` without copying them (the cache's constructor
+    copies). Running the model on it rebinds its layers to new tensors, never writes into ``kv``."""
+    from transformers import DynamicCache
+
+    if kv is None:
+        return DynamicCache(config=model.config)
+    cache = DynamicCache([(k[..., :0, :], v[..., :0, :]) for k, v in kv])
+    for layer, (k, v) in zip(cache.layers, kv):
+        layer.keys, layer.values = k, v
+    return cache
 
 
 def _new_cache(model: torch.nn.Module, kv: PrefixKV | None, rows: int) -> DynamicCache:

@@ -22,6 +22,7 @@ from textgym import models
 from textgym.lora import is_peft_model
 from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
+from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
 from textgym.policy.decision import Decision, Evaluation
 from textgym.policy.kv_cache import (
     BatchState,
@@ -79,6 +80,7 @@ class Policy:
         self.prompts = ChatPrompts(tokenizer, settings.chat_template, settings.system_role)
         self.candidate_tokens = CandidateTokens(tokenizer, settings.score_end, settings.candidate_cache_size)
         self.prefix_cache = PrefixCache(settings.prefix_cache_size)
+        self.conversation_cache = ConversationCache()  # conversation mode: a KV row per conversation
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
@@ -131,8 +133,14 @@ class Policy:
             self.generator.manual_seed(int(seed))
 
     def clear_cache(self) -> None:
-        """Drop the cached prefix KV (it is also dropped automatically when the weights change)."""
+        """Drop the cached prefix and conversation KV (also dropped automatically when the weights change)."""
         self.prefix_cache.clear()
+        self.conversation_cache.clear()
+
+    @property
+    def conversation_window(self) -> ConversationWindow | None:
+        """The window of the ``history`` setting (``None``: single-observation mode)."""
+        return ConversationWindow.from_history(self._config.history, self._config.history_tokens)
 
     # ------------------------------------------------------------------ training hooks
     @property
@@ -186,7 +194,8 @@ class Policy:
 
     # ------------------------------------------------------------------ acting
     def act(self, observations: Sequence[str], system_prompts: Sequence[str],
-            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False) -> list[Decision]:
+            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False, *,
+            conversations: Sequence[Conversation] | None = None) -> list[Decision]:
         """Decide for a batch of envs in one call.
 
         Args:
@@ -195,10 +204,16 @@ class Policy:
             valid_actions: each env's legal action names (``info["valid_actions"]``); required in
                 score mode, ignored in generate mode.
             greedy: argmax (score) / greedy decoding (generate) instead of sampling.
+            conversations: conversation mode: each env's :class:`Conversation` (its episode so
+                far). The observation becomes its next user turn, the decision acts on the whole
+                conversation (``Decision.prompt_ids``) and its answer is recorded in it; only the
+                tokens an env's KV row does not hold yet are run. ``None``: each observation alone.
         """
         n = len(observations)
         if len(system_prompts) != n or (valid_actions is not None and len(valid_actions) != n):
             raise ValueError("observations, system_prompts and valid_actions must have the same length")
+        if conversations is not None and len(conversations) != n:
+            raise ValueError("conversations must have one entry per observation")
         if n == 0:
             return []
         score = self._config.mode == "score"
@@ -211,29 +226,48 @@ class Policy:
         started = time.perf_counter()
         if self.model.training:
             self.model.eval()
-        prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
-        # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
         same_system = all(s == system_prompts[0] for s in system_prompts)
-        prefix_length = shared_prefix_length(
-            prompts, self.prompts.system_prefix(system_prompts[0]) if same_system else None)
-        keys = [(tuple(p), tuple(v)) if score else tuple(p)
-                for p, v in zip(prompts, valid_actions or [None] * n)]
-        firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
+        system_prefix = self.prompts.system_prefix(system_prompts[0]) if same_system else None
         with torch.inference_mode():
-            batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
-                                   device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
-                                   version=self._weights_version())
+            if conversations is not None:
+                prompts, batch = self._run_conversations(observations, system_prompts, conversations,
+                                                         system_prefix or [])
+                firsts = row_of = list(range(n))  # every conversation keeps its own row
+            else:
+                prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+                # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
+                prefix_length = shared_prefix_length(prompts, system_prefix)
+                keys = [(tuple(p), tuple(v)) if score else tuple(p)
+                        for p, v in zip(prompts, valid_actions or [None] * n)]
+                firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
+                batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                                       device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
+                                       version=self._weights_version())
             if score:
                 decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
             else:
                 if len(firsts) < n:  # duplicates sample independently: give each its own KV row
                     batch = batch.select_rows(row_of)
                 decisions = self._act_generate(batch, prompts, greedy)
+        for conversation, decision in zip(conversations or (), decisions):
+            conversation.add_answer(decision.answer_ids)
         self.counters["decisions"] += n
         self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
         self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
+
+    def _run_conversations(self, observations: Sequence[str], system_prompts: Sequence[str],
+                           conversations: Sequence[Conversation], system_prefix: list[int]
+                           ) -> tuple[list[list[int]], BatchState]:
+        """Conversation mode: add each observation to its conversation and run the new tokens of
+        every conversation on the conversation cache; ``(contexts, batch state)``."""
+        contexts = [c.add_observation(o, s, self.prompts)
+                    for c, o, s in zip(conversations, observations, system_prompts)]
+        batch = self.conversation_cache.run(self.model, conversations, contexts, system_prefix,
+                                            version=self._weights_version(), prefix_cache=self.prefix_cache,
+                                            pad_id=self.pad_id, device=self.device, counters=self.counters)
+        return contexts, batch
 
     def _act_score(self, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
