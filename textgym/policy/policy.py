@@ -34,7 +34,13 @@ from textgym.policy.kv_cache import (
 )
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
-from textgym.policy.rescoring import rescore_candidates, rescore_tokens
+from textgym.policy.rescoring import (
+    conversation_chains,
+    rescore_candidates,
+    rescore_conversation_candidates,
+    rescore_conversation_tokens,
+    rescore_tokens,
+)
 from textgym.policy.sampling import generate, sample_candidate
 from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
 
@@ -303,6 +309,8 @@ class Policy:
         Same definition as :meth:`act` (same temperature, same candidate scores), so with unchanged
         weights ``logprobs`` equal ``old_logprobs`` (to float precision). Call it on minibatches; it
         respects the caller's grad mode (wrap in ``torch.no_grad()`` for reference log-probs).
+        Turns of one conversation (conversation mode) are re-scored in one pass over the longest
+        context among them.
         """
         if not decisions:
             raise ValueError("evaluate() needs at least one decision")
@@ -310,6 +318,15 @@ class Policy:
         if any((d.candidates is not None) != score for d in decisions):
             raise ValueError("cannot evaluate score-mode and generate-mode decisions together")
         c = self._config
+        chains = conversation_chains(self.model, decisions)
+        if chains is not None:  # turns of conversations: one pass per conversation
+            if score:
+                return rescore_conversation_candidates(
+                    self.model, decisions, chains, temperature=c.temperature, normalization=c.normalization,
+                    tokenizer=self.tokenizer, pad_id=self.pad_id, device=self.device,
+                    chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+            return rescore_conversation_tokens(self.model, decisions, chains, temperature=c.temperature,
+                                               pad_id=self.pad_id, device=self.device, counters=self.counters)
         prefix_length = shared_prefix_length([d.prompt_ids for d in decisions])
         if score:
             return rescore_candidates(self.model, decisions, prefix_length, temperature=c.temperature,
