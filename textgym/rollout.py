@@ -28,8 +28,8 @@ import gymnasium as gym
 from textgym.policy import Decision
 from textgym.wrappers.episode_stats import episode_stats
 
-__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "decisions_of",
-           "play"]
+__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
+           "decisions_of", "play"]
 
 
 @runtime_checkable
@@ -103,6 +103,24 @@ class Episode:
 def decisions_of(episodes: Sequence[Episode]) -> list[Decision]:
     """All decisions of ``episodes``, episode by episode, in order (what an update trains on)."""
     return [decision for episode in episodes for decision in episode.decisions]
+
+
+def conversation_runs(episodes: Sequence[Episode]) -> list[list[int]] | None:
+    """Conversation mode: indices into :func:`decisions_of` of the runs of consecutive turns whose
+    contexts extend each other (a window rebuild starts a new run), so that a trainer re-scores a
+    run in one pass; ``None`` when no decision continues another (single-observation mode)."""
+    runs: list[list[int]] = []
+    at = 0
+    for episode in episodes:
+        previous = None
+        for step in episode.steps:
+            if previous is not None and step.decision.continues(previous):
+                runs[-1].append(at)
+            else:
+                runs.append([at])
+            previous = step.decision
+            at += 1
+    return runs if any(len(run) > 1 for run in runs) else None
 
 
 @dataclass

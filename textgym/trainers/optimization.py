@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["LossFn", "lr_factor", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -62,9 +62,30 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     return True
 
 
+def minibatches(num_decisions: int, minibatch_size: int,
+                groups: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+    """One epoch's minibatches of decision indices, shuffled.
+
+    Without ``groups`` the decisions are shuffled one by one. With ``groups`` (the turns of one
+    conversation, :func:`textgym.rollout.conversation_runs`) a group stays together, cut into
+    pieces of at most ``minibatch_size``; the pieces are shuffled and packed into minibatches of
+    at most ``minibatch_size``, so one pass over a conversation re-scores all its turns.
+    """
+    if groups is None:
+        return list(torch.randperm(num_decisions).split(minibatch_size))
+    pieces = [list(g[i:i + minibatch_size]) for g in groups for i in range(0, len(g), minibatch_size)]
+    batches: list[list[int]] = [[]]
+    for k in torch.randperm(len(pieces)).tolist():
+        if len(batches[-1]) + len(pieces[k]) > minibatch_size:
+            batches.append([])
+        batches[-1].extend(pieces[k])
+    return [torch.tensor(b) for b in batches if b]
+
+
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
-                    max_grad_norm: float | None = 1.0, target_kl: float | None = None) -> dict[str, float]:
+                    max_grad_norm: float | None = 1.0, target_kl: float | None = None,
+                    groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -76,16 +97,15 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     update with a single epoch cannot run away either. Each minibatch is split into
     ``gradient_accumulation_steps`` chunks whose gradients add up. A non-finite loss or gradient
     stops the update before that optimizer step (``nonfinite: True``; the weights keep what the
-    earlier steps made of them).
+    earlier steps made of them). ``groups``: decisions that stay in one minibatch (see
+    :func:`minibatches`).
     """
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     epochs_done, steps, stopped_nonfinite, stopped_kl = 0, 0, False, False
     for _ in range(epochs):
         epoch_kl: list[float] = []
-        perm = torch.randperm(num_decisions)
-        for start in range(0, num_decisions, minibatch_size):
-            minibatch = perm[start:start + minibatch_size]
+        for minibatch in minibatches(num_decisions, minibatch_size, groups):
             optimizer.zero_grad(set_to_none=True)
             finite = True
             minibatch_kl: list[float] = []

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from textgym.rollout import Episode, decisions_of
+from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import PPOConfig
@@ -111,7 +111,7 @@ class PPOTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
         metrics["value_mean"] = float(values.mean())
         metrics["explained_variance"] = float(1 - (returns - values).var(correction=0) / returns.var(correction=0).clamp(min=1e-8))
         return metrics
