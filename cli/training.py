@@ -184,11 +184,13 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
 
     with stopping.sigterm_unwinds(), runs.claim(run_dir, new=resume is None):
         if not quiet:
-            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+            history = f", history {cfg.history}" if cfg.history else ""
+            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode{history}, "
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
                 f"run folder {run_dir}")
         loading = time.monotonic()
-        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed,
+                              history=run_config.history_setting(cfg.history))
         if not quiet:
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
         if resume is not None:
