@@ -218,8 +218,8 @@ class Policy:
         n = len(observations)
         if len(system_prompts) != n or (valid_actions is not None and len(valid_actions) != n):
             raise ValueError("observations, system_prompts and valid_actions must have the same length")
-        if conversations is not None and len(conversations) != n:
-            raise ValueError("conversations must have one entry per observation")
+        if conversations is not None and (len(conversations) != n or len({id(c) for c in conversations}) != n):
+            raise ValueError("conversations must hold one distinct Conversation per observation")
         if n == 0:
             return []
         score = self._config.mode == "score"
