@@ -229,51 +229,64 @@ class Policy:
             for i, actions in enumerate(valid_actions):
                 if not actions:
                     raise ValueError(f"env {i} has no valid actions to score")
+        if conversations is not None:
+            return self._act_in_conversations(observations, system_prompts, valid_actions, greedy, conversations)
         started = time.perf_counter()
         if self.model.training:
             self.model.eval()
+        prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+        # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
         same_system = all(s == system_prompts[0] for s in system_prompts)
-        system_prefix = self.prompts.system_prefix(system_prompts[0]) if same_system else None
+        prefix_length = shared_prefix_length(
+            prompts, self.prompts.system_prefix(system_prompts[0]) if same_system else None)
+        keys = [(tuple(p), tuple(v)) if score else tuple(p)
+                for p, v in zip(prompts, valid_actions or [None] * n)]
+        firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
         with torch.inference_mode():
-            if conversations is not None:
-                prompts, batch = self._run_conversations(observations, system_prompts, conversations,
-                                                         system_prefix or [])
-                firsts = row_of = list(range(n))  # every conversation keeps its own row
-            else:
-                prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
-                # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
-                prefix_length = shared_prefix_length(prompts, system_prefix)
-                keys = [(tuple(p), tuple(v)) if score else tuple(p)
-                        for p, v in zip(prompts, valid_actions or [None] * n)]
-                firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
-                batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
-                                       device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
-                                       version=self._weights_version())
+            batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                                   device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
+                                   version=self._weights_version())
             if score:
                 decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
             else:
                 if len(firsts) < n:  # duplicates sample independently: give each its own KV row
                     batch = batch.select_rows(row_of)
                 decisions = self._act_generate(batch, prompts, greedy)
-        for conversation, decision in zip(conversations or (), decisions):
-            conversation.add_answer(decision.answer_ids)
         self.counters["decisions"] += n
         self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
         self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
 
-    def _run_conversations(self, observations: Sequence[str], system_prompts: Sequence[str],
-                           conversations: Sequence[Conversation], system_prefix: list[int]
-                           ) -> tuple[list[list[int]], BatchState]:
-        """Conversation mode: add each observation to its conversation and run the new tokens of
-        every conversation on the conversation cache; ``(contexts, batch state)``."""
+    def _act_in_conversations(self, observations: Sequence[str], system_prompts: Sequence[str],
+                              valid_actions: Sequence[Sequence[str]] | None, greedy: bool,
+                              conversations: Sequence[Conversation]) -> list[Decision]:
+        """Conversation mode (see :meth:`act`): each observation becomes the next user turn of its
+        conversation; only the tokens each conversation's KV row does not hold yet are run, on the
+        conversation cache, and the answers are scored or generated from there as usual."""
+        started = time.perf_counter()
+        if self.model.training:
+            self.model.eval()
         contexts = [c.add_observation(o, s, self.prompts)
                     for c, o, s in zip(conversations, observations, system_prompts)]
-        batch = self.conversation_cache.run(self.model, conversations, contexts, system_prefix,
-                                            version=self._weights_version(), prefix_cache=self.prefix_cache,
-                                            pad_id=self.pad_id, device=self.device, counters=self.counters)
-        return contexts, batch
+        same_system = all(s == system_prompts[0] for s in system_prompts)
+        prefix = self.prompts.system_prefix(system_prompts[0]) if same_system else []
+        every = list(range(len(contexts)))  # every conversation keeps its own row
+        with torch.inference_mode():
+            batch = self.conversation_cache.run(self.model, conversations, contexts, prefix,
+                                                version=self._weights_version(), prefix_cache=self.prefix_cache,
+                                                pad_id=self.pad_id, device=self.device, counters=self.counters)
+            if self._config.mode == "score":
+                decisions = self._act_score(batch, contexts, valid_actions, greedy, every, every)
+            else:
+                decisions = self._act_generate(batch, contexts, greedy)
+        for conversation, decision in zip(conversations, decisions):
+            conversation.add_answer(decision.answer_ids)
+        self.counters["decisions"] += len(decisions)
+        self.counters["prompt_tokens_total"] += sum(len(c) for c in contexts)
+        self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
+        self.counters["act_seconds"] += time.perf_counter() - started
+        return decisions
 
     def _act_score(self, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
