@@ -12,9 +12,10 @@ Measured in one process, one after the other:
 5. conversation mode as episodes grow: 16 MountainCar envs (an untrained model plays all 200
    turns of every episode) in lockstep; tokens run per decision at each turn (the policy's
    counters), so turns 1, 50 and 200 can be compared.
-6. re-scoring for an update (forward + backward, minibatches of 64): the single-observation
-   decisions, the conversation decisions with a pass per conversation run (the trainers' path) and
-   the same decisions one context each.
+6. re-scoring for an update (forward + backward through a LoRA adapter on the top 8 layers, as
+   CartPole's training defaults; minibatches of 32): the single-observation decisions, the
+   conversation decisions with a pass per conversation run (the trainers' path) and the same
+   decisions one context each.
 7. a plain torch matmul, for the FLOP/s the hardware gives (achieved model FLOP/s are
    ``2 x parameters x tokens run through the model / second``).
 
@@ -44,6 +45,7 @@ import torch
 
 import textgym
 from textgym import models
+from textgym.lora import LoraSettings, add_lora
 from textgym.policy import Policy, PolicyConfig
 from textgym.policy.conversation import Conversation
 from textgym.policy.kv_cache import shared_prefix_length
@@ -159,7 +161,7 @@ def turns_phase(model, tokenizer, model_name: str, envs: int, turns: int, seed: 
         chunk = values[max(0, min(turn, len(values)) - 20):min(turn, len(values))]
         return sum(chunk) / len(chunk)
 
-    marks = [t for t in (1, 50, 200) if t <= turns] or [turns]
+    marks = sorted({t for t in (1, 50, 200) if t <= turns} | {turns})
     return {
         "mode": f"conversation as episodes grow ({envs} envs of {TURNS_ENV_ID}, score, history {history}, "
                 f"max {policy.history_tokens} tokens)",
@@ -258,6 +260,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--turns", type=int, default=200, help="turns of the episode-growth measurement")
     parser.add_argument("--turn-envs", type=int, default=16, help="envs of the episode-growth measurement")
     parser.add_argument("--rescore-decisions", type=int, default=512, help="decisions re-scored per variant")
+    parser.add_argument("--rescore-minibatch", type=int, default=32, help="decisions per re-scored minibatch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None,
@@ -287,14 +290,17 @@ def main(argv: list[str] | None = None) -> dict:
     print("running conversation as episodes grow ...", flush=True)
     turns = turns_phase(model, tokenizer, args.model, args.turn_envs, args.turns, args.seed, history)
     print("running re-scoring ...", flush=True)
-    rescoring_policy = Policy(model, tokenizer, config=PolicyConfig.for_model(args.model, mode="score"),
+    # The last phase that runs the model: the adapter can be added to it in place.
+    lora_model = add_lora(model, LoraSettings(layers=8), model_name=args.model)
+    rescoring_policy = Policy(lora_model, tokenizer, config=PolicyConfig.for_model(args.model, mode="score"),
                               name=args.model)
+    size = args.rescore_minibatch
     rescoring = {
-        "single observation": rescoring_phase(rescoring_policy, score_episodes, args.rescore_decisions, 64),
+        "single observation": rescoring_phase(rescoring_policy, score_episodes, args.rescore_decisions, size),
         "conversation, a pass per run": rescoring_phase(rescoring_policy, conversation_episodes,
-                                                        args.rescore_decisions, 64),
+                                                        args.rescore_decisions, size),
         "conversation, one context each": rescoring_phase(rescoring_policy, conversation_episodes,
-                                                          args.rescore_decisions, 64, one_context_each=True),
+                                                          args.rescore_decisions, size, one_context_each=True),
     }
     matmul = matmul_flops()
 
@@ -334,7 +340,7 @@ def main(argv: list[str] | None = None) -> dict:
               + (f" ({mean20:.1f} on average over turns {max(1, t - 19)}-{t})" if mean20 is not None else "")
               + f", context {turns['context_tokens_at_turn'][t]:.0f} tokens")
     print()
-    print("re-scoring for an update (forward + backward, minibatches of 64):")
+    print(f"re-scoring for an update (forward + backward, LoRA on the top 8 layers, minibatches of {size}):")
     for label, r in rescoring.items():
         print(f"  {label:<32} {r['seconds_per_decision'] * 1000:7.1f} ms/decision, "
               f"{r['tokens_per_decision']:7.1f} tokens/decision (prompt {r['prompt_length']:.0f})")
