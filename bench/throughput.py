@@ -262,11 +262,16 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rescore-decisions", type=int, default=512, help="decisions re-scored per variant")
     parser.add_argument("--rescore-minibatch", type=int, default=32, help="decisions per re-scored minibatch")
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--sdpa-gqa", action="store_true",
+                        help="set TRANSFORMERS_SDPA_FORCE_GQA=1: CPU attention reads the grouped KV heads "
+                             "instead of copying them per query head (the copy grows with the context)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None,
                         help="also write the figures to this file (the recorded run: "
                              "bench/results/throughput.json)")
     args = parser.parse_args(argv)
+    if args.sdpa_gqa:
+        os.environ["TRANSFORMERS_SDPA_FORCE_GQA"] = "1"
     if args.threads:
         torch.set_num_threads(args.threads)
 
