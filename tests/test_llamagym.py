@@ -18,7 +18,7 @@ from textgym.agent import llamagym_generate_settings, llamagym_ppo_settings
 class BlackjackAgent(Agent):
     def get_system_prompt(self) -> str:
         return """You are an expert blackjack player. Every turn, you'll see your current sum, the dealer's showing card value, and whether you have a usable ace. Win by exceeding the dealer's hand but not exceeding 21.
-Decide whether to stay with your current sum by writing "Action: 0" or accept another card by writing "Action: 1". Accept a card unless very close to 21."""  # noqa: E501
+Decide whether to stay with your current sum by writing "Action: 0" or accept another card by writing "Action: 1". Accept a card unless very close to 21."""
 
     def format_observation(self, observation: gym.core.ObsType) -> str:
         return f"You: {observation[0]}. Dealer: {observation[1]}. You have {'an' if bool(observation[2]) else 'no'} ace."
@@ -71,12 +71,12 @@ def test_llamagym_blackjack_example_trains_every_batch_size_turns(tiny_model_and
 
     turns, ends, updates_at, updates = 0, [], [], []
     for episode in range(hyperparams["episodes"]):
-        observation, info = env.reset(seed=episode)
+        observation, _info = env.reset(seed=episode)
         done = False
 
         while not done:
             action = agent.act(observation)
-            observation, reward, terminated, truncated, info = env.step(action)
+            observation, reward, terminated, truncated, _info = env.step(action)
             agent.assign_reward(reward)
             done = terminated or truncated
             turns += 1

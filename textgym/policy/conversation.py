@@ -90,7 +90,8 @@ class ConversationWindow:
         if history == FULL:
             return cls(None, max_tokens)
         if isinstance(history, bool) or not isinstance(history, int):
-            raise ValueError(f"history must be None, 'full' or a number of turns, got {history!r}")
+            raise ValueError(  # noqa: TRY004 - a bad setting value, as PolicyConfig reports it
+                f"history must be None, 'full' or a number of turns, got {history!r}")
         return cls(history, max_tokens)
 
 

@@ -19,7 +19,13 @@ from typing import TYPE_CHECKING
 import torch
 
 from textgym.policy.decision import Decision, Evaluation
-from textgym.policy.kv_cache import Counters, run_prompts, run_sequences, shared_prefix_length, unique_rows
+from textgym.policy.kv_cache import (
+    Counters,
+    run_prompts,
+    run_sequences,
+    shared_prefix_length,
+    unique_rows,
+)
 from textgym.policy.scoring import candidate_scores, score_candidates, score_points
 
 if TYPE_CHECKING:
