@@ -50,6 +50,10 @@ class RunConfig:
     """Model registry name, Hugging Face id or local folder."""
     mode: str = "score"
     """``score``: pick the most likely valid action name; ``generate``: sample free text."""
+    history: str | None = None
+    """What the model reads of an episode: ``None`` (the newest observation alone), ``"full"``
+    (the whole episode as a chat) or ``"N"`` (at least the last N turns); a TOML integer works too.
+    The policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
     updates: int | None = None
     """Total training updates of the run. The budget is ``updates`` and ``episodes`` (whichever
     comes first); when neither is given (flags or file), the env's recommended budget applies
@@ -120,6 +124,8 @@ def _check_type(name: str, value: Any, where: str) -> Any:
         if "None" in kind:
             return None
         raise CLIError(f"{where}: '{name}' must not be empty")
+    if name == "history" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # history = 4 in a config file
     if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
         raise CLIError(f"{where}: '{name}' must be an integer, got {value!r}")
     if kind.startswith("float"):
@@ -167,7 +173,20 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
                        "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
+    setting = history_setting(config.history, where)
+    config.history = None if setting is None else str(setting)  # one spelling in config.toml
     return config
+
+
+def history_setting(history: str | None, where: str = "config") -> int | str | None:
+    """The policy's ``history`` setting of a run config's ``history`` (CLIError when malformed)."""
+    if history is None or history.strip().lower() == "none":
+        return None
+    if history.strip().lower() == "full":
+        return "full"
+    if history.strip().isdigit() and int(history) >= 1:
+        return int(history)
+    raise CLIError(f"{where}: history must be 'full', 'none' or a number of turns >= 1, got {history!r}")
 
 
 #: The fields that make a run's budget: given together, from the flags and the config file, they

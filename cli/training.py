@@ -222,12 +222,14 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
 
     with stopping.sigterm_unwinds(), _hold_run_folder(run_dir, resume is None, process):
         if not quiet:
-            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+            history = f", history {cfg.history}" if cfg.history else ""
+            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode{history}, "
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
                 f"run folder {run_dir}" + (f"; {process.world_size} processes" if process.is_distributed else ""))
         loading = time.monotonic()
         policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=_device_of(cfg, process),
-                              dtype=cfg.dtype, quantize=cfg.quantize)
+                              dtype=cfg.dtype, quantize=cfg.quantize,
+                              history=run_config.history_setting(cfg.history))
         if not quiet:
             weights = next(policy.model.parameters())
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
