@@ -5,6 +5,7 @@
     textgym envs                           # every registered text env, plugins included
     textgym play blackjack                 # play the text env yourself, through the same parser
     textgym plot runs/a runs/b             # learning curves of several runs, overlaid
+    textgym export runs/a --out my-agent --merge   # a model folder any Hugging Face tool loads
 
 This module stays cheap to import (``textgym --help`` is instant): torch, transformers,
 peft, trl and even gymnasium are imported inside the commands that need them.
@@ -264,6 +265,32 @@ def play(
     from textgym.cli import playing
 
     playing.run(env, seed=seed, episodes=episodes)
+
+
+@app.command("export")
+def export(
+    run: Path = typer.Argument(
+        ..., help="Run folder (its latest checkpoint) or checkpoint folder.", show_default=False
+    ),
+    out: Path = typer.Option(..., help="Folder to write (new or empty).", show_default=False),
+    merge: bool = typer.Option(
+        False, "--merge",
+        help="Merge the LoRA adapter into the base weights: a plain transformers model folder.",
+    ),
+    push_to_hub: str | None = typer.Option(
+        None, "--push-to-hub", metavar="REPO_ID",
+        help="Also upload the folder to this Hugging Face hub repository (created if needed).",
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
+    device: str | None = typer.Option(None, help="With --merge: " + _DEVICE_HELP, show_default="auto"),
+    dtype: str | None = typer.Option(None, help="With --merge: " + _DTYPE_HELP, show_default="auto"),
+) -> None:
+    """Export a checkpoint for use elsewhere: its PEFT adapter (or a merged model) with the
+    tokenizer, the policy settings and a model card."""
+    from textgym.cli import exporting
+
+    exporting.run(run, out, merge=merge, push_to_hub=push_to_hub, force=force, device=device,
+                  dtype=dtype)
 
 
 @app.command()
