@@ -60,6 +60,16 @@ def test_policy_flags_are_saved_in_the_run_and_every_checkpoint_and_kept_on_resu
     assert after == recorded
     assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["update_count"] == 2
 
+    # eval: the checkpoint's settings unless a flag overrides them, and it says which
+    evaluate = ("eval", "bandit", "--checkpoint", run, "--episodes", "4", "--num-envs", "4", "--json")
+    result = cli(*evaluate)
+    assert result.exit_code == 0, result.output
+    assert "evaluating with the checkpoint's policy settings\n" in result.stderr
+    assert json.loads(result.stdout)["results"]["checkpoint"]["episodes"] == 4
+    result = cli(*evaluate, "--normalization", "sum")
+    assert result.exit_code == 0, result.output
+    assert "the checkpoint's policy settings, except normalization='sum'" in result.stderr
+
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--temperature", "0"], "temperature must be > 0"),
@@ -86,22 +96,6 @@ def test_a_bad_policy_setting_is_one_line_before_anything_is_loaded_or_written(
     if flags[0] in ("--normalization", "--max-new-tokens", "--chat-template"):  # eval has these too
         line = one_error_line(cli("eval", "bandit", "--model", "tiny", *flags))
         assert message in line
-
-
-def test_eval_uses_the_checkpoints_settings_unless_a_flag_overrides_them_and_says_so(
-        cli, tmp_path, fast_config):
-    run = tmp_path / "run"
-    result = cli("train", "bandit", "--config", fast_config, "--normalization", "token",
-                 "--out", run)
-    assert result.exit_code == 0, result.output
-    evaluate = ("eval", "bandit", "--checkpoint", run, "--episodes", "4", "--num-envs", "4", "--json")
-    result = cli(*evaluate)
-    assert result.exit_code == 0, result.output
-    assert "evaluating with the checkpoint's policy settings\n" in result.stderr
-    assert json.loads(result.stdout)["results"]["checkpoint"]["episodes"] == 4
-    result = cli(*evaluate, "--normalization", "sum")
-    assert result.exit_code == 0, result.output
-    assert "the checkpoint's policy settings, except normalization='sum'" in result.stderr
 
 
 def test_several_processes_get_the_same_policy_flags():

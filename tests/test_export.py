@@ -168,6 +168,32 @@ def test_autopeft_loads_an_adapter_on_a_hub_model_from_the_hub_cache_offline(
         assert torch.allclose(loaded(ids).logits, policy.model(ids).logits, atol=1e-5)
 
 
+def test_a_full_weights_checkpoint_exports_as_its_model_folder(cli, tmp_path, tiny_model_and_tokenizer):
+    import copy
+
+    from transformers import AutoModelForCausalLM
+
+    from textgym.trainers import make_trainer
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tokenizer, seed=0, name="tiny")
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                           config={"num_envs": 4, "episodes_per_update": 4, "use_lora": False})
+    trainer.train(updates=1)
+    checkpoint = trainer.save_checkpoint(tmp_path / "checkpoint")
+    assert (checkpoint / "model" / "tokenizer.json").is_file()
+    result = cli("export", checkpoint, "--out", tmp_path / "out", "--merge")
+    assert result.exit_code == 0, result.output
+    assert "full weights: nothing to merge" in result.stdout
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "out")
+    ids = torch.tensor([[1, 2, 3, 4, 5]])
+    with torch.no_grad():
+        assert torch.allclose(exported(ids).logits, trainer.model(ids).logits, atol=1e-5)
+        assert not torch.allclose(exported(ids).logits, model(ids).logits, atol=1e-5)  # trained
+    assert_same_decisions(greedy_decisions(Policy.load(tmp_path / "out")),
+                          greedy_decisions(trainer.policy))
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 
