@@ -259,3 +259,21 @@ def test_base_model_ids():
     assert models.base_model_id("tiny") is None
     assert models.base_model_id("./relative/folder").startswith("/")
     assert models.base_model_id("./relative/folder").endswith("/relative/folder")
+
+
+def test_an_unnamed_policy_keeps_what_peft_recorded_as_its_base(tmp_path, tiny_model_and_tokenizer):
+    """A policy built around a model the user loaded (textgym.Agent) has no name: the adapter
+    keeps the model's own name_or_path, as PEFT records it."""
+    import copy
+
+    from textgym.lora import add_lora
+    from textgym.policy import Policy, persistence
+
+    model, tokenizer = tiny_model_and_tokenizer
+    model = copy.deepcopy(model)
+    model.name_or_path = "someorg/agent-base"
+    persistence.write(Policy(add_lora(model), tokenizer), tmp_path / "ck")
+    adapter = json.loads((tmp_path / "ck" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "someorg/agent-base"
+    card = (tmp_path / "ck" / "adapter" / "README.md").read_text()
+    assert "whose name was not recorded" in card and "peft.PeftModel.from_pretrained" in card

@@ -108,3 +108,21 @@ def test_several_processes_get_the_same_policy_flags():
     args = worker_arguments(flags, Path("runs/x"))
     assert args == ["train", "bandit", "--temperature", "0.5", "--chat-template", "t.jinja",
                     "--normalization", "word", "--out", "runs/x"]
+
+
+def test_the_policy_flags_are_policyconfig_settings_on_train_and_eval():
+    """The flags name PolicyConfig fields (a renamed setting cannot leave a flag behind)."""
+    import dataclasses
+
+    import typer
+
+    from textgym.cli.config import POLICY_FLAGS
+    from textgym.cli.main import app
+    from textgym.policy import PolicyConfig
+
+    assert set(POLICY_FLAGS) <= {f.name for f in dataclasses.fields(PolicyConfig)}
+    commands = {c.name: c for c in typer.main.get_command(app).commands.values()}
+    options = {name: {opt for p in commands[name].params for opt in p.opts} for name in ("train", "eval")}
+    for name in POLICY_FLAGS:
+        assert f"--{name.replace('_', '-')}" in options["train"], name
+    assert {"--normalization", "--max-new-tokens", "--chat-template"} <= options["eval"]

@@ -127,11 +127,14 @@ def save_adapter(model: Any, folder: str | os.PathLike, base_model: str | None) 
     """PEFT ``save_pretrained`` of ``model``'s adapter, then its ``adapter_config.json`` rewritten
     (by PEFT) with ``base_model_name_or_path`` set to ``base_model``: the hub id or absolute
     folder others load the base by, where PEFT records the folder the weights happened to be
-    read from. Set afterwards, not before: while saving, PEFT asks that name's config whether
-    the vocabulary was resized, which for a hub id would be a network request per checkpoint."""
+    read from (``None``: PEFT's record stays). Set afterwards, not before: while saving, PEFT asks
+    that name's config whether the vocabulary was resized, which for a hub id would be a network
+    request per checkpoint."""
     from peft import PeftConfig  # lazy: importing peft takes seconds
 
     model.save_pretrained(str(folder), safe_serialization=True)
+    if base_model is None:
+        return
     config = PeftConfig.from_pretrained(str(folder))
     config.base_model_name_or_path = base_model
     config.save_pretrained(str(folder))
@@ -234,13 +237,18 @@ def model_card(record: dict[str, Any], location: str, *, nested: bool = False,
                          library_name="peft" if lora else "transformers",
                          pipeline_tag="text-generation",
                          tags=["textgym", "reinforcement-learning", *(["lora"] if lora else [])])
-    base_text = f"`{base}`" if base is not None else f"textgym's `{name}` model"
+    if base is not None:
+        base_text = f"`{base}`"
+    elif name is not None:
+        base_text = f"textgym's `{name}` model"
+    else:
+        base_text = "a base model whose name was not recorded"
     what = (f"A LoRA adapter (PEFT) for {base_text}" if lora
             else f"A causal language model fine-tuned from {base_text}")
-    origin = models.weights_origin(name) if name is not None else "an unnamed model"
     text = [f"# {repo_id or Path(location).name}",
-            f"{what}, trained with textgym by online reinforcement learning in text environments.",
-            f"## Base model\n\nTraining ran on {origin}."]
+            f"{what}, trained with textgym by online reinforcement learning in text environments."]
+    if name is not None:
+        text.append(f"## Base model\n\nTraining ran on {models.weights_origin(name)}.")
     if training:
         rows = "\n".join(f"| {key} | {value} |" for key, value in training.items())
         text.append(f"## Training\n\n| | |\n|---|---|\n{rows}")
@@ -252,12 +260,12 @@ def model_card(record: dict[str, Any], location: str, *, nested: bool = False,
         + f" The settings are in `{POLICY_FILE}`; `textgym.Policy.load` applies them"
         + (", its own chat template included" if settings.get("chat_template") else "")
         + f".\n\n```json\n{shown}\n```")
-    text.append("## How to load\n\n" + _loading_examples(location, nested, lora, base, repo_id))
+    text.append("## How to load\n\n" + _loading_examples(location, nested, lora, name, base, repo_id))
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(text) + "\n")
 
 
-def _loading_examples(location: str, nested: bool, lora: bool, base: str | None,
-                      repo_id: str | None) -> str:
+def _loading_examples(location: str, nested: bool, lora: bool, name: str | None,
+                      base: str | None, repo_id: str | None) -> str:
     """The model card's code: textgym, then PEFT or transformers alone."""
     weights = f"{location}/{'adapter' if lora else 'model'}" if nested else location
     tokenizer = f"{location}/tokenizer" if nested else location
@@ -269,8 +277,11 @@ def _loading_examples(location: str, nested: bool, lora: bool, base: str | None,
         textgym_code = f'import textgym\n\npolicy = textgym.Policy.load("{location}")'
     examples = [f"```python\n{textgym_code}\n```"]
     if lora and base is None:
+        examples = examples if name is not None else []
         examples.append("The base model has no weights to download: only `textgym.Policy.load` "
-                        "rebuilds it.")
+                        "rebuilds it." if name is not None else
+                        "Load the base model yourself and add the adapter with "
+                        "`peft.PeftModel.from_pretrained(base_model, folder)`.")
         return "\n\n".join(examples)
     if lora:
         loader = "from peft import AutoPeftModelForCausalLM"
