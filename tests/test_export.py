@@ -236,3 +236,38 @@ def test_push_to_hub_without_a_hub_is_one_line_before_anything_is_written(
     assert {"HF_HUB_OFFLINE": "HF_HUB_OFFLINE is set", "no token": "not logged in",
             "unreachable": f"{unreachable_hub} cannot be reached"}[network] in line
     assert not out.exists()
+
+
+def test_push_to_hub_creates_the_repository_and_uploads_the_exported_folder(
+        cli, trained_run, tmp_path, monkeypatch):
+    """The upload goes through huggingface_hub's HfApi (a recording stand-in: no hub here)."""
+    import huggingface_hub
+
+    calls = []
+
+    class RecordingApi:
+        def __init__(self, endpoint=None):
+            self.endpoint = endpoint
+
+        def whoami(self):
+            calls.append(("whoami",))
+            return {"name": "me"}
+
+        def create_repo(self, repo_id, exist_ok=False):
+            calls.append(("create_repo", repo_id, exist_ok))
+            return f"{self.endpoint}/{repo_id}"
+
+        def upload_folder(self, repo_id, folder_path, commit_message=None):
+            calls.append(("upload_folder", repo_id, sorted(p.name for p in folder_path.iterdir())))
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(huggingface_hub, "HfApi", RecordingApi)
+    out = tmp_path / "out"
+    result = cli("export", trained_run, "--out", out, "--push-to-hub", "me/bandit-agent")
+    assert result.exit_code == 0, result.output
+    assert calls == [("whoami",), ("create_repo", "me/bandit-agent", True),
+                     ("upload_folder", "me/bandit-agent", sorted(p.name for p in out.iterdir()))]
+    assert "pushed" in result.stdout and "me/bandit-agent" in result.stdout
+    card = (out / "README.md").read_text()
+    assert "# me/bandit-agent" in card and 'snapshot_download("me/bandit-agent")' in card
