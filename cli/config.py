@@ -49,6 +49,10 @@ class RunConfig:
     """Model registry name, Hugging Face id or local folder."""
     mode: str = "score"
     """``score``: pick the most likely valid action name; ``generate``: sample free text."""
+    history: str | None = None
+    """What the model reads of an episode: ``None`` (the newest observation alone), ``"full"``
+    (the whole episode as a chat) or ``"N"`` (at least the last N turns); a TOML integer works too.
+    The policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
     episodes: int | None = None
     """Total training episodes (None: the env's recommended budget, ``textgym.registry.training_defaults``)."""
     minutes: float | None = None
@@ -87,8 +91,8 @@ class RunConfig:
     policy: dict[str, Any] = field(default_factory=dict)
     """Settings of the policy (``textgym.policy.PolicyConfig``: temperature, top_p,
     max_new_tokens, normalization, chat_template, ...) on top of the model registry's defaults;
-    ``config.toml`` holds all of them, resolved (``mode`` and ``seed`` are the keys above). A
-    resumed run may not change them."""
+    ``config.toml`` holds all of them, resolved (``mode``, ``seed`` and ``history`` are the keys
+    above). A resumed run may not change them."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -148,6 +152,8 @@ def _check_type(name: str, value: Any, where: str) -> Any:
         if "None" in kind:
             return None
         raise CLIError(f"{where}: '{name}' must not be empty")
+    if name == "history" and isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # history = 4 in a config file
     if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
         raise CLIError(f"{where}: '{name}' must be an integer, got {value!r}")
     if kind.startswith("float"):
@@ -188,7 +194,20 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
                        "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
+    setting = history_setting(config.history, where)
+    config.history = None if setting is None else str(setting)  # one spelling in config.toml
     return config
+
+
+def history_setting(history: str | None, where: str = "config") -> int | str | None:
+    """The policy's ``history`` setting of a run config's ``history`` (CLIError when malformed)."""
+    if history is None or history.strip().lower() == "none":
+        return None
+    if history.strip().lower() == "full":
+        return "full"
+    if history.strip().isdigit() and int(history) >= 1:
+        return int(history)
+    raise CLIError(f"{where}: history must be 'full', 'none' or a number of turns >= 1, got {history!r}")
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

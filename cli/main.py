@@ -112,6 +112,12 @@ def train(
         None, help="score: pick the likeliest valid action; generate: free text.",
         show_default="score",
     ),
+    history: str | None = typer.Option(
+        None, metavar="full|N",
+        help="What the model reads of an episode: 'full' (the whole episode as a chat, its KV "
+             "cache kept across turns) or N (at least the last N turns).",
+        show_default="the newest observation alone",
+    ),
     episodes: int | None = typer.Option(
         None, min=1, help="Training episodes in total.", show_default="per env"
     ),
@@ -175,6 +181,7 @@ def train(
         "algo": algo.value if algo else None,
         "model": model,
         "mode": mode.value if mode else None,
+        "history": history,
         "episodes": episodes,
         "minutes": minutes,
         "num_envs": num_envs,

@@ -160,9 +160,6 @@ def policy_config(model_name: str | None, mode: str | None, seed: int | None,
     (bad settings -> CLIError, before any model is loaded)."""
     from textgym.policy.config import PolicyConfig
 
-    for name in ("mode", "seed"):
-        if name in settings:
-            raise CLIError(f"invalid policy settings: set {name} with --{name}, not in [policy]")
     try:  # seed: reproducible sampling
         return PolicyConfig.for_model(model_name, **({"mode": mode} if mode else {}), seed=seed,
                                       **settings)
@@ -170,10 +167,18 @@ def policy_config(model_name: str | None, mode: str | None, seed: int | None,
         raise CLIError(f"invalid policy settings: {exc}") from exc
 
 
+def _check_policy_table(cfg: run_config.RunConfig) -> None:
+    """Refuse a ``[policy]`` key that is a run setting of its own (``mode``, ``seed``,
+    ``history``): one spelling in config.toml."""
+    for name in cfg.policy:
+        if name in run_config.FIELDS:
+            raise CLIError(f"invalid policy settings: set {name} with --{name}, not in [policy]")
+
+
 def _fill_from_policy(cfg: run_config.RunConfig, settings: Any) -> None:
     """Write the policy's resolved settings into the run config's ``[policy]`` table (saved as
-    config.toml), as the algorithm's are into ``[trainer]``; ``mode`` and ``seed`` stay top-level
-    keys."""
+    config.toml), as the algorithm's are into ``[trainer]``; the settings that are run settings
+    of their own (``mode``, ``seed``, ``history``) stay top-level keys."""
     cfg.policy = {k: v for k, v in settings.to_dict().items()
                   if k not in run_config.FIELDS and v is not None}
 
@@ -220,6 +225,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
+    _check_policy_table(cfg)
     _fill_from_policy(cfg, policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy))
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
@@ -241,12 +247,14 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
 
     with stopping.sigterm_unwinds(), _hold_run_folder(run_dir, resume is None, process):
         if not quiet:
-            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode, "
+            history = f", history {cfg.history}" if cfg.history else ""
+            say(f"textgym: {'resuming' if resume else 'training'} {cfg.model} ({cfg.mode} mode{history}, "
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
                 f"run folder {run_dir}" + (f"; {process.world_size} processes" if process.is_distributed else ""))
         loading = time.monotonic()
         policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=_device_of(cfg, process),
-                              dtype=cfg.dtype, quantize=cfg.quantize, **cfg.policy)
+                              dtype=cfg.dtype, quantize=cfg.quantize,
+                              history=run_config.history_setting(cfg.history), **cfg.policy)
         if not quiet:
             weights = next(policy.model.parameters())
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "

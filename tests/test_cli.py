@@ -121,6 +121,16 @@ def test_out_of_range_flag_value(cli):
     assert "--episodes" in line
 
 
+def test_bad_history_is_refused_before_anything_loads(cli, tmp_path):
+    line = one_error_line(cli("train", "cartpole", "--history", "lots", "--out", tmp_path / "run"))
+    assert "history must be 'full', 'none' or a number of turns >= 1, got 'lots'" in line
+    assert not (tmp_path / "run").exists()
+    bad = tmp_path / "bad.toml"
+    bad.write_text("history = 0\n")
+    line = one_error_line(cli("train", "cartpole", "--config", bad, "--out", tmp_path / "run"))
+    assert "history must be" in line and not (tmp_path / "run").exists()
+
+
 def test_unknown_command_suggests(cli):
     line = one_error_line(cli("trian"))
     assert "train" in line
@@ -451,6 +461,22 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1]
 
 
+def test_history_is_saved_in_the_config_and_the_checkpoint(cli, tmp_path, fast_config):
+    import tomllib
+
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", fast_config, "--history", "full", "--out", run, "--quiet",
+                 "--stop-after", "1", "--episodes", "16")
+    assert result.exit_code == 130, result.output
+    assert tomllib.loads((run / "config.toml").read_text())["history"] == "full"
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["policy"]["history"] == "full"   # textgym eval reads it back from here
+    line = one_error_line(cli("train", "--resume", run, "--history", "3"))
+    assert "history='3'" in line and "'full'" in line
+    result = cli("train", "--resume", run, "--quiet")
+    assert result.exit_code == 0, result.output
+
+
 def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     run = tmp_path / "run"
     # --stop-after 1 acts as a Ctrl-C after the first update
@@ -694,7 +720,7 @@ def test_ctrl_c_stops_after_the_update_and_says_so(cli, tmp_path, fast_config):
 def test_resolved_config_round_trips_through_toml(tmp_path):
     from textgym.cli import config
 
-    cfg = config.RunConfig(env="textgym/Taxi-v4", algo="ppo", episodes=12, minutes=2.5,
+    cfg = config.RunConfig(env="textgym/Taxi-v4", algo="ppo", history="4", episodes=12, minutes=2.5,
                            lr=3e-5, lora=False, sft='demos "x".jsonl',
                            trainer={"gamma": 0.99, "lora_target_modules": ["q_proj", "v_proj"],
                                     "target_kl": float("inf")},

@@ -79,6 +79,7 @@ def test_policy_flags_are_saved_in_the_run_and_every_checkpoint_and_kept_on_resu
     (["--chat-template", "missing.jinja"], "chat template file missing.jinja does not exist"),
     (["--chat-template", "{bad}"], "line 1: unexpected '}'"),
     (["--config", "{policy_mode}"], "set mode with --mode, not in [policy]"),
+    (["--config", "{policy_history}"], "set history with --history, not in [policy]"),
     (["--config", "{policy_typo}"], "PolicyConfig has"),
 ])
 def test_a_bad_policy_setting_is_one_line_before_anything_is_loaded_or_written(
@@ -86,8 +87,9 @@ def test_a_bad_policy_setting_is_one_line_before_anything_is_loaded_or_written(
     (tmp_path / "bad.jinja").write_text("{% for m in messages %}{{ m }")
     (tmp_path / "mode.toml").write_text('model = "tiny"\n[policy]\nmode = "generate"\n')
     (tmp_path / "typo.toml").write_text('model = "tiny"\n[policy]\ntemprature = 0.5\n')
+    (tmp_path / "history.toml").write_text('model = "tiny"\n[policy]\nhistory = "full"\n')
     names = {"{bad}": tmp_path / "bad.jinja", "{policy_mode}": tmp_path / "mode.toml",
-             "{policy_typo}": tmp_path / "typo.toml"}
+             "{policy_typo}": tmp_path / "typo.toml", "{policy_history}": tmp_path / "history.toml"}
     flags = [names.get(flag, flag) for flag in flags]
     run = tmp_path / "run"
     line = one_error_line(cli("train", "bandit", "--model", "tiny", *flags, "--out", run))

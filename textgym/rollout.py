@@ -26,16 +26,19 @@ from typing import Any, Protocol, TypeAlias, runtime_checkable
 import gymnasium as gym
 
 from textgym.policy import Decision
+from textgym.policy.conversation import Conversation, ConversationWindow
 from textgym.wrappers.episode_stats import episode_stats
 
-__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "decisions_of",
-           "play"]
+__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
+           "decisions_of", "play"]
 
 
 @runtime_checkable
 class SupportsAct(Protocol):
     """Anything that acts like a :class:`textgym.Policy` for a batch of envs (a scripted player
-    in a test, a wrapper that counts calls...). ``seed(int)`` and ``counters`` are used when present."""
+    in a test, a wrapper that counts calls...). ``seed(int)`` and ``counters`` are used when present.
+    A policy with a ``conversation_window`` attribute (:class:`textgym.Policy`) also takes
+    ``act(..., conversations=)``: conversation mode (see :func:`conversation_window`)."""
 
     def act(self, observations: Sequence[str], system_prompts: Sequence[str],
             valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False) -> list[Decision]: ...
@@ -105,6 +108,24 @@ def decisions_of(episodes: Sequence[Episode]) -> list[Decision]:
     return [decision for episode in episodes for decision in episode.decisions]
 
 
+def conversation_runs(episodes: Sequence[Episode]) -> list[list[int]] | None:
+    """Conversation mode: indices into :func:`decisions_of` of the runs of consecutive turns whose
+    contexts extend each other (a window rebuild starts a new run), so that a trainer re-scores a
+    run in one pass; ``None`` when no decision continues another (single-observation mode)."""
+    runs: list[list[int]] = []
+    at = 0
+    for episode in episodes:
+        previous = None
+        for step in episode.steps:
+            if previous is not None and step.decision.continues(previous):
+                runs[-1].append(at)
+            else:
+                runs.append([at])
+            previous = step.decision
+            at += 1
+    return runs if any(len(run) > 1 for run in runs) else None
+
+
 @dataclass
 class Rollout:
     """What :func:`collect` returns."""
@@ -134,6 +155,8 @@ class Request:
     observation: str
     system_prompt: str
     valid_actions: list[str]
+    conversation: Conversation | None = None
+    """Conversation mode: the slot's episode so far (the observation becomes its next user turn)."""
 
 
 class Slot(Protocol):
@@ -178,8 +201,10 @@ def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
             pending = pending[:max(0, max_decisions - decisions_made)]
         if not pending:
             break
+        conversations = [r.conversation for _, r in pending]
+        in_conversation = {"conversations": conversations} if any(c is not None for c in conversations) else {}
         decisions = policy.act([r.observation for _, r in pending], [r.system_prompt for _, r in pending],
-                               [r.valid_actions for _, r in pending], greedy=greedy)
+                               [r.valid_actions for _, r in pending], greedy=greedy, **in_conversation)
         decisions_made += len(pending)
         env_started = time.perf_counter()
         for (slot, _), decision in zip(pending, decisions):
@@ -205,6 +230,18 @@ def _wrapper_attr(env: gym.Env, name: str, default: Any) -> Any:
         return default
 
 
+def conversation_window(policy: SupportsAct, env: gym.Env) -> ConversationWindow | None:
+    """How ``policy`` reads ``env``'s episodes: the window of the env's
+    :class:`~textgym.wrappers.History` wrapper if it has one, else the policy's ``history``
+    setting (``None``: single-observation mode, also for a policy without conversation mode)."""
+    if not hasattr(policy, "conversation_window"):
+        return None
+    turns = _wrapper_attr(env, "history_window", None)
+    if turns is not None:
+        return ConversationWindow(int(turns), policy.history_tokens)
+    return policy.conversation_window
+
+
 class EnvSlot:
     """A text env playing a planned sequence of episodes (:func:`collect`'s slots).
 
@@ -214,11 +251,14 @@ class EnvSlot:
         seeds: the reset seed of its ``k``-th episode (``None``: the env's generator continues).
         episodes: how many episodes it plays (``None``: until the caller stops asking).
         finished: where completed episodes go, in order of completion.
+        window: conversation mode: the policy reads each episode as a conversation with this
+            window (``None``: each observation alone).
     """
 
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
-                 finished: list[Episode]):
+                 finished: list[Episode], window: ConversationWindow | None = None):
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
+        self.conversation = Conversation(window) if window is not None else None
         self.started = 0
         self.current: Episode | None = None
         self.observation = ""
@@ -232,15 +272,23 @@ class EnvSlot:
             return
         seed = self.seeds(self.started)
         self.started += 1
-        self.observation, self.info = first if first is not None else self.env.reset(seed=seed)
+        obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        self.observation = self._observation(obs, self.info)
         self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
+        if self.conversation is not None:
+            self.conversation.restart()
+
+    def _observation(self, obs: str, info: dict[str, Any]) -> str:
+        # In a conversation the earlier turns are chat turns: the newest observation alone
+        # (History's rendered text is for reading by hand).
+        return info.get("newest_observation", obs) if self.conversation is not None else obs
 
     def request(self) -> Request | None:
         if self.current is None:
             return None
         valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
-        return Request(self.observation, self.system_prompt, valid)
+        return Request(self.observation, self.system_prompt, valid, self.conversation)
 
     def answer(self, decision: Decision) -> None:
         obs, reward, terminated, truncated, info = self.env.step(decision.text)
@@ -248,7 +296,7 @@ class EnvSlot:
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
                                   observation=self.observation, env_index=self.index))
-        self.observation, self.info = obs, info
+        self.observation, self.info = self._observation(obs, info), info
         if "system_prompt" in info:  # an env may change its instructions mid-episode
             self.system_prompt = info["system_prompt"]
         if terminated or truncated:
@@ -276,6 +324,10 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     of different lengths finish independently. ``steps=N``: exactly N decisions; episodes still
     running at the end go to ``Rollout.unfinished``. ``schedule``: sub-env ``i`` plays exactly the
     episodes ``schedule[i]`` lists, reset with those seeds in order (GRPO's groups).
+
+    Conversation mode (:func:`conversation_window`: the env's ``History`` wrapper, or the policy's
+    ``history`` setting): each sub-env's episode is one conversation, whose KV cache the policy
+    keeps across turns; ``Step.observation`` is the newest observation.
 
     Args:
         policy: a :class:`textgym.Policy` (anything with ``act(observations, system_prompts,
@@ -325,7 +377,10 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             seed_of = [lambda k: None] * n
             policy_seed = None
     finished: list[Episode] = []
-    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished) for i, env in enumerate(envs)]
+    windows = [conversation_window(policy, env) for env in envs]
+    if any(w is not None for w in windows):  # conversation mode; an env without a window: no earlier turns
+        windows = [w if w is not None else ConversationWindow(turns=0) for w in windows]
+    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i]) for i, env in enumerate(envs)]
     # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
     from textgym.vector import TextVectorEnv
 

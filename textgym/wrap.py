@@ -63,7 +63,8 @@ def wrap(
             format string (see :class:`~textgym.wrappers.TextObservation`).
         system_prompt: the task description. Default: names the env.
         instructions: the answer format appended to the system prompt. Default: lists the actions.
-        history: if > 0, the last ``history`` steps are shown in each observation (:class:`~textgym.wrappers.History`).
+        history: if > 0, the model sees the last ``history`` turns (:class:`~textgym.wrappers.History`:
+            a conversation in rollouts, rendered into the observation when stepping by hand).
         reward_terms: if given, the reward is shaped by these terms (:class:`~textgym.wrappers.ShapeReward`).
         observation_names: names of the observation values for the generic description.
         max_length: the longest observation text.

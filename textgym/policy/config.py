@@ -69,6 +69,17 @@ class PolicyConfig:
     candidate_cache_size: int = 4096
     """How many action texts keep their token ids cached (least recently used ones are dropped:
     envs with free-form commands would otherwise grow the cache without limit)."""
+    history: int | str | None = None
+    """Conversation mode: what the policy reads of an episode. ``None``: the newest observation
+    alone (after the system prompt). ``"full"``: the whole episode as a chat (each observation a
+    user turn, each answer an assistant turn), up to ``history_tokens``. ``N``: at least the last
+    ``N`` turns (at most ``2N`` before the context is rebuilt; the rule is in
+    :mod:`textgym.policy.conversation`). Each env's KV cache is kept across its turns, so a
+    decision runs only its new tokens. An env wrapped in :class:`textgym.wrappers.History` uses
+    that wrapper's window instead."""
+    history_tokens: int = 4096
+    """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
+    with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
@@ -84,7 +95,10 @@ class PolicyConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        for name in ("prefix_cache_size", "candidate_cache_size", "score_chunk_bytes"):
+        if self.history is not None and self.history != "full" and (
+                isinstance(self.history, bool) or not isinstance(self.history, int) or self.history < 0):
+            raise ValueError(f"history must be None, 'full' or a number of turns >= 0, got {self.history!r}")
+        for name in ("prefix_cache_size", "candidate_cache_size", "score_chunk_bytes", "history_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         object.__setattr__(self, "temperature", float(self.temperature))

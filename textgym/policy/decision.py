@@ -32,6 +32,15 @@ class Decision:
     action_index: int | None = None
     """Score mode: index of the chosen action in ``candidates``; ``None`` in generate mode."""
 
+    def continues(self, earlier: Decision) -> bool:
+        """Whether this decision's context starts with ``earlier``'s context and answer: a later
+        turn of the same conversation (conversation mode), so one pass over this context re-scores
+        both."""
+        n = len(earlier.prompt_ids)
+        return (len(self.prompt_ids) >= n + len(earlier.answer_ids)
+                and self.prompt_ids[:n] == earlier.prompt_ids
+                and self.prompt_ids[n:n + len(earlier.answer_ids)] == earlier.answer_ids)
+
 
 @dataclass
 class Evaluation:

@@ -25,8 +25,8 @@ from textgym.policy.prompts import common_prefix_length
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-__all__ = ["BatchState", "Counters", "PrefixCache", "run_prompts", "shared_prefix_length", "unique_rows",
-           "weights_version"]
+__all__ = ["BatchState", "Counters", "PrefixCache", "PrefixKV", "SequenceState", "alias_cache", "run_prompts",
+           "run_sequences", "shared_prefix_length", "unique_rows", "weights_version"]
 
 Counters = dict[str, float]
 """The policy's running totals (see :attr:`textgym.Policy.counters`)."""
@@ -58,6 +58,23 @@ class BatchState:
                           next_position=self.next_position.index_select(0, index),
                           last_logits=self.last_logits.index_select(0, index),
                           hidden=None if self.hidden is None else self.hidden.index_select(0, index))
+
+
+@dataclass
+class SequenceState:
+    """The state after running whole token sequences (:func:`run_sequences`): column ``j`` of a
+    row's cache holds its token ``j`` (the shared prefix first, then the row's own tokens,
+    right-padded)."""
+
+    cache: DynamicCache
+    """A ``transformers.DynamicCache`` with one row per sequence."""
+    attention_mask: torch.Tensor
+    """``[R, cache length]`` long: which cache columns are real."""
+    hidden: torch.Tensor
+    """``[R, W, H]``: the final hidden state after each token from ``prefix_length`` on (token
+    ``j`` in column ``j - prefix_length``)."""
+    prefix_length: int
+    """How many leading tokens the rows share (run once; no hidden state kept for them)."""
 
 
 def unique_rows(keys: Sequence[Hashable]) -> tuple[list[int], list[int]]:
@@ -132,6 +149,19 @@ class PrefixCache:
         return kv
 
 
+def alias_cache(model: torch.nn.Module, kv: PrefixKV | None) -> DynamicCache:
+    """A ``DynamicCache`` over the tensors ``kv`` without copying them (the cache's constructor
+    copies). Running the model on it rebinds its layers to new tensors, never writes into ``kv``."""
+    from transformers import DynamicCache
+
+    if kv is None:
+        return DynamicCache(config=model.config)
+    cache = DynamicCache([(k[..., :0, :], v[..., :0, :]) for k, v in kv])
+    for layer, (k, v) in zip(cache.layers, kv):
+        layer.keys, layer.values = k, v
+    return cache
+
+
 def _new_cache(model: torch.nn.Module, kv: PrefixKV | None, rows: int) -> DynamicCache:
     from transformers import DynamicCache
 
@@ -200,3 +230,32 @@ def run_prompts(model: torch.nn.Module, prompts: list[list[int]], prefix_length:
                        next_position=torch.tensor([prefix_length + len(s) for s in suffixes], device=device),
                        last_logits=logits[:, 0], hidden=hidden)
     return batch, (logits[:, :answer_width] if answer_width else None)
+
+
+def run_sequences(model: torch.nn.Module, sequences: list[list[int]], prefix_length: int, *, pad_id: int,
+                  device: torch.device, counters: Counters) -> SequenceState:
+    """Run ``sequences`` (all starting with the same ``prefix_length`` tokens) as one batch and keep
+    the final hidden state of every token after the prefix (the model's output embedding turns
+    any of them into next-token logits). Follows the caller's grad mode; the prefix is run once."""
+    rows = len(sequences)
+    prefix = sequences[0][:prefix_length]
+    kv = None
+    if prefix:
+        counters["prompt_tokens"] += len(prefix)
+        kv = _run_prefix(model, prefix, device, counters)
+    suffixes = [s[prefix_length:] for s in sequences]
+    width = max(len(s) for s in suffixes)
+    ids = [s + [pad_id] * (width - len(s)) for s in suffixes]
+    mask = [[1] * prefix_length + [1] * len(s) + [0] * (width - len(s)) for s in suffixes]
+    positions = [list(range(prefix_length, prefix_length + width)) for _ in suffixes]
+    real = sum(len(s) for s in suffixes)
+    counters["prompt_tokens"] += real
+    counters["model_tokens"] += real
+    counters["padded_tokens"] += rows * width - real
+    attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
+    out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=attention_mask,
+                position_ids=torch.tensor(positions, dtype=torch.long, device=device),
+                past_key_values=_new_cache(model, kv, rows), use_cache=True, logits_to_keep=1,
+                output_hidden_states=True)
+    return SequenceState(cache=out.past_key_values, attention_mask=attention_mask, hidden=out.hidden_states[-1],
+                         prefix_length=prefix_length)

@@ -22,6 +22,7 @@ from textgym import models
 from textgym.lora import is_peft_model
 from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
+from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
 from textgym.policy.decision import Decision, Evaluation
 from textgym.policy.kv_cache import (
     BatchState,
@@ -33,7 +34,13 @@ from textgym.policy.kv_cache import (
 )
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
-from textgym.policy.rescoring import rescore_candidates, rescore_tokens
+from textgym.policy.rescoring import (
+    conversation_chains,
+    rescore_candidates,
+    rescore_conversation_candidates,
+    rescore_conversation_tokens,
+    rescore_tokens,
+)
 from textgym.policy.sampling import generate, sample_candidate
 from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
 
@@ -79,6 +86,7 @@ class Policy:
         self.prompts = ChatPrompts(tokenizer, settings.chat_template, settings.system_role)
         self.candidate_tokens = CandidateTokens(tokenizer, settings.score_end, settings.candidate_cache_size)
         self.prefix_cache = PrefixCache(settings.prefix_cache_size)
+        self.conversation_cache = ConversationCache()  # conversation mode: a KV row per conversation
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
@@ -133,8 +141,14 @@ class Policy:
             self.generator.manual_seed(int(seed))
 
     def clear_cache(self) -> None:
-        """Drop the cached prefix KV (it is also dropped automatically when the weights change)."""
+        """Drop the cached prefix and conversation KV (also dropped automatically when the weights change)."""
         self.prefix_cache.clear()
+        self.conversation_cache.clear()
+
+    @property
+    def conversation_window(self) -> ConversationWindow | None:
+        """The window of the ``history`` setting (``None``: single-observation mode)."""
+        return ConversationWindow.from_history(self._config.history, self._config.history_tokens)
 
     # ------------------------------------------------------------------ training hooks
     @property
@@ -188,7 +202,8 @@ class Policy:
 
     # ------------------------------------------------------------------ acting
     def act(self, observations: Sequence[str], system_prompts: Sequence[str],
-            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False) -> list[Decision]:
+            valid_actions: Sequence[Sequence[str]] | None = None, greedy: bool = False, *,
+            conversations: Sequence[Conversation] | None = None) -> list[Decision]:
         """Decide for a batch of envs in one call.
 
         Args:
@@ -197,10 +212,16 @@ class Policy:
             valid_actions: each env's legal action names (``info["valid_actions"]``); required in
                 score mode, ignored in generate mode.
             greedy: argmax (score) / greedy decoding (generate) instead of sampling.
+            conversations: conversation mode: each env's :class:`Conversation` (its episode so
+                far). The observation becomes its next user turn, the decision acts on the whole
+                conversation (``Decision.prompt_ids``) and its answer is recorded in it; only the
+                tokens an env's KV row does not hold yet are run. ``None``: each observation alone.
         """
         n = len(observations)
         if len(system_prompts) != n or (valid_actions is not None and len(valid_actions) != n):
             raise ValueError("observations, system_prompts and valid_actions must have the same length")
+        if conversations is not None and (len(conversations) != n or len({id(c) for c in conversations}) != n):
+            raise ValueError("conversations must hold one distinct Conversation per observation")
         if n == 0:
             return []
         score = self._config.mode == "score"
@@ -210,6 +231,8 @@ class Policy:
             for i, actions in enumerate(valid_actions):
                 if not actions:
                     raise ValueError(f"env {i} has no valid actions to score")
+        if conversations is not None:
+            return self._act_in_conversations(observations, system_prompts, valid_actions, greedy, conversations)
         started = time.perf_counter()
         if self.model.training:
             self.model.eval()
@@ -233,6 +256,36 @@ class Policy:
                 decisions = self._act_generate(batch, prompts, greedy)
         self.counters["decisions"] += n
         self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
+        self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
+        self.counters["act_seconds"] += time.perf_counter() - started
+        return decisions
+
+    def _act_in_conversations(self, observations: Sequence[str], system_prompts: Sequence[str],
+                              valid_actions: Sequence[Sequence[str]] | None, greedy: bool,
+                              conversations: Sequence[Conversation]) -> list[Decision]:
+        """Conversation mode (see :meth:`act`): each observation becomes the next user turn of its
+        conversation; only the tokens each conversation's KV row does not hold yet are run, on the
+        conversation cache, and the answers are scored or generated from there as usual."""
+        started = time.perf_counter()
+        if self.model.training:
+            self.model.eval()
+        contexts = [c.add_observation(o, s, self.prompts)
+                    for c, o, s in zip(conversations, observations, system_prompts)]
+        same_system = all(s == system_prompts[0] for s in system_prompts)
+        prefix = self.prompts.system_prefix(system_prompts[0]) if same_system else []
+        every = list(range(len(contexts)))  # every conversation keeps its own row
+        with torch.inference_mode():
+            batch = self.conversation_cache.run(self.model, conversations, contexts, prefix,
+                                                version=self._weights_version(), prefix_cache=self.prefix_cache,
+                                                pad_id=self.pad_id, device=self.device, counters=self.counters)
+            if self._config.mode == "score":
+                decisions = self._act_score(batch, contexts, valid_actions, greedy, every, every)
+            else:
+                decisions = self._act_generate(batch, contexts, greedy)
+        for conversation, decision in zip(conversations, decisions):
+            conversation.add_answer(decision.answer_ids)
+        self.counters["decisions"] += len(decisions)
+        self.counters["prompt_tokens_total"] += sum(len(c) for c in contexts)
         self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
@@ -271,6 +324,8 @@ class Policy:
         Same definition as :meth:`act` (same temperature, same candidate scores), so with unchanged
         weights ``logprobs`` equal ``old_logprobs`` (to float precision). Call it on minibatches; it
         respects the caller's grad mode (wrap in ``torch.no_grad()`` for reference log-probs).
+        Turns of one conversation (conversation mode) are re-scored in one pass over the longest
+        context among them.
         """
         if not decisions:
             raise ValueError("evaluate() needs at least one decision")
@@ -278,6 +333,15 @@ class Policy:
         if any((d.candidates is not None) != score for d in decisions):
             raise ValueError("cannot evaluate score-mode and generate-mode decisions together")
         c = self._config
+        chains = conversation_chains(self.model, decisions)
+        if chains is not None:  # turns of conversations: one pass per conversation
+            if score:
+                return rescore_conversation_candidates(
+                    self.model, decisions, chains, temperature=c.temperature, normalization=c.normalization,
+                    tokenizer=self.tokenizer, pad_id=self.pad_id, device=self.device,
+                    chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+            return rescore_conversation_tokens(self.model, decisions, chains, temperature=c.temperature,
+                                               pad_id=self.pad_id, device=self.device, counters=self.counters)
         prefix_length = shared_prefix_length([d.prompt_ids for d in decisions])
         if score:
             return rescore_candidates(self.model, decisions, prefix_length, temperature=c.temperature,

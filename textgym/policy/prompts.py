@@ -3,6 +3,9 @@
 The tokenizer's chat template (or the policy's ``chat_template``) renders the messages, so no
 model's format is hard-coded. :meth:`ChatPrompts.system_prefix` finds the tokens that do not
 depend on the observation: the prefix whose KV cache every env of a task shares.
+:meth:`ChatPrompts.turn_ids` renders what follows an answer in a conversation (the end of the
+assistant's turn, the next observation, the assistant header), so a conversation is built turn by
+turn from pieces of the same template, and a sampled answer is never re-tokenized.
 
 Example:
     >>> from textgym import models
@@ -26,6 +29,11 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 __all__ = ["ChatPrompts", "common_prefix_length", "end_token_ids"]
+
+# Placeholders rendered in place of an earlier turn's texts (private-use characters: no real
+# observation or answer contains them); only the template text after the answer is kept.
+_PLACEHOLDER = "\ue000"
+_ANSWER_MARK = "\ue001"
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
@@ -85,13 +93,36 @@ class ChatPrompts:
 
     def prompt_ids(self, system_prompt: str, observation: str) -> list[int]:
         """Token ids of the chat-formatted prompt: system prompt, user observation, assistant header."""
+        return self.tokenizer(self._render_after(system_prompt, observation), add_special_tokens=False)["input_ids"]
+
+    def _render_after(self, system_prompt: str, observation: str,
+                      later: list[dict[str, str]] | None = None) -> str:
+        """The rendered first turn (and ``later`` messages), ending with the assistant header."""
         try:
-            text = self.render(self.messages(system_prompt, observation))
+            return self.render(self.messages(system_prompt, observation) + (later or []))
         except Exception as error:  # a template without a system role: put it in the user message
             if not system_prompt or "system" not in str(error).lower():
                 raise
-            text = self.render([{"role": "user", "content": f"{system_prompt}\n\n{observation}"}])
-        return self.tokenizer(text, add_special_tokens=False)["input_ids"]
+            return self.render([{"role": "user", "content": f"{system_prompt}\n\n{observation}"}] + (later or []))
+
+    def turn_ids(self, system_prompt: str, observation: str, after: Sequence[int] = ()) -> list[int]:
+        """Token ids that follow an assistant answer in a conversation: the end of the answer's
+        turn, the user ``observation`` and the assistant header (the template's own text between
+        the answer and the next answer).
+
+        Args:
+            system_prompt: the conversation's system prompt (some templates need it to render).
+            observation: the new user message.
+            after: the answer it follows; when that answer already ends with the token that closes
+                the turn (a sampled end-of-turn token), it is not repeated.
+        """
+        text = self._render_after(system_prompt, _PLACEHOLDER, [{"role": "assistant", "content": _ANSWER_MARK},
+                                                                {"role": "user", "content": observation}])
+        ids = self.tokenizer(text[text.index(_ANSWER_MARK) + len(_ANSWER_MARK):],
+                             add_special_tokens=False)["input_ids"]
+        if after and ids and ids[0] == after[-1] and ids[0] in self.tokenizer.all_special_ids:
+            ids = ids[1:]
+        return ids
 
     def system_prefix(self, system_prompt: str) -> list[int]:
         """The prompt tokens that do not depend on the observation (found by rendering two

@@ -5,6 +5,8 @@ the candidate's earlier tokens run through the model: they are laid out as a tok
 (``go north`` / ``go south`` share ``go``, :class:`CandidateTrie`) appended to that row's own KV
 cache, with a tree-shaped attention mask (each token sees the prompt and its own ancestors) and
 explicit position ids. The prompt's KV is therefore never copied per candidate.
+:func:`score_points` generalises this to several decision points on one row, each seeing the row
+only up to its own prompt (the turns of a conversation, re-scored in one pass).
 
 Example:
     >>> from textgym.policy.scoring import CandidateTrie
@@ -21,12 +23,12 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from textgym.policy.kv_cache import BatchState, Counters
+from textgym.policy.kv_cache import BatchState, Counters, alias_cache
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
+    from transformers import DynamicCache, PreTrainedTokenizerBase
 
-__all__ = ["CandidateTokens", "CandidateTrie", "candidate_scores", "score_candidates"]
+__all__ = ["CandidateTokens", "CandidateTrie", "candidate_scores", "score_candidates", "score_points"]
 
 
 class CandidateTrie:
@@ -126,56 +128,108 @@ def score_candidates(model: torch.nn.Module, batch: BatchState, candidates: list
             into chunks beyond it).
         counters: running totals to add the tokens run to.
     """
-    first = torch.log_softmax(batch.last_logits, dim=-1)  # [B, V]
-    token_logprobs = [[first[row, cand[0]].reshape(1) for cand in cands]
-                      for row, cands in enumerate(candidates)]
+    rows = list(range(len(candidates)))
+    return score_points(model, batch.cache, batch.attention_mask, rows, [None] * len(rows), batch.next_position,
+                        torch.log_softmax(batch.last_logits, dim=-1), candidates, pad_id=pad_id,
+                        chunk_bytes=chunk_bytes, counters=counters)
+
+
+def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: torch.Tensor, rows: Sequence[int],
+                 limits: Sequence[int | None], positions: torch.Tensor, first_logprobs: torch.Tensor,
+                 candidates: Sequence[Sequence[Sequence[int]]], *, pad_id: int, chunk_bytes: int,
+                 counters: Counters) -> list[list[torch.Tensor]]:
+    """Candidates scored at several decision points of a cache, some sharing a row.
+
+    Point ``p`` sits on cache row ``rows[p]`` and sees its columns before ``limits[p]`` (``None``:
+    all of them): re-scoring a conversation puts every turn of an episode on one row. The tries
+    of a row's points go side by side after the cache, each seeing its own columns and ancestors.
+
+    Args:
+        model: the causal LM the cache was computed with.
+        cache: the KV cache (its rows are not copied when a chunk takes all of them, in order).
+        attention_mask: ``[rows, cache length]``: which cache columns are real.
+        rows: per point, its cache row.
+        limits: per point, how many leading cache columns it sees (``None``: all).
+        positions: ``[points]``: the position id of each point's first candidate token.
+        first_logprobs: ``[points, V]``: the log-softmax of the next-token logits at each point.
+        candidates: per point, the token ids of every candidate.
+        pad_id: the padding token.
+        chunk_bytes: memory budget of the candidate logits computed at once.
+        counters: running totals to add the tokens run to.
+
+    Returns:
+        Per point, per candidate, its token log-probs ``Tensor[L]``.
+    """
+    token_logprobs = [[first_logprobs[p, cand[0]].reshape(1) for cand in cands]
+                      for p, cands in enumerate(candidates)]
     tries = [CandidateTrie(cands) for cands in candidates]
-    rows = [i for i, trie in enumerate(tries) if trie.tokens]
-    if not rows:
+    by_row: dict[int, list[int]] = {}
+    for p, trie in enumerate(tries):
+        if trie.tokens:
+            by_row.setdefault(rows[p], []).append(p)
+    if not by_row:
         return token_logprobs
-    device = batch.last_logits.device
-    vocab = batch.last_logits.shape[-1]
-    width = max(len(tries[i].tokens) for i in rows)
-    per_chunk = max(1, chunk_bytes // (width * vocab * 4 * 2))
-    past = batch.attention_mask.shape[1]
+    device = first_logprobs.device
+    vocab = first_logprobs.shape[-1]
+    widths = {r: sum(len(tries[p].tokens) for p in points) for r, points in by_row.items()}
+    per_chunk = max(1, chunk_bytes // (max(widths.values()) * vocab * 4 * 2))
+    past = attention_mask.shape[1]
     dtype = next(model.parameters()).dtype
     blocked = torch.finfo(dtype).min
-    from transformers import DynamicCache
-
-    for start in range(0, len(rows), per_chunk):
-        chunk = rows[start:start + per_chunk]
-        index = torch.tensor(chunk, device=device)
-        w = max(len(tries[i].tokens) for i in chunk)
-        ids = [tries[i].tokens + [pad_id] * (w - len(tries[i].tokens)) for i in chunk]
-        depths = torch.tensor([tries[i].depths + [0] * (w - len(tries[i].depths)) for i in chunk],
-                              dtype=torch.long, device=device)
-        positions = batch.next_position.index_select(0, index)[:, None] + depths  # padding: unused
+    cache_rows = attention_mask.shape[0]
+    ordered = sorted(by_row)
+    for start in range(0, len(ordered), per_chunk):
+        chunk = ordered[start:start + per_chunk]
+        w = max(widths[r] for r in chunk)
+        ids = torch.full((len(chunk), w), pad_id, dtype=torch.long)
+        depth_positions = torch.zeros((len(chunk), w), dtype=torch.long)
         allowed = torch.zeros((len(chunk), 1, w, past + w), dtype=torch.bool, device=device)
-        allowed[:, 0, :, :past] = batch.attention_mask.index_select(0, index)[:, None, :].bool()
-        allowed[:, 0, :, past:] = torch.stack([tries[i].ancestry(w) for i in chunk]).to(device)
-        real = sum(len(tries[i].tokens) for i in chunk)
+        where: list[tuple[int, int, int]] = []  # (row in chunk, column, target token)
+        pieces: list[tuple[int, int, int]] = []  # (point, candidate, how many tokens)
+        point_columns: list[tuple[int, int, int]] = []  # (row in chunk, first column, point)
+        for r, row in enumerate(chunk):
+            offset = 0
+            for p in by_row[row]:
+                trie, n = tries[p], len(tries[p].tokens)
+                ids[r, offset:offset + n] = torch.tensor(trie.tokens)
+                depth_positions[r, offset:offset + n] = torch.tensor(trie.depths)
+                seen = attention_mask[row].bool()
+                if limits[p] is not None:
+                    seen = seen.clone()
+                    seen[limits[p]:] = False
+                allowed[r, 0, offset:offset + n, :past] = seen
+                allowed[r, 0, offset:offset + n, past + offset:past + offset + n] = trie.ancestry().to(device)
+                point_columns.append((r, offset, p))
+                for k, cand in enumerate(candidates[p]):
+                    if len(cand) < 2:
+                        continue
+                    columns = [offset + c for c in trie.columns(cand)]
+                    where.extend(zip([r] * (len(cand) - 1), columns, cand[1:]))
+                    pieces.append((p, k, len(cand) - 1))
+                offset += n
+        # Each point's tokens sit at its position plus their depth in its trie (padding: unused).
+        point_positions = torch.zeros((len(chunk), w), dtype=torch.long, device=device)
+        for r, offset, p in point_columns:
+            n = len(tries[p].tokens)
+            point_positions[r, offset:offset + n] = positions[p]
+        real = sum(widths[r] for r in chunk)
         counters["model_tokens"] += real
         counters["padded_tokens"] += len(chunk) * w - real
         mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, blocked)
-        cache = DynamicCache([(layer.keys.index_select(0, index), layer.values.index_select(0, index))
-                              for layer in batch.cache.layers])
-        out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=mask,
-                    position_ids=positions, past_key_values=cache, use_cache=False)
+        kv = tuple((layer.keys, layer.values) for layer in cache.layers)
+        if chunk != list(range(cache_rows)):  # a subset of the rows: copy them
+            index = torch.tensor(chunk, device=device)
+            kv = tuple((k.index_select(0, index), v.index_select(0, index)) for k, v in kv)
+        out = model(input_ids=ids.to(device), attention_mask=mask,
+                    position_ids=point_positions + depth_positions.to(device),
+                    past_key_values=alias_cache(model, kv), use_cache=False)
         logits = out.logits.float()  # [rows, w, V]
         normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
         # Gather every candidate's later tokens of the chunk at once (one host -> device copy).
-        where: list[tuple[int, int, int]] = []  # (row in chunk, column, target token)
-        pieces: list[tuple[int, int, int]] = []  # (row, candidate, how many tokens)
-        for r, i in enumerate(chunk):
-            for k, cand in enumerate(candidates[i]):
-                if len(cand) < 2:
-                    continue
-                where.extend(zip([r] * (len(cand) - 1), tries[i].columns(cand), cand[1:]))
-                pieces.append((i, k, len(cand) - 1))
         r_index, columns, targets = torch.tensor(where, dtype=torch.long, device=device).unbind(1)
         rest = logits[r_index, columns, targets] - normaliser[r_index, columns]
-        for (i, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
-            token_logprobs[i][k] = torch.cat([token_logprobs[i][k], part])
+        for (p, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
+            token_logprobs[p][k] = torch.cat([token_logprobs[p][k], part])
     return token_logprobs
 
 

@@ -338,16 +338,19 @@ class Trainer:
         slowest = max(self.process.gather([float(stats.get("seconds", 0.0)) + update_seconds]))
         return {**dict(zip(counted, totals)), "seconds": slowest - update_seconds}
 
-    def optimize(self, num_decisions: int, loss_fn: LossFn, epochs: int | None = None) -> dict[str, float]:
+    def optimize(self, num_decisions: int, loss_fn: LossFn, epochs: int | None = None,
+                 groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
         """The algorithm's minibatch loop with this trainer's optimizer and config (epochs,
         minibatch size, accumulation, clipping, ``target_kl``), planned over every process's
         decisions (``num_decisions`` is this one's): see
-        :func:`textgym.trainers.optimization.run_minibatches`."""
+        :func:`textgym.trainers.optimization.run_minibatches`. ``groups``: decisions kept in one
+        minibatch (the turns of a conversation: :func:`textgym.rollout.conversation_runs`)."""
         cfg = self.config
         return run_minibatches(self.optimizer, num_decisions, loss_fn, epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=cfg.minibatch_size,
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process)
+                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
+                               groups=groups)
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import torch
 
-from textgym.rollout import Episode, Rollout, collect, decisions_of
+from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
 from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import GRPOConfig
@@ -127,7 +127,7 @@ class GRPOTrainer(Trainer):
             return loss, stats
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
         return metrics

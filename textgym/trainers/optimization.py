@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -33,7 +33,7 @@ import torch
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
-__all__ = ["LossFn", "MinibatchPlan", "lr_factor", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "MinibatchPlan", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -80,36 +80,62 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     return True
 
 
+def minibatches(num_decisions: int, minibatch_size: int,
+                groups: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+    """One epoch's minibatches of decision indices, shuffled.
+
+    Without ``groups`` the decisions are shuffled one by one. With ``groups`` (the turns of one
+    conversation, :func:`textgym.rollout.conversation_runs`) a group stays together, cut into
+    pieces of at most ``minibatch_size``; the pieces are shuffled and packed into minibatches of
+    at most ``minibatch_size``, so one pass over a conversation re-scores all its turns.
+    """
+    if groups is None:
+        return list(torch.randperm(num_decisions).split(minibatch_size))
+    pieces = [list(g[i:i + minibatch_size]) for g in groups for i in range(0, len(g), minibatch_size)]
+    batches: list[list[int]] = [[]]
+    for k in torch.randperm(len(pieces)).tolist():
+        if len(batches[-1]) + len(pieces[k]) > minibatch_size:
+            batches.append([])
+        batches[-1].extend(pieces[k])
+    return [torch.tensor(b) for b in batches if b]
+
+
 class MinibatchPlan:
     """Which of this rank's decisions each minibatch of an epoch holds.
 
-    One process: minibatches of a random permutation of its decisions. Several: the permutation is
-    of *all* ranks' decisions (rank 0 draws it, every rank gets it), rank ``r`` holding global
-    indices ``offset .. offset + n - 1``; a minibatch's local part is what falls in that range
-    (possibly nothing). Every rank thus runs the same number of minibatches, and the union of the
-    ranks' parts is the minibatch one process would have drawn.
+    One process: :func:`minibatches` of its decisions. Several: the plan is drawn by rank 0 over
+    *all* ranks' decisions (every rank gets it), rank ``r`` holding global indices
+    ``offset .. offset + n - 1``; a minibatch's local part is what falls in that range (possibly
+    nothing). Every rank thus runs the same number of minibatches, and the union of the ranks'
+    parts is the minibatch one process would have drawn from the same global batch.
 
     Args:
         num_decisions: this rank's decisions.
         minibatch_size: decisions per minibatch of the global batch.
         process: the data-parallel context (``None``: one process).
+        groups: this rank's decisions that stay in one minibatch (local indices; see
+            :func:`minibatches`).
     """
 
-    def __init__(self, num_decisions: int, minibatch_size: int, process: ProcessContext | None = None):
+    def __init__(self, num_decisions: int, minibatch_size: int, process: ProcessContext | None = None,
+                 groups: Sequence[Sequence[int]] | None = None):
         self.process = process if process is not None and process.is_distributed else None
         self.minibatch_size = minibatch_size
         self.num_decisions = num_decisions
         if self.process is None:
-            self.total, self.offset = num_decisions, 0
+            self.total, self.offset, self.groups = num_decisions, 0, groups
         else:
             counts = self.process.gather([num_decisions])
             self.total, self.offset = sum(counts), sum(counts[:self.process.rank])
+            # every rank's groups in global indices, in rank order (as one process would hold them)
+            local = None if groups is None else [[self.offset + i for i in g] for g in groups]
+            gathered = self.process.gather([local])
+            self.groups = None if groups is None else [g for rank_groups in gathered for g in rank_groups]
 
     def epoch(self) -> list[torch.Tensor]:
         """The local index tensor of each minibatch of a new epoch."""
         # The one-process plan of the global batch (with several processes: rank 0's draw, for all).
-        perm = torch.randperm(self.total)
-        planned = [perm[start:start + self.minibatch_size] for start in range(0, self.total, self.minibatch_size)]
+        planned = minibatches(self.total, self.minibatch_size, self.groups)
         if self.process is None:
             return planned
         planned = [torch.tensor(m, dtype=torch.long) for m in self.process.broadcast_object([m.tolist() for m in planned])]
@@ -119,7 +145,8 @@ class MinibatchPlan:
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
                     max_grad_norm: float | None = 1.0, target_kl: float | None = None,
-                    process: ProcessContext | None = None) -> dict[str, float]:
+                    process: ProcessContext | None = None,
+                    groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -138,9 +165,11 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     non-finite check are agreed by all ranks before its step (one all-reduce), the gradients are
     averaged in :func:`optimizer_step`, and the statistics returned are the decision-weighted
     means over all ranks: every rank returns the same metrics and keeps the same weights.
+    ``groups``: decisions that stay in one minibatch (the turns of one conversation, see
+    :func:`minibatches`).
     """
     distributed = process is not None and process.is_distributed
-    plan = MinibatchPlan(num_decisions, minibatch_size, process)
+    plan = MinibatchPlan(num_decisions, minibatch_size, process, groups)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     # Several processes: per minibatch, each statistic's (sum of chunk value x chunk size, size) here.

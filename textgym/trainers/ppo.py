@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from textgym.rollout import Episode, decisions_of
+from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import PPOConfig
@@ -113,7 +113,7 @@ class PPOTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
         all_values, _ = self.global_batch(values)
         all_returns, _ = self.global_batch(returns)
         metrics["value_mean"] = float(all_values.mean())

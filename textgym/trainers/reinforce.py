@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from textgym.rollout import Episode, decisions_of
+from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import ReinforceConfig
@@ -81,7 +81,7 @@ class ReinforceTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
         return metrics
 

@@ -1,4 +1,4 @@
-"""History: the last k observations and answers rendered into the observation text."""
+"""History: the episode's earlier turns for the model: a conversation in rollouts, text by hand."""
 
 from __future__ import annotations
 
@@ -12,12 +12,22 @@ __all__ = ["History"]
 
 
 class History(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Prepends the last ``window`` (observation, answer) pairs to the observation text.
+    """Shows the model the last ``window`` turns of the episode.
 
-    The answer is the parsed action name from ``info["parse"]`` when the answer was valid,
-    else the raw answer cut to ``max_answer_chars``. The history is cleared at reset, so the
-    first observation of an episode is the plain observation. Put it outermost: the text
-    it builds is what the model reads.
+    In a rollout (:func:`textgym.rollout.collect`: the trainers, ``textgym train``, ``textgym
+    eval``) a :class:`textgym.Policy` reads the episode as a *conversation*: each observation a
+    user turn, each of its answers an assistant turn, with at least the last ``window`` earlier
+    turns (conversation mode, :mod:`textgym.policy.conversation`: each env's KV cache is kept
+    across turns, so a decision costs only its new tokens). The rollout finds the window in this
+    wrapper's ``history_window`` attribute and the newest observation in
+    ``info["newest_observation"]``.
+
+    The observation this wrapper returns renders the same turns as text, for stepping the env by
+    hand (``textgym play``, ``render_mode="ansi"``) and for policies without conversation mode: the
+    last ``window`` (observation, answer) pairs, then the newest observation. The answer shown is
+    the parsed action name from ``info["parse"]`` when the answer was valid, else the raw answer
+    cut to ``max_answer_chars``. The history is cleared at reset, so the first observation of an
+    episode is the plain observation. Put it outermost (below ``RenderText``).
 
     Example:
         >>> import gymnasium as gym
@@ -34,7 +44,8 @@ class History(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     Args:
         env: a text env (its observations are ``str``).
-        window: how many past steps to show (k >= 1).
+        window: how many past turns to show (k >= 1; a conversation holds at least k and at most
+            2k earlier turns before it is rebuilt, see :class:`textgym.policy.conversation.ConversationWindow`).
         max_answer_chars: an invalid raw answer is cut to this many characters.
     """
 
@@ -55,16 +66,23 @@ class History(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self._turns: deque[tuple[str, str]] = deque(maxlen=self.window)
         self._last_obs = ""
 
+    @property
+    def history_window(self) -> int:
+        """The window a rollout's conversation keeps (at least this many earlier turns)."""
+        return self.window
+
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         self._turns.clear()
         self._last_obs = obs
+        info["newest_observation"] = obs
         return obs, info
 
     def step(self, action):
         obs, reward, terminated, truncated, info = self.env.step(action)
         self._turns.append((self._last_obs, self._answer(action, info)))
         self._last_obs = obs
+        info["newest_observation"] = obs
         return self._render(obs), reward, terminated, truncated, info
 
     def _answer(self, action, info) -> str:
