@@ -17,6 +17,9 @@ Example config file::
 
     [env_kwargs]       # keyword arguments for textgym.make
     max_episode_steps = 100
+
+    [policy]           # settings of textgym.policy.PolicyConfig
+    temperature = 0.7
 """
 
 from __future__ import annotations
@@ -104,13 +107,57 @@ class RunConfig:
     """Extra fields of the algorithm's config dataclass."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env."""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """Settings of the policy (``textgym.policy.PolicyConfig``: temperature, top_p,
+    max_new_tokens, normalization, chat_template, ...) on top of the model registry's defaults;
+    ``config.toml`` holds all of them, resolved (``mode``, ``seed`` and ``history`` are the keys
+    above). A resumed run may not change them."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
-_TABLES = ("trainer", "env_kwargs")
+_TABLES = ("trainer", "env_kwargs", "policy")
+
+
+#: ``train`` and ``eval`` flags that set a policy setting, by ``PolicyConfig`` field name: the
+#: values go to the ``policy`` table and PolicyConfig checks them. ``chat_template`` is a file
+#: name on the command line; its content is the setting (a run never needs the file again).
+POLICY_FLAGS = ("temperature", "top_p", "max_new_tokens", "normalization", "chat_template")
+
+
+def policy_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with the :data:`POLICY_FLAGS` given moved into a ``policy`` table, the chat
+    template file read and checked for Jinja syntax (CLIError: missing file, not UTF-8 text,
+    a syntax error)."""
+    settings = {name: flags[name] for name in POLICY_FLAGS if flags.get(name) is not None}
+    if "chat_template" in settings:
+        settings["chat_template"] = read_chat_template(settings["chat_template"])
+    rest = {k: v for k, v in flags.items() if k not in POLICY_FLAGS}
+    return {**rest, "policy": {**(flags.get("policy") or {}), **settings}} if settings else rest
+
+
+def read_chat_template(path: str | Path) -> str:
+    """The text of a Jinja chat template file, checked for syntax errors (CLIError)."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise CLIError(f"chat template file {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise CLIError(f"chat template file {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise CLIError(f"cannot read chat template file {path}: {exc.strerror or exc}") from None
+    if not text.strip():
+        raise CLIError(f"chat template file {path} is empty")
+    import jinja2  # what transformers renders chat templates with
+
+    try:
+        jinja2.Environment().parse(text)
+    except jinja2.TemplateSyntaxError as exc:
+        raise CLIError(f"chat template {path}, line {exc.lineno}: {exc.message}") from None
+    return text
 
 
 def _check_type(name: str, value: Any, where: str) -> Any:

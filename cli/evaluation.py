@@ -45,9 +45,12 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
                       episodes: int, num_envs: int, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
+                      overrides: dict[str, Any] | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
-    """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``."""
+    """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
+    ``overrides``: policy settings given as flags, over the checkpoint's own."""
     from textgym.cli.training import build_policy
+
     from textgym.trainers import make_trainer
     from textgym.trainers.checkpoint import read_state
 
@@ -71,6 +74,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     # The checkpoint's own policy settings (normalization, chat template...) when it is its base model.
     settings = {k: v for k, v in recorded.items() if k not in ("name", "mode", "seed") and v is not None} \
         if recorded.get("name") == model else {}
+    overrides = overrides or {}
+    if checkpoint is not None:
+        _say_settings(settings, overrides)
+    settings.update(overrides)
     # Device, precision and quantization are this machine's choice (flags), not the run's.
     policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize, **settings)
     trainer_config = dict(state.get("config", {}))
@@ -88,10 +95,29 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     return label, with_stderr(result), dict(state.get("env_kwargs") or {})
 
 
+def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
+    """One line on stderr: the checkpoint's policy settings are used, but for the flags given."""
+    if not recorded:
+        source = "the model registry's policy settings (the checkpoint's base model differs)"
+    else:
+        source = "the checkpoint's policy settings"
+    changed = [("chat_template from --chat-template" if name == "chat_template"
+                else f"{name}={value!r}") for name, value in overrides.items()
+               if recorded.get(name) != value]
+    say(f"textgym: evaluating with {source}" + (f", except {', '.join(changed)}" if changed else ""),
+        err=True)
+
+
 def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
         baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
-        device: str | None = None, dtype: str | None = None, quantize: str | None = None) -> None:
+        device: str | None = None, dtype: str | None = None, quantize: str | None = None,
+        policy_flags: dict[str, Any] | None = None) -> None:
+    from textgym.cli.training import policy_config
+
     check_option_names(device, dtype, quantize)
+    overrides = run_config.policy_flags(policy_flags or {}).get("policy", {})
+    if overrides:
+        policy_config(None, mode, None, overrides)  # bad values fail here, before any model loads
     env_id = resolve_env(env)
     if checkpoint is None and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
@@ -101,7 +127,8 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     env_kwargs: dict[str, Any] = {}
     if checkpoint is not None or model is not None:
         label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
-                                                      num_envs, seed, device, dtype, quantize)
+                                                      num_envs, seed, device, dtype, quantize,
+                                                      overrides)
         results[label] = result
     if baselines:
         from textgym.baselines import evaluate_baseline

@@ -5,6 +5,7 @@
     textgym envs                           # every registered text env, plugins included
     textgym play blackjack                 # play the text env yourself, through the same parser
     textgym plot runs/a runs/b             # learning curves of several runs, overlaid
+    textgym export runs/a --out my-agent --merge   # a model folder any Hugging Face tool loads
 
 This module stays cheap to import (``textgym --help`` is instant): torch, transformers,
 peft, trl and even gymnasium are imported inside the commands that need them.
@@ -58,6 +59,15 @@ class Baseline(str, Enum):
 _DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps."
 _DTYPE_HELP = "auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16, float16."
 _QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; textgym[quantize])."
+# Policy settings (textgym.policy.PolicyConfig checks the values; cli/config.py POLICY_FLAGS).
+_POLICY_PANEL = "Policy settings (default: the model's)"
+_TEMPERATURE_HELP = "Sampling temperature (> 0) over the candidates (score) or tokens (generate)."
+_TOP_P_HELP = "Generate mode: nucleus sampling threshold, in (0, 1]."
+_MAX_NEW_TOKENS_HELP = "Generate mode: the answer length limit in tokens."
+_NORMALIZATION_HELP = ("Score mode: a candidate's score is the sum of its token log-probs (sum), "
+                       "their mean (token) or the sum per word (word).")
+_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the tokenizer's (its text is saved with the run)."
+_EVAL_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the checkpoint's or the tokenizer's."
 
 
 def _print_version(value: bool) -> None:
@@ -143,6 +153,19 @@ def train(
     device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
     dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
     quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
+    temperature: float | None = typer.Option(
+        None, help=_TEMPERATURE_HELP, rich_help_panel=_POLICY_PANEL, show_default=False),
+    top_p: float | None = typer.Option(
+        None, "--top-p", help=_TOP_P_HELP, rich_help_panel=_POLICY_PANEL, show_default=False),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help=_MAX_NEW_TOKENS_HELP, rich_help_panel=_POLICY_PANEL,
+        show_default=False),
+    normalization: str | None = typer.Option(
+        None, metavar="sum|token|word", help=_NORMALIZATION_HELP, rich_help_panel=_POLICY_PANEL,
+        show_default=False),
+    chat_template: Path | None = typer.Option(
+        None, "--chat-template", metavar="FILE", help=_CHAT_TEMPLATE_HELP,
+        rich_help_panel=_POLICY_PANEL, show_default=False),
     sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
@@ -189,6 +212,11 @@ def train(
         "device": device,
         "dtype": dtype,
         "quantize": quantize,
+        "temperature": temperature,
+        "top_p": top_p,
+        "max_new_tokens": max_new_tokens,
+        "normalization": normalization,
+        "chat_template": str(chat_template) if chat_template else None,
         "sft": str(sft) if sft else None,
     }
     training.run(
@@ -211,6 +239,15 @@ def evaluate(
     device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
     dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
     quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
+    max_new_tokens: int | None = typer.Option(
+        None, "--max-new-tokens", help=_MAX_NEW_TOKENS_HELP, rich_help_panel=_POLICY_PANEL,
+        show_default="the checkpoint's"),
+    normalization: str | None = typer.Option(
+        None, metavar="sum|token|word", help=_NORMALIZATION_HELP, rich_help_panel=_POLICY_PANEL,
+        show_default="the checkpoint's"),
+    chat_template: Path | None = typer.Option(
+        None, "--chat-template", metavar="FILE", help=_EVAL_CHAT_TEMPLATE_HELP,
+        rich_help_panel=_POLICY_PANEL, show_default="the checkpoint's"),
     baseline: list[Baseline] = typer.Option(
         [], "--baseline", help="Also evaluate a reference policy (repeatable)."
     ),
@@ -224,10 +261,14 @@ def evaluate(
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
 
+    # greedy: no temperature or top-p; a checkpoint's own settings unless these flags override
+    policy_flags = {"max_new_tokens": max_new_tokens, "normalization": normalization,
+                    "chat_template": str(chat_template) if chat_template else None}
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
         baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,
         json_out=json_out, device=device, dtype=dtype, quantize=quantize,
+        policy_flags=policy_flags,
     )
 
 
@@ -252,6 +293,32 @@ def play(
     from textgym.cli import playing
 
     playing.run(env, seed=seed, episodes=episodes)
+
+
+@app.command("export")
+def export(
+    run: Path = typer.Argument(
+        ..., help="Run folder (its latest checkpoint) or checkpoint folder.", show_default=False
+    ),
+    out: Path = typer.Option(..., help="Folder to write (new or empty).", show_default=False),
+    merge: bool = typer.Option(
+        False, "--merge",
+        help="Merge the LoRA adapter into the base weights: a plain transformers model folder.",
+    ),
+    push_to_hub: str | None = typer.Option(
+        None, "--push-to-hub", metavar="REPO_ID",
+        help="Also upload the folder to this Hugging Face hub repository (created if needed).",
+    ),
+    force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
+    device: str | None = typer.Option(None, help="With --merge: " + _DEVICE_HELP, show_default="auto"),
+    dtype: str | None = typer.Option(None, help="With --merge: " + _DTYPE_HELP, show_default="auto"),
+) -> None:
+    """Export a checkpoint for use elsewhere: its PEFT adapter (or a merged model) with the
+    tokenizer, the policy settings and a model card."""
+    from textgym.cli import exporting
+
+    exporting.run(run, out, merge=merge, push_to_hub=push_to_hub, force=force, device=device,
+                  dtype=dtype)
 
 
 @app.command()

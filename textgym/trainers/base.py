@@ -577,7 +577,7 @@ class Trainer:
             "algorithm_state": self._algorithm_state(),
             "policy": ckpt.policy_record(self.policy),
         }
-        return ckpt.save_checkpoint(path, model=self.model, optimizers=self._optimizers(), state=state,
+        return ckpt.save_checkpoint(path, policy=self.policy, optimizers=self._optimizers(), state=state,
                                     value_head=self._value_head(),
                                     files={METRICS_FILE: self.writer.lines_up_to(self.update_count)})
 

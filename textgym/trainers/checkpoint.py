@@ -2,7 +2,11 @@
 
 Layout of a checkpoint folder::
 
-    adapter/                  PEFT save_pretrained (safetensors)   -- or model/ for full fine-tuning
+    adapter/                  PEFT save_pretrained (safetensors), its base_model_name_or_path the
+                              base model's hub id (or absolute folder), README.md (model card)
+                                                       -- or model/ for full fine-tuning
+    tokenizer/                the tokenizer                 (these three: persistence.write, so
+    policy.json               the policy's record           that Policy.load(checkpoint) works)
     value_head.safetensors    PPO's value head (when there is one)
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
     trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, the policy
@@ -35,7 +39,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from textgym.lora import is_peft_model
-from textgym.policy import Policy
+from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
 
 __all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
@@ -149,14 +153,18 @@ def policy_from_record(record: dict[str, Any], device: str | torch.device | None
 
 # --- the checkpoint folder -------------------------------------------------------------------
 
-def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],
-                    state: dict[str, Any], value_head: torch.nn.Module | None = None,
+def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optimizer],
+                    state: dict[str, Any], model: torch.nn.Module | None = None,
+                    policy: Policy | None = None, value_head: torch.nn.Module | None = None,
                     files: dict[str, str] | None = None) -> Path:
     """Write a checkpoint atomically (to ``<path>.tmp``, then renamed).
 
     Args:
         path: the checkpoint folder.
-        model: the trained model (a PEFT model saves only its adapter).
+        policy: the trained policy: its weights (a PEFT model saves only its adapter), tokenizer,
+            settings and model card (:func:`textgym.policy.persistence.write`), so that
+            ``Policy.load(path)`` works and the adapter loads with PEFT elsewhere.
+        model: instead of ``policy``, a bare model: its weights only.
         optimizers: optimizers by name; their tensors go to ``optimizer.safetensors``.
         state: JSON-able trainer state (counters, config, ...). RNG states are added here.
         value_head: optional module saved to ``value_head.safetensors``.
@@ -170,7 +178,12 @@ def save_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
 
-    weights = save_model_weights(model, tmp)
+    if policy is not None:
+        weights = persistence.write(policy, tmp, location=str(path))
+    elif model is not None:
+        weights = save_model_weights(model, tmp)
+    else:
+        raise TypeError("save_checkpoint() needs the policy (or a bare model)")
     if value_head is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in value_head.state_dict().items()},
                   str(tmp / VALUE_HEAD_FILE))
