@@ -7,7 +7,8 @@ Example config file::
 
     env = "cartpole"
     algo = "grpo"
-    episodes = 200
+    updates = 12
+    until = 195.0
     num_envs = 8
     lr = 1e-4
 
@@ -29,9 +30,12 @@ import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textgym.cli.errors import CLIError
+
+if TYPE_CHECKING:
+    from textgym.trainers.early_stop import EarlyStop
 
 ALGOS = ("reinforce", "grpo", "ppo")
 MODES = ("score", "generate")
@@ -53,11 +57,26 @@ class RunConfig:
     """What the model reads of an episode: ``None`` (the newest observation alone), ``"full"``
     (the whole episode as a chat) or ``"N"`` (at least the last N turns); a TOML integer works too.
     The policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
+    updates: int | None = None
+    """Total training updates of the run. The budget is ``updates`` and ``episodes`` (whichever
+    comes first); when neither is given (flags or file), the env's recommended budget applies
+    (``textgym.registry.training_defaults``), and a budget that is given replaces it."""
     episodes: int | None = None
-    """Total training episodes (None: the env's recommended budget, ``textgym.registry.training_defaults``)."""
+    """Total training episodes of the run (see ``updates``)."""
     minutes: float | None = None
-    """Time budget of one training session in minutes (None: none): the run stops cleanly after
-    the last update expected to end within it, and ``--resume`` continues it."""
+    """A cap on the wall time of one training session in minutes (None: none). At the cap the
+    update in progress is dropped (its rollout stops at once), the checkpoint stays at the last
+    complete update, and ``--resume`` replays the dropped one."""
+    until: float | None = None
+    """Stop once the mean greedy return of a check on held-out episodes reaches this (None: the
+    env's solved threshold, registered with its training defaults; no early stop without one)."""
+    check_every: int | None = None
+    """Run the greedy check every this many updates (0: never, i.e. no early stop; None: the env's
+    default, else ``textgym.trainers.EarlyStop``'s)."""
+    check_episodes: int | None = None
+    """Held-out greedy episodes per check, played together (None: the env's or ``EarlyStop``'s default)."""
+    check_max_steps: int | None = None
+    """Cap on the length of a check's episodes (None: the env's default cap, else its own limit)."""
     num_envs: int | None = None
     """Envs stepped together (one forward pass per vector step)."""
     lr: float | None = None
@@ -173,12 +192,19 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
         raise CLIError(f"{where}: algo must be one of {', '.join(ALGOS)}, got {config.algo!r}")
     if config.mode not in MODES:
         raise CLIError(f"{where}: mode must be one of {', '.join(MODES)}, got {config.mode!r}")
-    for name in ("episodes", "num_envs", "checkpoint_every", "plot_every", "sample_every"):
+    for name in ("updates", "episodes", "num_envs", "checkpoint_every", "plot_every", "sample_every",
+                 "check_episodes", "check_max_steps"):
         value = getattr(config, name)
         if value is not None and value < 1:
             raise CLIError(f"{where}: {name.replace('_', '-')} must be at least 1, got {value}")
+    if config.updates is None and config.episodes is None:
+        raise CLIError(f"{where}: no budget: give updates or episodes")
     if config.eval_episodes < 0:
         raise CLIError(f"{where}: eval-episodes must be >= 0, got {config.eval_episodes}")
+    if config.check_every is not None and config.check_every < 0:
+        raise CLIError(f"{where}: check-every must be >= 0 (0: no early stop), got {config.check_every}")
+    if config.until is not None and not math.isfinite(config.until):
+        raise CLIError(f"{where}: until must be a finite number, got {config.until}")
     if config.minutes is not None and not (config.minutes > 0 and math.isfinite(config.minutes)):
         raise CLIError(f"{where}: minutes must be a positive number, got {config.minutes}")
     if config.lr is not None and not (config.lr > 0 and math.isfinite(config.lr)):
@@ -208,6 +234,32 @@ def history_setting(history: str | None, where: str = "config") -> int | str | N
     if history.strip().isdigit() and int(history) >= 1:
         return int(history)
     raise CLIError(f"{where}: history must be 'full', 'none' or a number of turns >= 1, got {history!r}")
+
+
+#: The fields that make a run's budget: given together, from the flags and the config file, they
+#: replace the env's recommended budget (or, on resume, the run's) as a whole.
+BUDGET_FIELDS = ("updates", "episodes")
+
+
+def gives_budget(layer: dict[str, Any]) -> bool:
+    """Whether a layer of settings (flags, a config file) sets a budget."""
+    return any(layer.get(name) is not None for name in BUDGET_FIELDS)
+
+
+def without_budget(layer: dict[str, Any]) -> dict[str, Any]:
+    """``layer`` without its budget (replaced by a budget given above it)."""
+    return {k: v for k, v in layer.items() if k not in BUDGET_FIELDS}
+
+
+def early_stop(config: RunConfig) -> EarlyStop | None:
+    """The ``textgym.trainers.EarlyStop`` of a run config, or ``None`` (no ``until``, or
+    ``check_every`` 0)."""
+    if config.until is None or config.check_every == 0:
+        return None
+    from textgym.trainers.early_stop import EarlyStop
+
+    given = {"every": config.check_every, "episodes": config.check_episodes, "max_steps": config.check_max_steps}
+    return EarlyStop(until=config.until, **{k: v for k, v in given.items() if v is not None})
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""The live training display: a rich progress bar with ETA, a line of statistics below it (mean
-return, invalid-answer rate, decisions/s, KL) and, every few updates, a sample answer.
+"""The live training display: the run's plan (:func:`plan_line`: which budget applies and when
+the run stops), a rich progress bar over the planned updates with ETA, a line of statistics below
+it (mean return, invalid-answer rate, decisions/s, KL), every few updates a sample answer, and
+one line for each greedy check and each collapse alarm an update raised.
 
-On a terminal it animates; the statistics have their own line so that the bar, the episode
+On a terminal it animates; the statistics have their own line so that the bar, the update
 count and the ETA stay readable in an 80-column terminal. When stdout is not a terminal (CI,
 pipes, log files) it prints a plain line every tenth of the run (or every minute of a slow one)
 instead; with ``quiet`` it prints nothing. Messages go through :func:`textgym.cli.messages.say`
@@ -10,11 +12,11 @@ instead; with ``quiet`` it prints nothing. Messages go through :func:`textgym.cl
 
 from __future__ import annotations
 
+import datetime
 import sys
 import time
-from typing import Any
-
 from collections.abc import Iterable
+from typing import Any
 
 from rich.console import Console, RenderableType
 from rich.progress import (
@@ -66,6 +68,54 @@ def sample_line(sample: dict[str, Any], width: int = 60) -> str:
     return f"{prompt!r} -> {answer!r} (reward {_fmt(sample.get('reward'))})"
 
 
+def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = None,
+              minutes: float | None = None, until: float | None = None, check_every: int | None = None,
+              check_episodes: int | None = None, now: datetime.datetime | None = None) -> str:
+    """Which budget applies and when the run stops, in one line.
+
+    Example:
+        >>> at = datetime.datetime(2026, 1, 1, 14, 22)
+        >>> plan_line(12, episodes_per_update=16, minutes=10, until=195, check_every=2, check_episodes=8, now=at)
+        'plan: 12 updates of 16 episodes; stops after update 12, at 14:32 (10 min cap) or once the greedy return >= 195 (8 held-out episodes every 2 updates), whichever comes first'
+
+    Args:
+        updates: the run's planned updates in all (its last update's number).
+        done: updates done before this session (a resumed run).
+        episodes_per_update: episodes of each update.
+        minutes: the session's time cap.
+        until: the early stop's threshold (``None``: no early stop).
+        check_every: updates between greedy checks.
+        check_episodes: episodes of each check.
+        now: the session's start (default: now), for the clock time of the cap.
+    """
+    span = f"{updates} updates" if not done else f"updates {done + 1}-{updates}"
+    head = f"plan: {span}" + (f" of {episodes_per_update} episodes" if episodes_per_update else "")
+    stops = [f"after update {updates}"]
+    if minutes:
+        at = (now or datetime.datetime.now()) + datetime.timedelta(minutes=minutes)
+        stops.append(f"at {at:%H:%M} ({minutes:g} min cap)")
+    if until is not None:
+        check = f" ({check_episodes} held-out episodes every {check_every} updates)" if check_every else ""
+        stops.append(f"once the greedy return >= {until:g}{check}")
+    if len(stops) == 1:
+        return f"{head}; stops {stops[0]}"
+    return f"{head}; stops {', '.join(stops[:-1])} or {stops[-1]}, whichever comes first"
+
+
+def check_line(check: dict[str, Any]) -> str:
+    """``update 4 check: greedy return 132 on 8 held-out episodes (target 195)`` from a metrics
+    line's ``check``."""
+    capped = f", {check['max_steps']} steps max" if check.get("max_steps") else ""
+    verdict = "solved" if check.get("solved") else f"target {_fmt(check.get('until'), 'g')}"
+    return (f"update {check.get('update')} check: greedy return {_fmt(check.get('return_mean'))} on "
+            f"{check.get('episodes')} held-out episodes{capped} ({verdict})")
+
+
+def alarm_line(alarm: dict[str, Any]) -> str:
+    """``update 6 alarm: <what was seen>: <hint>`` from one of a metrics line's ``alarms``."""
+    return f"update {alarm.get('update')} alarm: {alarm.get('message')}: {alarm.get('hint')}"
+
+
 class ProgressWithStats(Progress):
     """A Rich progress bar with one line of text below it (the latest update's statistics)."""
 
@@ -82,11 +132,12 @@ class LiveDisplay:
     """Progress of a training run, driven by the trainer's per-update metrics.
 
     Args:
-        total: training episodes of the whole run.
-        done: episodes already done (a resumed run).
+        total: training updates of the whole run (the last update's number).
+        done: updates already done (a resumed run).
         quiet: print nothing at all.
         sample_every: show a sample answer every this many updates (0: never).
         console: the rich console (default: stdout); its ``is_terminal`` picks the mode.
+        description: the bar's label (the env's name).
     """
 
     def __init__(self, total: int, done: int = 0, quiet: bool = False, sample_every: int = 5,
@@ -104,7 +155,7 @@ class LiveDisplay:
                 TextColumn("{task.description}", style="bold", markup=False),
                 BarColumn(bar_width=None),  # the bar takes what the other columns leave
                 MofNCompleteColumn(),
-                TextColumn("episodes"),
+                TextColumn("updates"),
                 TimeElapsedColumn(),
                 TextColumn("eta"),
                 TimeRemainingColumn(),
@@ -132,11 +183,12 @@ class LiveDisplay:
         say(message, style=style, console=console)
 
     def update(self, metrics: dict[str, Any]) -> None:
-        """Advance to the episode count of ``metrics`` and show its statistics."""
+        """Advance to the update of ``metrics``, show its statistics, and a line for its greedy
+        check and for each alarm it raised (an alarm is raised once, when it starts)."""
         if self.quiet:
             return
-        done = int(metrics.get("episodes") or 0)
         update = metrics.get("update")
+        done = update if isinstance(update, int) else 0
         stats = stats_line(metrics)
         if self._progress is not None:
             # One line, cut with an ellipsis rather than wrapped mid-figure on a narrow terminal.
@@ -152,4 +204,9 @@ class LiveDisplay:
               or time.monotonic() - self._last_report >= PLAIN_REPORT_SECONDS):
             self._next_report = done + max(1, self.total // 10)
             self._last_report = time.monotonic()
-            say(f"update {update}: {done}/{self.total} episodes | {stats}", console=self.console)
+            say(f"update {update}/{self.total}: {metrics.get('episodes')} episodes | {stats}",
+                console=self.console)
+        if isinstance(metrics.get("check"), dict):
+            self.log(check_line(metrics["check"]), style="green" if metrics["check"].get("solved") else None)
+        for alarm in metrics.get("alarms") or []:
+            self.log(alarm_line(alarm), style="yellow")

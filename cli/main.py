@@ -118,14 +118,31 @@ def train(
              "cache kept across turns) or N (at least the last N turns).",
         show_default="the newest observation alone",
     ),
+    updates: int | None = typer.Option(
+        None, min=1, help="Training updates in total (with --episodes: whichever comes first).",
+        show_default="per env",
+    ),
     episodes: int | None = typer.Option(
-        None, min=1, help="Training episodes in total.", show_default="per env"
+        None, min=1, help="Training episodes in total (with --updates: whichever comes first).",
+        show_default="per env",
     ),
     num_envs: int | None = typer.Option(
         None, "--num-envs", min=1, help="Envs stepped together.", show_default="per env"
     ),
     minutes: float | None = typer.Option(
-        None, help="Time budget of this session; the run stops cleanly when it is spent.",
+        None, help="Cap on this session's wall time: the update in progress at the cap is dropped "
+                   "and --resume replays it.", show_default="none",
+    ),
+    until: float | None = typer.Option(
+        None, help="Stop once the mean greedy return on held-out episodes reaches RETURN.",
+        metavar="RETURN", show_default="the env's solved threshold",
+    ),
+    check_every: int | None = typer.Option(
+        None, "--check-every", min=0, help="Greedy check every K updates (0: no early stop).",
+        metavar="K", show_default="per env",
+    ),
+    check_episodes: int | None = typer.Option(
+        None, "--check-episodes", min=1, help="Held-out greedy episodes per check.", metavar="M",
         show_default="per env",
     ),
     lr: float | None = typer.Option(None, help="Learning rate.", show_default="the algorithm's"),
@@ -182,8 +199,12 @@ def train(
         "model": model,
         "mode": mode.value if mode else None,
         "history": history,
+        "updates": updates,
         "episodes": episodes,
         "minutes": minutes,
+        "until": until,
+        "check_every": check_every,
+        "check_episodes": check_episodes,
         "num_envs": num_envs,
         "lr": lr,
         "seed": seed,

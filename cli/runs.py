@@ -165,9 +165,11 @@ def mean_and_stderr(values: list[float]) -> tuple[float, float]:
 
 
 def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Training summary from metrics records: first/last/best windowed return and totals."""
+    """Training summary from metrics records: first/last/best windowed return and totals, the last
+    greedy check (``check``: the one that solved the env, in a solved run) and every alarm the
+    updates raised (``alarms``, each with its update, in order)."""
     if not records:
-        return {"updates": 0, "episodes": 0}
+        return {"updates": 0, "episodes": 0, "alarms": []}
     last = records[-1]
     returns = [r["return_mean"] for r in records if isinstance(r.get("return_mean"), (int, float))]
     summary: dict[str, Any] = {
@@ -188,6 +190,10 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     for key in ("length_mean", "invalid_rate", "decisions_per_s", "kl", "entropy"):
         if key in last:
             summary[f"last_{key}"] = last[key]
+    checks = [r["check"] for r in records if isinstance(r.get("check"), dict)]
+    if checks:
+        summary["check"] = checks[-1]
+    summary["alarms"] = [alarm for r in records for alarm in r.get("alarms") or [] if isinstance(alarm, dict)]
     return summary
 
 

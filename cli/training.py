@@ -28,7 +28,7 @@ import typer
 from textgym import distributed
 from textgym.cli import config as run_config
 from textgym.cli import runs, stopping
-from textgym.cli.display import LiveDisplay
+from textgym.cli.display import LiveDisplay, plan_line
 from textgym.cli.envtools import (
     check_env_kwargs,
     recorded_env_id,
@@ -41,11 +41,11 @@ from textgym.cli.modelcheck import check_model
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
-# What a resumed run may change: its budget, how it reports, and where and in which precision
-# the model runs. Everything else (env, model, quantization, algorithm and its settings) comes
-# from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("episodes", "minutes", "plot_every", "sample_every", "eval_episodes",
-                         "device", "dtype")
+# What a resumed run may change: its budget and when it stops, how it reports, and where and in
+# which precision the model runs. Everything else (env, model, quantization, algorithm and its
+# settings) comes from the run's checkpoint.
+_CHANGEABLE_ON_RESUME = ("updates", "episodes", "minutes", "until", "check_every", "check_episodes",
+                         "check_max_steps", "plot_every", "sample_every", "eval_episodes", "device", "dtype")
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
@@ -67,7 +67,10 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
         refuse_env_import(merged.env, f"config file {config_file}",
                           f"textgym train {merged.env} --config {config_file}")
     env_id = resolve_env(merged.env)
-    cfg = run_config.resolve(_env_defaults(env_id, merged.mode), file_layer, flags)
+    defaults = _env_defaults(env_id, merged.mode)
+    if run_config.gives_budget(file_layer) or run_config.gives_budget(flags):
+        defaults = run_config.without_budget(defaults)  # the budget given replaces the env's
+    cfg = run_config.resolve(defaults, file_layer, flags)
     cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
 
@@ -119,6 +122,8 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
                 f"was started with {old_value!r} (a resumed run may only change "
                 f"{', '.join(_CHANGEABLE_ON_RESUME)})"
             )
+    if run_config.gives_budget(given):
+        saved = run_config.without_budget(saved)  # a new budget replaces the run's as a whole
     cfg = run_config.resolve(saved, file_layer, flags)
     cfg.env = given.get("env") or recorded_env_id(saved["env"], resolve_env(saved["env"]))
     return run_config.validate(cfg)
@@ -456,13 +461,27 @@ def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
         say(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}")
 
 
+def planned_updates(cfg: run_config.RunConfig, episodes_per_update: int) -> int:
+    """The number of the run's last update: its ``updates``, or the update that completes its
+    ``episodes``, whichever comes first."""
+    limits = [cfg.updates] if cfg.updates is not None else []
+    if cfg.episodes is not None:
+        limits.append(-(-cfg.episodes // episodes_per_update))
+    return min(limits)
+
+
+#: summary.json's status for each reason Trainer.train stopped (a callback stop is a signal's).
+_STATUS = {"budget": "complete", "solved": "solved", "time_limit": "time_limit", "callback": "interrupted"}
+
+
 def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
            stop_after: int | None) -> None:
     from textgym.cli.plotting import plot_runs
 
     process = trainer.process
-    total = int(cfg.episodes or 0)
-    done = trainer.episodes_seen
+    total = planned_updates(cfg, trainer.config.episodes_per_update)
+    done = trainer.update_count
+    early_stop = run_config.early_stop(cfg)
     updates_this_session = 0
     started = time.monotonic()
     status = "complete"
@@ -480,49 +499,48 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
-    remaining = total - done
-    seconds = cfg.minutes * 60 if cfg.minutes else None
     with display, StopSignals(display.log) as stop:
-        last_update_end = time.monotonic()
+        display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
+                              early_stop.until if early_stop else None,
+                              early_stop.every if early_stop else None,
+                              early_stop.episodes if early_stop else None))
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
-            nonlocal updates_this_session, last_update_end
+            nonlocal updates_this_session
             updates_this_session += 1
-            now = time.monotonic()
-            update_seconds, last_update_end = now - last_update_end, now
             display.update(metrics)
             if (updates_this_session % cfg.plot_every == 0
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
                 redraw()
             if stop_after is not None and updates_this_session >= stop_after:
                 stop.request("Ctrl-C")
-            # Stop when the next update would likely end past the time budget.
-            out_of_time = seconds is not None and now - started + update_seconds > seconds
-            return not (stop.requested or out_of_time)
+            return not stop.requested
 
-        if remaining > 0:
+        if total > done:
             try:
-                # With several processes, a stop any of them asks for stops all (Trainer.train).
-                trainer.train(episodes=remaining, seconds=seconds, callback=callback)
+                # The time cap, the greedy check and a stop any process asks for stop all of them
+                # after the same update (Trainer.train).
+                trainer.train(updates=total - done, seconds=cfg.minutes * 60 if cfg.minutes else None,
+                              callback=callback, early_stop=early_stop)
             except Exception as exc:
                 # The last periodic checkpoint stays; say so in the summary, then fail.
                 if process.is_main:
-                    _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started)
+                    _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started,
+                                   planned=total)
                 raise
+            status = _STATUS[trainer.stopped_by]
         else:
-            display.log(f"the run already has {done} of {total} episodes")
+            display.log(f"the run already has {done} of {total} updates")
         reason = _agreed_stop_reason(stop.reason, process)
         if reason is not None:
             status = "interrupted"
-        elif trainer.episodes_seen < total:  # the time budget ran out first
-            status = "time_limit"
         trainer.save_checkpoint(run_dir / CHECKPOINT)
         redraw()
 
     summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display,
-                             stopped_by=reason, processes=processes)
-    where = (f"after update {summary.get('updates')} ({summary.get('episodes')} of {total} "
+                             stopped_by=reason, processes=processes, planned=total)
+    where = (f"after update {summary.get('updates')} of {total} ({summary.get('episodes')} "
              f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
     if status == "interrupted":
         if not process.is_main:  # exit 0: a launcher kills the others when one process fails
@@ -532,13 +550,18 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         raise typer.Exit(stopping.exit_code(reason))
     if status == "time_limit":
         if not quiet:
-            say(f"textgym: time budget of {cfg.minutes:g} min reached {where}")
+            say(f"textgym: time cap of {cfg.minutes:g} min reached {where}")
         return
     if not quiet:
         first, last = summary.get("first_return_mean"), summary.get("last_return_mean")
         trend = f"; mean return {first:.3g} -> {last:.3g}" if first is not None else ""
         updates = summary.get("updates")
-        say(f"textgym: done: {updates} update{'' if updates == 1 else 's'}, "
+        head = "done"
+        if status == "solved":
+            check = summary["check"]
+            head = (f"solved: greedy return {check['return_mean']:.3g} >= {check['until']:g} on "
+                    f"{check['episodes']} held-out episodes")
+        say(f"textgym: {head}: {updates} update{'' if updates == 1 else 's'}, "
             f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
 
 
@@ -551,16 +574,18 @@ def _agreed_stop_reason(reason: str | None, process: distributed.ProcessContext)
 def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, started: float,
                    trainer: Any = None, display: LiveDisplay | None = None,
                    stopped_by: str | None = None,
-                   processes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Write ``summary.json``: the run's outcome, from metrics.jsonl (and a final greedy
-    evaluation when ``eval_episodes`` is set and the run is complete). ``stopped_by``: the
-    Ctrl-C or SIGTERM that stopped an interrupted run; ``processes``: where each training
-    process ran (host and PID, in rank order). With a trainer of several processes, every one
-    calls this (each plays its share of the evaluation) and the main one writes."""
+                   processes: list[dict[str, Any]] | None = None,
+                   planned: int | None = None) -> dict[str, Any]:
+    """Write ``summary.json``: the run's outcome, from metrics.jsonl (its last greedy check and
+    every alarm raised, too), and a final greedy evaluation when ``eval_episodes`` is set and the
+    run is complete or solved. ``stopped_by``: the Ctrl-C or SIGTERM that stopped an
+    interrupted run; ``processes``: where each training process ran (host and PID, in rank
+    order); ``planned``: the run's last planned update. With a trainer of several processes,
+    every one calls this (each plays its share of the evaluation) and the main one writes."""
     from textgym.cli.plotting import read_metrics
 
     evaluation = None
-    if status == "complete" and cfg.eval_episodes and trainer is not None:
+    if status in ("complete", "solved") and cfg.eval_episodes and trainer is not None:
         if display is not None:
             display.log(f"evaluating greedily on {cfg.eval_episodes} held-out episodes...")
         evaluation = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
@@ -575,7 +600,10 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         "model": cfg.model,
         "mode": cfg.mode,
         "lora": cfg.lora,
+        "updates_planned": planned,
         "episodes_planned": cfg.episodes,
+        "minutes": cfg.minutes,
+        "until": cfg.until if cfg.check_every != 0 else None,
         **runs.summarize_metrics(records),
         "session_seconds": round(time.monotonic() - started, 3),
         "checkpoint": str(run_dir / CHECKPOINT),

@@ -180,7 +180,8 @@ def trainers(ctx, report: dict) -> None:
 
 def train_loop(ctx, report: dict, out: Path) -> None:
     """Trainer.train in 2 processes: the episodes each rank plays, a stop only rank 1 asks for,
-    the metrics and checkpoint files (written by rank 0), and a resume of that checkpoint."""
+    the metrics and checkpoint files (written by rank 0), a resume of that checkpoint, and a
+    rollout cut by the time cap on rank 1 only."""
     import textgym
     from textgym import distributed
     from textgym.trainers import make_trainer
@@ -193,8 +194,8 @@ def train_loop(ctx, report: dict, out: Path) -> None:
     seeds: list = []
     collect = trainer.collect
 
-    def collect_and_record():
-        rollout = collect()
+    def collect_and_record(stop=None):
+        rollout = collect(stop=stop)
         seeds.append(sorted(ep.seed for ep in rollout.episodes))
         return rollout
 
@@ -210,6 +211,12 @@ def train_loop(ctx, report: dict, out: Path) -> None:
     resumed = textgym.trainers.Trainer.resume(out / "run" / "checkpoint", process=ctx)
     report["resumed_checksum"] = distributed.checksum(resumed.optimized_parameters())
     report["resumed_update_count"] = resumed.update_count
+    # a time cap only rank 1 reaches, inside its rollout: both ranks drop the update
+    resumed_collect = resumed.collect
+    resumed.collect = lambda stop=None: resumed_collect(stop=(lambda: True) if ctx.rank == 1 else stop)
+    history = resumed.train(updates=1, seconds=3600)
+    report["cut"] = {"updates": len(history), "stopped_by": resumed.stopped_by,
+                     "update_count": resumed.update_count}
 
 
 def wait_for_signal(rank: int, report: dict, out: Path) -> None:

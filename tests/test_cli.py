@@ -508,13 +508,13 @@ def test_interrupted_run_resumes_where_it_stopped(cli, tmp_path, fast_config):
     assert state["update_count"] == 3 and state["episodes_seen"] == 24
     assert json.loads((run / "summary.json").read_text())["status"] == "complete"
 
-    # a finished run continues with a bigger budget; a time budget stops it cleanly
+    # a finished run continues with a bigger budget; a time cap stops it cleanly
     result = cli("train", "--resume", run, "--episodes", "800", "--minutes", "0.001")
     assert result.exit_code == 0, result.output
     updates = [m["update"] for m in lines_of(run / "metrics.jsonl")]
-    assert updates == list(range(1, len(updates) + 1)) and 4 <= len(updates) < 100
-    assert (f"time budget of 0.001 min reached after update {len(updates)} "
-            f"({8 * len(updates)} of 800 episodes)") in result.stdout
+    assert updates == list(range(1, len(updates) + 1)) and 3 <= len(updates) < 100
+    assert (f"time cap of 0.001 min reached after update {len(updates)} of 100 "
+            f"({8 * len(updates)} episodes)") in result.stdout
     assert json.loads((run / "summary.json").read_text())["status"] == "time_limit"
     import tomllib
 
@@ -555,12 +555,12 @@ def test_live_display_on_a_terminal_shows_progress_stats_and_samples():
 
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=200)
-    with LiveDisplay(total=40, quiet=False, sample_every=2, console=console) as display:
+    with LiveDisplay(total=4, quiet=False, sample_every=2, console=console) as display:
         assert display.live
         for update in (1, 2, 3, 4):
             display.update(_metrics(update, 10 * update))
     out = buffer.getvalue()
-    assert "40/40" in out and "episodes" in out
+    assert "4/4" in out and "updates" in out
     assert "return 1" in out and "invalid 12.5%" in out and "12.5 dec/s" in out
     assert "update 2 sample:" in out and "'Color: red.' -> 'cat' (reward 1)" in out
     assert "update 1 sample:" not in out
@@ -576,13 +576,13 @@ def test_live_display_keeps_bar_count_and_eta_readable_at_80_columns():
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=80, color_system=None)
     metrics = {**_metrics(3, 120), "win_rate": 0.5, "kl": 0.00123, "length_mean": 21.4}
-    with LiveDisplay(total=400, console=console, description="ConnectFour-v3") as display:
+    with LiveDisplay(total=12, console=console, description="ConnectFour-v3") as display:
         display.update(metrics)
     # the last frame: the bar line, then the statistics on their own line
     frame = buffer.getvalue().rsplit("\x1b[2K", 1)[-1].splitlines()
     bar, stats = frame[0], frame[1]
     assert len(bar) <= 80 and len(stats) <= 80
-    assert bar.startswith("ConnectFour-v3 ━") and "120/400 episodes" in bar
+    assert bar.startswith("ConnectFour-v3 ━") and "3/12 updates" in bar
     assert "eta 0:00:" in bar or "eta -:--:--" in bar
     assert stats.startswith("update 3 | return 0.75 | win 50% | len 21.4 | invalid 12.5%")
 
@@ -594,8 +594,8 @@ def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet():
 
     from textgym.cli.display import LiveDisplay
 
-    plain = LiveDisplay(total=100, console=Console(file=io.StringIO(), force_terminal=False))
-    quiet = LiveDisplay(total=100, quiet=True,
+    plain = LiveDisplay(total=50, console=Console(file=io.StringIO(), force_terminal=False))
+    quiet = LiveDisplay(total=50, quiet=True,
                         console=Console(file=io.StringIO(), force_terminal=True))
     assert not plain.live and not quiet.live
     for display in (plain, quiet):
@@ -607,8 +607,8 @@ def test_live_display_is_plain_off_a_terminal_and_silent_when_quiet():
     lines = plain.console.file.getvalue().splitlines()
     progress = [line for line in lines if line.startswith("update ")]
     assert len(progress) == 10                    # one line per tenth of the run, not 50
-    assert progress[0].startswith("update 5: 10/100 episodes | return 1.25 |")
-    assert progress[-1].startswith("update 50: 100/100 episodes")
+    assert progress[0].startswith("update 5/50: 10 episodes | return 1.25 |")
+    assert progress[-1].startswith("update 50/50: 100 episodes")
     assert lines[-1] == "Stopping after this update."  # no markup, no colour codes
 
 
@@ -791,10 +791,16 @@ def test_train_starts_from_the_settings_registered_with_the_env():
 
     cfg = training._new_config({}, {"env": "cartpole"}, None)
     registered = training_defaults("textgym/CartPole-v1", "score")
-    assert (cfg.episodes, cfg.num_envs, cfg.minutes) == (registered.episodes, registered.num_envs,
-                                                          registered.minutes)
+    assert (cfg.updates, cfg.episodes, cfg.minutes) == (registered.updates, None, None) == (12, None, None)
+    assert (cfg.until, cfg.check_every, cfg.check_episodes, cfg.check_max_steps) == (
+        registered.until, registered.check_every, registered.check_episodes, registered.check_max_steps)
+    assert cfg.num_envs == registered.num_envs
     assert cfg.env_kwargs == {"shaping": 1.0} and cfg.trainer["gamma"] == 0.3
     flagged = training._new_config({"trainer": {"gamma": 0.9}}, {"env": "cartpole", "episodes": 16},
                                  None)
     assert flagged.episodes == 16 and flagged.trainer["gamma"] == 0.9      # file and flags win
-    assert flagged.trainer["episodes_per_update"] == 16                     # the rest stays
+    assert flagged.updates is None                                          # a budget given replaces the env's
+    assert flagged.trainer["episodes_per_update"] == 16 and flagged.until == 195   # the rest stays
+    assert training.planned_updates(flagged, 16) == 1
+    both = training._new_config({"updates": 5}, {"env": "cartpole", "episodes": 48}, None)
+    assert (both.updates, both.episodes, training.planned_updates(both, 16)) == (5, 48, 3)  # whichever first

@@ -11,7 +11,8 @@ import pytest
 
 from test_cli import cli, lines_of, one_error_line, run_script  # noqa: F401 (cli is a fixture)
 
-# The tiny model learns the bandit in ~20-30 updates of 32 episodes at this learning rate.
+# The tiny model learns the bandit in ~20-30 updates of 32 episodes at this learning rate (its
+# greedy play, which the env's early-stop check measures, sooner).
 LEARN = """model = "tiny"
 lr = 3e-3
 num_envs = 16
@@ -37,20 +38,24 @@ def test_two_processes_learn_the_bandit_and_the_run_resumes_in_one(cli, tmp_path
     assert len(set(pids)) == 2 and os.getpid() not in pids
     # the main process wrote exactly one metrics line per update, over both processes' episodes
     metrics = lines_of(run / "metrics.jsonl")
-    assert [m["update"] for m in metrics] == list(range(1, 41))
-    assert [m["episodes"] for m in metrics] == [32 * u for u in range(1, 41)]
+    solved_at = len(metrics)
+    assert [m["update"] for m in metrics] == list(range(1, solved_at + 1))
+    assert [m["episodes"] for m in metrics] == [32 * u for u in range(1, solved_at + 1)]
     assert all(m["world_size"] == 2 for m in metrics)
-    # it learned: greedy return on held-out seeds (both processes played half of them)
-    assert summary["status"] == "complete" and summary["updates"] == 40
+    # it learned, and both processes stopped at the update whose greedy check (Bandit's: 32
+    # held-out episodes, half each) reached the env's threshold, 0.9
+    assert summary["status"] == "solved" and summary["updates"] == solved_at < 40
+    assert summary["check"] == metrics[-1]["check"] and summary["check"]["episodes"] == 32
+    assert [m["check"]["solved"] for m in metrics if "check" in m][-1] is True
     assert summary["eval"]["episodes"] == 64
     assert summary["first_return_mean"] < 0.7 and summary["eval"]["return_mean"] >= 0.9, summary
 
     # the checkpoint of the 2-process run continues in 1 process (no launcher)
-    result = cli("train", "--resume", run, "--episodes", "1344", "--quiet")
+    result = cli("train", "--resume", run, "--updates", str(solved_at + 2), "--check-every", "0", "--quiet")
     assert result.exit_code == 0, result.output
     metrics = lines_of(run / "metrics.jsonl")
-    assert [m["update"] for m in metrics] == list(range(1, 43))
-    assert metrics[-1]["episodes"] == 1344 and "world_size" not in metrics[-1]
+    assert [m["update"] for m in metrics] == list(range(1, solved_at + 3))
+    assert metrics[-1]["episodes"] == 32 * (solved_at + 2) and "world_size" not in metrics[-1]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "complete" and [p["pid"] for p in summary["processes"]] == [os.getpid()]
     assert summary["eval"]["return_mean"] >= 0.9
@@ -64,7 +69,7 @@ def test_a_stop_reaches_every_process_and_is_said_once(tmp_path):
                         "--quiet", "--stop-after", "2", timeout=240)
     assert result.returncode == 130, result.stderr
     stopped = [line for line in result.stderr.splitlines() if "stopped by Ctrl-C" in line]
-    assert len(stopped) == 1 and "after update 2 (16 of 64 episodes)" in stopped[0]
+    assert len(stopped) == 1 and "after update 2 of 8 (16 episodes)" in stopped[0]
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "interrupted" and summary["stopped_by"] == "Ctrl-C"

@@ -257,3 +257,5 @@ def test_training_in_two_processes_stops_together_and_writes_once(trainer_report
     assert state["update_count"] == 2 and state["episodes_seen"] == 12
     assert rank0["resumed_checksum"] == rank1["resumed_checksum"] == rank0["checksum"]
     assert rank0["resumed_update_count"] == rank1["resumed_update_count"] == 2
+    # the time cap came inside rank 1's rollout only: both dropped that update
+    assert rank0["cut"] == rank1["cut"] == {"updates": 0, "stopped_by": "time_limit", "update_count": 2}

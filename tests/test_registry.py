@@ -110,7 +110,8 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
     from textgym.registry import GENERIC_TRAINING_DEFAULTS, TrainingDefaults, training_defaults
 
     cartpole = training_defaults("cartpole")
-    assert (cartpole.episodes, cartpole.num_envs, cartpole.lr) == (400, 8, 2e-4)
+    assert (cartpole.updates, cartpole.episodes, cartpole.minutes) == (12, None, None)  # no time budget
+    assert (cartpole.until, cartpole.check_max_steps, cartpole.num_envs, cartpole.lr) == (195.0, 200, 8, 2e-4)
     assert cartpole.trainer["gamma"] == 0.3 and cartpole.env_kwargs == {"shaping": 1.0}
     info = {i.id: i for i in textgym.list_envs()}["textgym/CartPole-v1"]
     assert info.training_defaults.trainer == cartpole.trainer
@@ -127,7 +128,12 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
     textgym.register("mine/Colors-v0", "textgym.envs.bandit:make_bandit", training_defaults=mine)
     score = training_defaults("mine/Colors-v0", "score")
     generate = training_defaults("mine/Colors-v0", "generate")
-    assert (score.lr, score.trainer["gamma"], score.episodes) == (1e-3, 0.9, 256)   # unset: generic
+    assert (score.lr, score.trainer["gamma"], score.updates) == (1e-3, 0.9, 8)   # unset: generic
+    assert score.until is None                                                    # no early stop
+    # a budget the env chose stays the only one
+    textgym.register("mine/Colors-v2", "textgym.envs.bandit:make_bandit",
+                     training_defaults=TrainingDefaults(episodes=64))
+    assert (training_defaults("mine/Colors-v2").episodes, training_defaults("mine/Colors-v2").updates) == (64, None)
     assert (generate.lr, generate.trainer, generate.policy) == (
         1e-4, {"gamma": 1.0, "episodes_per_update": 8}, {"temperature": 0.7})
     assert generate.modes == {} and mine.trainer["gamma"] == 0.9       # the registered one is intact

@@ -92,19 +92,32 @@ class TrainingDefaults:
     the config file and the flags), and Python users and ``bench/`` scripts read them with
     :func:`training_defaults`.
 
+    Budgets are in updates (or episodes), so a default run does the same work on any machine;
+    ``minutes`` is an optional cap. ``until`` is the env's solved threshold: the default of
+    ``textgym train --until`` (training stops once a greedy check reaches it) and what the
+    collapse alarms (:mod:`textgym.trainers.alarms`) compare the return with.
+
     Example:
-        >>> d = TrainingDefaults(episodes=512, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
+        >>> d = TrainingDefaults(updates=16, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
         ...                      modes={"generate": {"lr": 1e-4, "trainer": {"gamma": 1.0}}})
         >>> g = d.for_mode("generate")
         >>> g.lr, g.trainer
         (0.0001, {'episodes_per_update': 32, 'gamma': 1.0})
-        >>> d.for_mode("score") == TrainingDefaults(episodes=512, num_envs=16, lr=3e-4,
+        >>> d.for_mode("score") == TrainingDefaults(updates=16, num_envs=16, lr=3e-4,
         ...                                          trainer={"episodes_per_update": 32})
         True
 
     Args:
-        episodes: total training episodes.
-        minutes: a time budget for one training session (``None``: none).
+        updates: total training updates (each of the trainer's ``episodes_per_update`` episodes).
+        episodes: total training episodes (with ``updates``, whichever comes first).
+        minutes: a cap on the wall time of one training session (``None``: none).
+        until: the solved threshold, a mean greedy return (``None``: the env has none, and runs do
+            not stop early).
+        check_every: check greedily every this many updates whether ``until`` is reached
+            (``None``: :class:`textgym.trainers.early_stop.EarlyStop`'s default).
+        check_episodes: held-out greedy episodes per check (``None``: ``EarlyStop``'s default).
+        check_max_steps: cap on the length of a check's episodes (``None``: the env's own limit);
+            keep it where a capped return still says "solved" (CartPole: 200 steps for 195).
         num_envs: envs stepped together (one forward pass per vector step).
         lr: the learning rate (``None``: the algorithm's default).
         trainer: fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`),
@@ -120,8 +133,13 @@ class TrainingDefaults:
         ValueError: a mode overrides a setting that does not exist.
     """
 
+    updates: int | None = None
     episodes: int | None = None
     minutes: float | None = None
+    until: float | None = None
+    check_every: int | None = None
+    check_episodes: int | None = None
+    check_max_steps: int | None = None
     num_envs: int | None = None
     lr: float | None = None
     trainer: Mapping[str, Any] = field(default_factory=dict)
@@ -156,8 +174,8 @@ class TrainingDefaults:
 
 
 #: What :func:`training_defaults` gives for an env that registered none, and what fills the
-#: settings an env leaves unset.
-GENERIC_TRAINING_DEFAULTS = TrainingDefaults(episodes=256, num_envs=8)
+#: settings an env leaves unset (``updates`` only when the env sets no budget at all).
+GENERIC_TRAINING_DEFAULTS = TrainingDefaults(updates=8, num_envs=8)
 
 
 @dataclass(frozen=True)
@@ -371,7 +389,9 @@ def training_defaults(id: str, mode: str | None = None) -> TrainingDefaults:
         return GENERIC_TRAINING_DEFAULTS.for_mode(mode)
     chosen = registered.for_mode(mode)
     unset = {name: getattr(GENERIC_TRAINING_DEFAULTS, name)
-             for name in ("episodes", "minutes", "num_envs", "lr") if getattr(chosen, name) is None}
+             for name in ("minutes", "num_envs", "lr") if getattr(chosen, name) is None}
+    if chosen.updates is None and chosen.episodes is None:  # a budget the env chose stays the only one
+        unset["updates"] = GENERIC_TRAINING_DEFAULTS.updates
     return dataclasses.replace(chosen, **unset)
 
 

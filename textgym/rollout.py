@@ -138,7 +138,7 @@ class Rollout:
     ``answer_tokens``, ``model_tokens`` (all real tokens run through the model), ``seconds``,
     ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``."""
     unfinished: list[Episode] = field(default_factory=list)
-    """``steps=`` mode: episodes still running when the budget was spent."""
+    """Episodes still running when a ``steps=`` budget was spent or ``stop=`` ended the rollout."""
 
     @property
     def steps(self) -> list[Step]:
@@ -176,7 +176,8 @@ _COUNTED = ("prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_toke
 
 
 def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
-         max_decisions: int | None = None, seed: int | None = None) -> dict[str, float]:
+         max_decisions: int | None = None, seed: int | None = None,
+         stop: Callable[[], bool] | None = None) -> dict[str, float]:
     """Until no slot requests a decision: one ``policy.act`` call for every pending request, and
     each answer handed back to its slot. Returns the stats of the run (see :attr:`Rollout.stats`,
     without ``episodes``).
@@ -187,6 +188,8 @@ def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
         greedy: act greedily (evaluation).
         max_decisions: stop after exactly this many decisions.
         seed: reseed the policy's sampling first (when it has ``seed()``).
+        stop: asked before each step; once it returns ``True``, play stops there, leaving the
+            slots' episodes unfinished (a trainer's time cap).
     """
     if seed is not None and hasattr(policy, "seed"):
         policy.seed(int(seed))
@@ -199,7 +202,7 @@ def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
         pending = [(slot, request) for slot in slots if (request := slot.request()) is not None]
         if max_decisions is not None:
             pending = pending[:max(0, max_decisions - decisions_made)]
-        if not pending:
+        if not pending or (stop is not None and stop()):
             break
         conversations = [r.conversation for _, r in pending]
         in_conversation = {"conversations": conversations} if any(c is not None for c in conversations) else {}
@@ -315,7 +318,8 @@ def _sub_envs(envs: Envs) -> list[gym.Env]:
 
 def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps: int | None = None,
             seed: int | Sequence[int | None] | None = None, greedy: bool = False,
-            schedule: Sequence[Sequence[int | None]] | None = None) -> Rollout:
+            schedule: Sequence[Sequence[int | None]] | None = None,
+            stop: Callable[[], bool] | None = None) -> Rollout:
     """Play episodes with ``policy`` on the sub-envs of ``venv``; one ``policy.act`` call per vector step.
 
     ``episodes=N``: episode ``j`` is played by sub-env ``j % num_envs``, so every sub-env plays its
@@ -344,6 +348,8 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
         greedy: act greedily (evaluation).
         schedule: per sub-env, the seeds of the episodes it plays (instead of ``episodes``,
             ``steps`` and ``seed``); the policy's sampling is seeded with the first seed given.
+        stop: asked before each vector step; once it returns ``True`` the rollout ends there, with
+            fewer episodes than planned (the ones still running go to ``Rollout.unfinished``).
     """
     envs = _sub_envs(venv)
     n = len(envs)
@@ -391,7 +397,7 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     else:
         for slot in slots:
             slot.start()
-    stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed)
+    stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed, stop=stop)
     stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

@@ -341,9 +341,10 @@ def scripted_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
 
 #: Recommended training settings against the random opponent from a random seat: rewards
 #: +1/-1/0 come at the end of a game (gamma 1), 64 games per update (~230 decisions), and lr 1e-3
-#: (2e-4 barely moved the policy in as many updates).
+#: (2e-4 barely moved the policy in as many updates); 8 updates is what the earlier 10-minute
+#: budget allowed on a quiet 2-core machine.
 TICTACTOE_TRAINING_DEFAULTS = TrainingDefaults(
-    episodes=1024, minutes=10, num_envs=16, lr=1e-3,
+    updates=8, num_envs=16, lr=1e-3,
     trainer={"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
              "metrics_window": 128, "lora_layers": 8},
 )

@@ -30,6 +30,7 @@ from textgym.trainers.config import (
     TrainConfig,
     config_for,
 )
+from textgym.trainers.early_stop import EarlyStop
 from textgym.trainers.grpo import GRPOTrainer
 from textgym.trainers.ppo import PPOTrainer
 from textgym.trainers.reinforce import ReinforceTrainer
@@ -76,6 +77,7 @@ def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | Non
 __all__ = [
     "CONFIGS",
     "TRAINERS",
+    "EarlyStop",
     "GRPOConfig",
     "GRPOTrainer",
     "PPOConfig",

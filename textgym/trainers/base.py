@@ -8,8 +8,11 @@ minibatch) and :meth:`Trainer.optimize` (the minibatch loop of
 :mod:`~textgym.trainers.optimization`, where every optimizer step happens). What the base keeps:
 LoRA set-up (through :mod:`textgym.lora`), the learning-rate schedule, the per-update metrics
 (assembled in :meth:`Trainer.update`, the one place), warm start and online SFT
-(:mod:`~textgym.trainers.sft`), greedy evaluation (:mod:`~textgym.trainers.evaluation`) and
-checkpoints (:mod:`~textgym.trainers.checkpoint`).
+(:mod:`~textgym.trainers.sft`), greedy evaluation (:mod:`~textgym.trainers.evaluation`),
+checkpoints (:mod:`~textgym.trainers.checkpoint`), and what :meth:`Trainer.train` stops on: its
+budgets (updates, episodes, a time cap checked inside an update too) and the greedy check of
+:mod:`~textgym.trainers.early_stop`; every update's metrics carry the collapse alarms of
+:mod:`~textgym.trainers.alarms` it raised.
 
 Data parallelism (:mod:`textgym.distributed`): started by a launcher (``textgym train --processes
 N``, ``torchrun``, ``accelerate launch``), every process builds the same trainer, which then plays
@@ -22,6 +25,7 @@ is communicated and the numbers are those of a plain single-process run.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 import time
@@ -29,7 +33,7 @@ import warnings
 from collections import deque
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
@@ -38,9 +42,11 @@ from textgym import distributed, lora
 from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Policy
-from textgym.rollout import Envs, Episode, Rollout, collect
+from textgym.rollout import Envs, Episode, Rollout, Step, collect
+from textgym.trainers import alarms
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import SFTConfig, TrainConfig, config_for
+from textgym.trainers.early_stop import CheckResult, EarlyStop
 from textgym.trainers.evaluation import evaluate_greedy
 from textgym.trainers.metrics import METRICS_FILE, MetricsWriter
 from textgym.trainers.optimization import LossFn, lr_factor, run_minibatches
@@ -54,6 +60,16 @@ _SEEDS_PER_UPDATE = 10_000
 
 EpisodeRecord = tuple[float, int, int, "str | None"]
 """What the metrics window keeps of an episode: (env return, length, invalid answers, outcome)."""
+
+StopReason = Literal["budget", "solved", "time_limit", "callback"]
+"""Why :meth:`Trainer.train` returned: its updates or episodes were spent, the greedy check
+passed, the time cap came (the update in progress dropped), or the callback returned ``False``."""
+
+
+def answer_of(step: Step) -> str:
+    """The answer a decision amounts to: the action the env parsed from it, else its text."""
+    name = (step.parse or {}).get("action_name")
+    return str(name) if name is not None else step.decision.text.strip()
 
 
 def seed_everything(seed: int) -> None:
@@ -120,6 +136,14 @@ class Trainer:
         self._schedule_total = self.config.total_updates
         self.recent: deque[EpisodeRecord] = deque(maxlen=self.config.metrics_window)
         self.online_sft = OnlineSFT(self.config, self.process)
+        self.alarm_history: list[alarms.UpdateStats] = []
+        """What the collapse alarms read: one entry per update of the run (kept in checkpoints)."""
+        self.alarm_reference = alarms.Reference(solved=self._registered_until(), target_kl=self.config.target_kl)
+        """What the alarms compare with: the env's solved threshold (or the ``until`` of the
+        running :meth:`train`'s early stop) and ``target_kl``."""
+        self.stopped_by: StopReason | None = None
+        """Why the last :meth:`train` returned (``None`` before one)."""
+        self._check_envs: dict[tuple[int, int | None], Envs] = {}  # greedy_check's envs by (count, step cap)
 
         self._init_algorithm()
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=self.config.weight_decay)
@@ -151,6 +175,29 @@ class Trainer:
         return None
 
     # --- set-up --------------------------------------------------------------------------
+
+    def _registered_until(self) -> float | None:
+        """The env's solved threshold, registered with its training defaults (``None``: it has
+        none, or the trainer has no env id)."""
+        if self.env_id is None:
+            return None
+        import gymnasium as gym
+
+        from textgym.registry import training_defaults
+
+        try:
+            return training_defaults(self.env_id).until
+        except gym.error.Error:  # an env textgym's registry does not know
+            return None
+
+    def _env_action_count(self) -> int:
+        """How many action names the env offers (0 when unknown: no env, or none declared)."""
+        if self.venv is None:
+            return 0
+        try:
+            return len(self.venv.envs[0].get_wrapper_attr("action_names"))
+        except (AttributeError, TypeError, IndexError):
+            return 0
 
     def _prepare_model(self) -> torch.nn.Module:
         model = self.policy.model
@@ -208,61 +255,106 @@ class Trainer:
         """
         return self.config.episode_shard(self.process.world_size, self.process.rank)
 
-    def collect(self) -> Rollout:
+    def collect(self, stop: Callable[[], bool] | None = None) -> Rollout:
         """Play this process's share of ``config.episodes_per_update`` episodes with the current
-        policy (sampling); episode ``j`` of the update is reset with ``rollout_seed() + j``."""
+        policy (sampling); episode ``j`` of the update is reset with ``rollout_seed() + j``.
+
+        Args:
+            stop: asked before each vector step; once it returns ``True`` the rollout ends with
+                fewer episodes than planned (:meth:`train`'s time cap).
+        """
         self._need_env("collect")
         shard = self.episode_shard()
-        return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start)
+        return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
+                       stop=stop)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:
             raise ValueError(f"{what}() needs an env: make the trainer with env=<id or TextVectorEnv>")
 
     def train(self, episodes: int | None = None, updates: int | None = None, seconds: float | None = None,
-              callback: Callable[[dict[str, Any]], Any] | None = None) -> list[dict[str, Any]]:
-        """Collect and update until a budget is spent; returns the metrics of every update.
+              callback: Callable[[dict[str, Any]], Any] | None = None,
+              early_stop: EarlyStop | None = None) -> list[dict[str, Any]]:
+        """Collect and update until a budget is spent or the env is solved; returns the metrics of
+        every update. Why it returned is left in :attr:`stopped_by`.
 
-        With several processes, every one of them calls this; each stop (the time budget, a
-        callback returning ``False`` on any rank) is agreed by all of them, so they stop after the
-        same update.
+        Budgets in updates or episodes do the same work on any machine; ``seconds`` is a cap on
+        wall time, checked before each update and inside its rollout: when the cap comes while
+        episodes are being collected, the rollout stops there and that update is dropped, so the
+        trainer (and a checkpoint saved next) stays at the last complete update, and a resumed
+        run replays the same episodes. An update whose rollout was complete is finished.
+
+        With several processes, every one of them calls this; each stop (the time cap, the
+        greedy check, a callback returning ``False`` on any rank) is agreed by all of them, so
+        they stop after the same update (a rollout cut on one rank drops the update on all).
 
         Args:
             episodes: stop after this many more training episodes (of all processes).
             updates: stop after this many more updates.
-            seconds: stop after this much more wall time (checked between updates).
+            seconds: stop after this much more wall time (see above).
             callback: called with each update's metrics (on every process); returning ``False``
                 stops training (a ``KeyboardInterrupt`` raised in it propagates after the metrics
                 are written).
+            early_stop: check greedily every few updates and stop once solved
+                (:class:`~textgym.trainers.early_stop.EarlyStop`); its ``until`` is also the
+                collapse alarms' reference.
         """
         if episodes is None and updates is None and seconds is None:
             raise ValueError("train() needs a budget: episodes=, updates= or seconds=")
+        if early_stop is not None:
+            self._check_seeds_are_held_out(early_stop)
+            self.alarm_reference = dataclasses.replace(self.alarm_reference, solved=float(early_stop.until))
         if updates is not None and self.config.total_updates is None:
             self._schedule_total = self.update_count + updates
         start, episodes0, updates0 = time.monotonic(), self.episodes_seen, self.update_count
+        deadline = start + seconds if seconds is not None else None
+        out_of_time = (lambda: time.monotonic() >= deadline) if deadline is not None else None
         history: list[dict[str, Any]] = []
-        while True:
-            if episodes is not None and self.episodes_seen - episodes0 >= episodes:
+        self.stopped_by = None
+        while self.stopped_by is None:
+            if ((episodes is not None and self.episodes_seen - episodes0 >= episodes)
+                    or (updates is not None and self.update_count - updates0 >= updates)):
+                self.stopped_by = "budget"
                 break
-            if updates is not None and self.update_count - updates0 >= updates:
+            if out_of_time is not None and self.process.agree_to_stop(out_of_time()):
+                self.stopped_by = "time_limit"
                 break
-            if seconds is not None and self.process.agree_to_stop(time.monotonic() - start >= seconds):
+            rollout = self.collect(stop=out_of_time)
+            # The cap came inside the rollout (on any process): drop the partial update.
+            if self.process.agree_to_stop(len(rollout.episodes) < len(self.episode_shard())):
+                logger.info("time cap reached during update %d's rollout: update dropped", self.update_count + 1)
+                self.stopped_by = "time_limit"
                 break
-            rollout = self.collect()
-            metrics = self.update(rollout.episodes, stats=rollout.stats)
+            check = early_stop if early_stop is not None and early_stop.due(self.update_count + 1) else None
+            metrics = self.update(rollout.episodes, stats=rollout.stats, check=check)
             history.append(metrics)
             if (self.config.checkpoint_every and self.out_dir is not None
                     and self.update_count % self.config.checkpoint_every == 0):
                 self.save_checkpoint()
-            if self.process.agree_to_stop(callback is not None and callback(metrics) is False):
-                break
+            asked_to_stop = callback is not None and callback(metrics) is False
+            # The check's result is the same on every process; agreeing keeps the stop collective anyway.
+            if self.process.agree_to_stop(bool(metrics.get("check", {}).get("solved"))):
+                self.stopped_by = "solved"
+            elif self.process.agree_to_stop(asked_to_stop):
+                self.stopped_by = "callback"
         return history
 
-    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None) -> dict[str, Any]:
+    def _check_seeds_are_held_out(self, early_stop: EarlyStop) -> None:
+        seeds = early_stop.seeds()
+        if self.config.eval_seed in seeds or seeds.stop > _TRAIN_SEED_BASE:
+            raise ValueError(f"the early-stop check's seeds {seeds.start}..{seeds.stop - 1} must not reach the "
+                             f"evaluation seeds (from {self.config.eval_seed}) or the training seeds "
+                             f"(from {_TRAIN_SEED_BASE})")
+
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
         """One update of the policy from completed episodes; returns (and logs) its metrics.
 
         This is where every update's metrics are assembled, from the algorithm's losses, the
-        window of recent episodes and the rollout's throughput.
+        window of recent episodes, the rollout's throughput, the update's answers
+        (``top_answer``, ``top_answer_share``, ``answer_choices``), the greedy check if one is
+        asked for (``check``) and the collapse alarms the update raised (``alarms``, a list of
+        :class:`~textgym.trainers.alarms.Alarm` dicts, empty when none).
 
         With several processes, every one calls this with its own episodes; the metrics (the
         same on every process) are over all of them.
@@ -270,6 +362,7 @@ class Trainer:
         Args:
             episodes: ``textgym.rollout.Episode`` objects (their steps hold the decisions).
             stats: the rollout's ``stats`` (decisions, tokens, seconds) for throughput figures.
+            check: run this greedy check after the update (:meth:`greedy_check`).
         """
         episodes = list(episodes)
         if not episodes:
@@ -320,12 +413,34 @@ class Trainer:
                 metrics["tokens_per_s"] = tokens / seconds
         if self.process.is_distributed:
             metrics["world_size"] = self.process.world_size
+        metrics.update(self._answer_metrics(steps))
+        if check is not None:
+            metrics["check"] = self.greedy_check(check).to_dict()
+        self.alarm_history.append(alarms.UpdateStats.from_metrics(metrics))
+        raised = alarms.raised(self.alarm_history, self.alarm_reference)
+        for alarm in raised:
+            logger.info(alarm.line())
+        metrics["alarms"] = [alarm.to_dict() for alarm in raised]
         metrics["samples"] = [
             {"prompt": s.observation, "answer": s.decision.text, "reward": float(s.reward)}
             for s in steps[: self.config.log_samples]
         ]
         self.writer.write(metrics)
         return metrics
+
+    def _answer_metrics(self, steps: Sequence[Step]) -> dict[str, Any]:
+        """The update's most common answer and its share of every process's decisions, when the
+        env offers several answers (what the ``one_answer`` alarm reads)."""
+        scored = [len(step.decision.candidates) for step in steps if step.decision.candidates is not None]
+        choices = max(scored, default=0)
+        if len(scored) < len(steps):  # generate mode: what the env offers is its action names
+            choices = max(choices, self._env_action_count())
+        gathered = self.process.gather([([answer_of(step) for step in steps], choices)])
+        choices = max(k for _, k in gathered)
+        if choices < 2:
+            return {}
+        top, share = alarms.answer_statistics(answer for answers, _ in gathered for answer in answers)
+        return {"top_answer": top, "top_answer_share": share, "answer_choices": choices} if top is not None else {}
 
     def _rollout_stats(self, stats: dict[str, Any] | None, update_seconds: float) -> dict[str, Any] | None:
         """The throughput figures of the update: with several processes, decisions and tokens
@@ -391,6 +506,34 @@ class Trainer:
             venv = self.venv
         return evaluate_greedy(self.policy, venv, episodes=episodes, seed=seed, process=self.process)
 
+    def greedy_check(self, early_stop: EarlyStop) -> CheckResult:
+        """Play the early stop's held-out episodes greedily, all together and capped at its
+        ``max_steps`` (when the trainer was made from an env id), and compare their mean return
+        with its ``until``. The check's envs are made once and reused (the episodes' seeds make
+        every check play the same starts). With several processes, each plays its share and every
+        one gets the same result."""
+        self._need_env("greedy_check")
+        started = time.monotonic()
+        venv, cap = self.venv, None
+        if self.env_id is not None:
+            kwargs = dict(self.env_kwargs)
+            if early_stop.max_steps is not None:  # the tighter of the check's cap and the run's own limit
+                cap = min(early_stop.max_steps, kwargs.get("max_episode_steps") or early_stop.max_steps)
+                kwargs["max_episode_steps"] = cap
+            mine = max(1, len(self.process.shard(early_stop.episodes)))
+            key = (min(mine, max(self.config.num_envs, 16)), cap)
+            if key not in self._check_envs:
+                import textgym
+
+                self._check_envs[key] = textgym.make_vec(self.env_id, num_envs=key[0], seed=early_stop.seed, **kwargs)
+            venv = self._check_envs[key]
+        result = evaluate_greedy(self.policy, venv, episodes=early_stop.episodes, seed=early_stop.seed,
+                                 process=self.process)
+        return CheckResult(update=self.update_count, return_mean=result["return_mean"], episodes=result["episodes"],
+                           max_steps=cap, until=float(early_stop.until),
+                           solved=result["return_mean"] >= early_stop.until,
+                           seconds=round(time.monotonic() - started, 3))
+
     # --- checkpoints ---------------------------------------------------------------------------
 
     def wall_time(self) -> float:
@@ -430,6 +573,7 @@ class Trainer:
             "wall_time": self.wall_time(),
             "schedule_total": self._schedule_total,
             "recent": list(self.recent),
+            "alarm_history": [stats.to_dict() for stats in self.alarm_history],
             "algorithm_state": self._algorithm_state(),
             "policy": ckpt.policy_record(self.policy),
         }
@@ -458,6 +602,7 @@ class Trainer:
         self.recent.clear()
         # checkpoints written before outcomes were tracked hold 3-tuples
         self.recent.extend((*r, None)[:4] for r in state["recent"])
+        self.alarm_history = [alarms.UpdateStats.from_metrics(stats) for stats in state.get("alarm_history", [])]
         self._load_algorithm_state(state.get("algorithm_state", {}))
         self.writer.resume(ckpt.checkpoint_dir(path), self.update_count)  # metrics.jsonl, tb/
         return state

@@ -22,6 +22,8 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
@@ -59,14 +61,15 @@ class GRPOTrainer(Trainer):
         n, per_round = self.venv.num_envs, self.venv.num_envs // self.config.group_size
         return self.rollout_seed() + (group // per_round) * n + group % per_round
 
-    def collect(self) -> Rollout:
+    def collect(self, stop: Callable[[], bool] | None = None) -> Rollout:
         """Play this process's groups of the update, ``group_size`` episodes each from one start.
 
         Each block of ``group_size`` sub-envs plays one group per round, every member reset with
         the group's seed (:meth:`group_seed`); the sub-envs play their rounds independently (one
         rollout loop, no waiting for the slowest group). Episodes come back grouped: ``i * G ..
         i * G + G - 1`` form group ``i``. With several processes, each plays a consecutive block of
-        whole groups (:meth:`episode_shard`).
+        whole groups (:meth:`episode_shard`). A rollout ended by ``stop`` (see
+        :meth:`Trainer.collect`) comes back with its finished episodes, ungrouped.
         """
         self._need_env("collect")
         n, G = self.venv.num_envs, self.config.group_size
@@ -77,7 +80,9 @@ class GRPOTrainer(Trainer):
         rounds = -(-groups // per_round)
         schedule = [[seeds[r * per_round + i // G] for r in range(rounds) if r * per_round + i // G < groups]
                     for i in range(n)]
-        rollout = collect(self.policy, self.venv, schedule=schedule)
+        rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop)
+        if len(rollout.episodes) < len(shard):  # cut short: the trainer drops it
+            return rollout
         by_env: dict[int, list[Episode]] = {}
         for episode in rollout.episodes:  # a sub-env's episodes finish in the order it played them
             by_env.setdefault(episode.steps[0].env_index, []).append(episode)
