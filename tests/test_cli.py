@@ -77,7 +77,11 @@ def test_version_comes_from_the_installed_package(cli):
 def test_shell_completion_of_commands_flags_and_env_names():
     import os
 
-    script = run_script("--show-completion", "bash")
+    # typer names the shell it finds among the parent processes: start it from bash, whatever
+    # started pytest (make, sh, an IDE); "; exit $?" keeps bash from exec-ing the command in its place
+    command = str(TEXTGYM) if TEXTGYM.exists() else f"{sys.executable} -m textgym.cli"
+    script = subprocess.run(["bash", "-c", f"{command} --show-completion; exit $?"], capture_output=True,
+                            text=True, timeout=60, cwd=ROOT)
     assert script.returncode == 0, script.stderr
     assert "_TEXTGYM_COMPLETE=complete_bash" in script.stdout and "complete " in script.stdout
 
