@@ -317,3 +317,39 @@ def test_every_env_takes_the_same_invalid_answer_keywords(env_id):
     assert "No! " + ", ".join(info["valid_actions"]) in obs
     _, reward, terminated, _, step_info = env.step("?!")
     assert (reward, terminated, step_info["parse"]["policy"]) == (-3.0, True, "terminate")
+
+
+def test_cartpole_heading_word_names_a_rule_that_balances_the_whole_episode():
+    """Pushing the way the renderer's word says: the turning word keeps the pole up ~200 steps,
+    the heading word (the sign of angle + 0.3 * spin) all 500 (seeds 0-4)."""
+    from textgym.envs.classic import CartPoleText, pole_heading_potential
+
+    assert CartPoleText("heading")([0.0, 0.0, 0.05, -0.2]).count("falling left") == 1  # 0.05 - 0.06 < 0
+    assert CartPoleText("heading")([0.0, 0.0, 0.05, -0.1]).count("falling right") == 1
+    with pytest.raises(ValueError, match="word must be one of"):
+        CartPoleText("angle")
+
+    def follow_the_word(word: str) -> float:
+        env = textgym.make("textgym/CartPole-v1", word=word)
+        lengths = []
+        for seed in range(5):
+            obs, _ = env.reset(seed=seed)
+            done, steps = False, 0
+            while not done:
+                answer = "LEFT" if ("turning left" in obs or "falling left" in obs) else "RIGHT"
+                obs, _, terminated, truncated, _ = env.step(answer)
+                done, steps = terminated or truncated, steps + 1
+            lengths.append(steps)
+        return sum(lengths) / len(lengths)
+
+    assert follow_the_word("heading") == 500
+    assert follow_the_word("spin") < 300
+
+    env = textgym.make("textgym/CartPole-v1", word="heading", shaping=1.0)
+    env.reset(seed=0)
+    before = pole_heading_potential(env.unwrapped)
+    _, reward, *_, info = env.step("LEFT")
+    assert set(info["reward_terms"]) == {"scale", "heading"}
+    assert info["reward_terms"]["heading"] == pytest.approx(pole_heading_potential(env.unwrapped) - before)
+    with pytest.raises(ValueError, match="potential must be one of"):
+        textgym.make("textgym/CartPole-v1", potential="cart")

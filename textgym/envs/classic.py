@@ -33,7 +33,7 @@ __all__ = [
     "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
     "CartPoleText", "GridText", "MountainCarText", "TaxiText", "hit_bust_chance", "make_acrobot",
     "make_blackjack", "make_cartpole", "make_cliffwalking", "make_frozenlake", "make_mountaincar",
-    "make_taxi", "planned_tabular", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
+    "make_taxi", "planned_tabular", "pole_heading_potential", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
     "scripted_cartpole", "scripted_mountaincar",
 ]
 
@@ -66,23 +66,46 @@ class CartPoleText(Renderer):
     """``Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.``
 
     The episode fails when the cart leaves +-2.4 or the pole leans more than 0.21 rad. The four
-    numbers are the full state; the one word (the pole's turning direction, the most telling
-    feature) is the only direction word, and the pole comes first. Measured with the untrained
-    SmolLM2-135M (``bench/probes/cartpole_prior.py``, 160 random-play states): with this line its
-    preference for RIGHT correlates +0.85 with the pole turning right, so RL sharpens a
-    preference the model already has; with a word for every number ("leaning right", "moving
-    left", "center"...) +0.11, and with the cart first +0.05 (the model reads none of them).
+    numbers are the full state; one direction word says which way the pole goes, and the pole
+    comes first. Measured with the untrained SmolLM2-135M (``bench/probes/cartpole_prior.py``,
+    160 random-play states): its preference for RIGHT follows that word (correlation +0.85 for the
+    turning word), so RL sharpens a preference the model already has; with a word for every number
+    ("leaning right", "moving left", "center"...) +0.11, and with the cart first +0.05 (the model
+    reads none of them).
+
+    Args:
+        word: which direction the word names. ``"spin"``: where the pole turns (``turning
+            left``); pushing that way balances for ~200 steps. ``"heading"``: where the pole is
+            falling, the sign of ``angle + 0.3 * spin`` (its lean about 0.3 s ahead: ``falling
+            left``); pushing that way balances for the whole 500 steps.
 
     Example:
         >>> CartPoleText()([0.02, -0.15, 0.09, -0.23])
         'Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.'
+        >>> CartPoleText("heading")([0.02, -0.15, 0.09, -0.23])
+        'Pole +0.09 rad, spin -0.23, falling right; cart at +0.02, velocity -0.15.'
     """
+
+    WORDS = ("spin", "heading")
+    #: ``angle + LOOKAHEAD * spin``: the pole's lean this many seconds ahead, roughly.
+    LOOKAHEAD = 0.3
+
+    def __init__(self, word: str = "spin"):
+        if word not in self.WORDS:
+            raise ValueError(f"word must be one of {self.WORDS}, got {word!r}")
+        self.word = word
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        return {"word": self.word}
 
     def __call__(self, obs: Sequence[float]) -> str:
         x, velocity, angle, spin = (float(v) for v in obs)
-        turning = "left" if spin < 0 else "right"
-        return (f"Pole {angle:+.2f} rad, spin {spin:+.2f} turning {turning}; "
-                f"cart at {x:+.2f}, velocity {velocity:+.2f}.")
+        if self.word == "heading":
+            falling = "left" if angle + self.LOOKAHEAD * spin < 0 else "right"
+            pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}, falling {falling}"
+        else:
+            pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f} turning {'left' if spin < 0 else 'right'}"
+        return f"{pole}; cart at {x:+.2f}, velocity {velocity:+.2f}."
 
 
 class MountainCarText(Renderer):
@@ -367,36 +390,59 @@ def pole_spin_potential(env: Any) -> float:
     return -abs(float(env.state[3]))
 
 
+def pole_heading_potential(env: Any) -> float:
+    """``-|angle + 0.3 * angular velocity|`` of an unwrapped CartPole (the pole's lean about 0.3 s
+    ahead, the quantity :class:`CartPoleText`'s ``heading`` word names), in units of a push's
+    effect: one push changes the angular velocity by about 0.29 rad/s, so this term by about
+    0.09; dividing by 0.3 puts it on the spin potential's scale."""
+    angle, spin = float(env.state[2]), float(env.state[3])
+    return -abs(angle + CartPoleText.LOOKAHEAD * spin) / CartPoleText.LOOKAHEAD
+
+
+_POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential}
+
+
 def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
-                  shaping: float = 0.0, **kwargs: Any) -> gym.Env:
+                  shaping: float = 0.0, word: str = "spin", potential: str | None = None,
+                  **kwargs: Any) -> gym.Env:
     """The text version of Gymnasium's ``CartPole-v1``: actions LEFT, RIGHT.
 
     The reward stays CartPole's +1 per step unless ``shaping`` > 0: then every step also gets
-    ``shaping * (phi(s') - phi(s))`` with ``phi = -|pole angular velocity|``, potential-based
-    shaping (:class:`~textgym.wrappers.Potential`) that credits each push for slowing the pole's
-    rotation. One push changes the angular velocity by about 0.29 rad/s, so each decision gets
-    its own signal instead of sharing the credit for a fall a few steps later. An episode's
-    shaping terms add up to ``phi(last) - phi(first)``, a few tenths whatever happened in between
-    (``phi`` of the fallen state is kept, not zeroed, so the push that let the pole fall is not
-    paid for ending the episode). The env's own return is kept in ``info["reward_env"]``;
-    trainers report that one.
+    ``shaping * (phi(s') - phi(s))``, potential-based shaping (:class:`~textgym.wrappers.Potential`)
+    that credits each push for what it does to the pole: with ``potential="spin"``,
+    ``phi = -|pole angular velocity|`` (slowing the pole's rotation); with ``"heading"``,
+    ``phi = -|angle + 0.3 * angular velocity| / 0.3`` (bringing its lean a moment ahead back to
+    upright, which rewards the angle as well as the spin). One push changes the angular velocity
+    by about 0.29 rad/s, so each decision gets its own signal instead of sharing the credit for a
+    fall a few steps later. An episode's shaping terms add up to ``phi(last) - phi(first)``, a
+    few tenths whatever happened in between (``phi`` of the fallen state is kept, not zeroed, so
+    the push that let the pole fall is not paid for ending the episode). The env's own return is
+    kept in ``info["reward_env"]``; trainers report that one.
 
     Args:
         formatter: replaces the renderer (``observation -> str`` or a format string).
         system_prompt: replaces the default system prompt.
         max_episode_steps: step limit (``-1``: none); default: Gymnasium's (500).
-        shaping: weight of the pole-spin shaping (0: none).
+        shaping: weight of the shaping (0: none).
+        word: the renderer's direction word (:class:`CartPoleText`): ``"spin"`` or ``"heading"``.
+        potential: the shaping potential, ``"spin"`` or ``"heading"``; default: the one ``word``
+            names.
         **kwargs: ``CartPole-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
     """
     if shaping < 0:
         raise ValueError(f"shaping must be >= 0, got {shaping}")
+    potential = word if potential is None else potential
+    if potential not in _POTENTIALS:
+        raise ValueError(f"potential must be one of {tuple(_POTENTIALS)}, got {potential!r}")
+    if formatter is None:
+        formatter = CartPoleText(word)
     if shaping:
         if "reward_terms" in kwargs:
             raise ValueError("give either shaping= or reward_terms=, not both")
         from textgym.wrappers import Potential, Scale
 
-        kwargs["reward_terms"] = [Scale(1.0), Potential(pole_spin_potential, zero_terminal=False,
-                                                                weight=shaping, name="spin")]
+        kwargs["reward_terms"] = [Scale(1.0), Potential(_POTENTIALS[potential], zero_terminal=False,
+                                                        weight=shaping, name=potential)]
     return _make_cartpole(formatter, system_prompt, max_episode_steps, **kwargs)
 
 make_mountaincar = _maker(
