@@ -24,6 +24,7 @@ def wrap(
     history: int = 0,
     reward_terms: Sequence[Any] | None = None,
     *,
+    answer_format: str | None = None,
     observation_names: Sequence[str] | None = None,
     max_length: int = 8192,
     render_mode: str | None = None,
@@ -63,6 +64,9 @@ def wrap(
             format string (see :class:`~textgym.wrappers.TextObservation`).
         system_prompt: the task description. Default: names the env.
         instructions: the answer format appended to the system prompt. Default: lists the actions.
+        answer_format: instead of ``instructions``, a named format (``"word"``, ``"json"``,
+            ``"think"``; :mod:`textgym.wrappers.answer_format`) whose sentence names the actions.
+            A generate-mode policy answers it with the format's ``policy_settings()``.
         history: if > 0, the last ``history`` steps are shown in each observation (:class:`~textgym.wrappers.History`).
         reward_terms: if given, the reward is shaped by these terms (:class:`~textgym.wrappers.ShapeReward`).
         observation_names: names of the observation values for the generic description.
@@ -111,6 +115,12 @@ def wrap(
         env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
         system_prompt = (f"You control an agent in the {env_id} environment. "
                          f"Each message describes the current state.")
+    if answer_format is not None:
+        if instructions is not None:
+            raise TypeError("give either instructions= or answer_format=, not both")
+        from textgym.wrappers.answer_format import answer_format as format_named
+
+        instructions = format_named(answer_format).instructions(names)
     if instructions is None:
         instructions = _default_instructions(names, space, actions)
 

@@ -115,8 +115,8 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
             system_prompt = f"Name the animal of the color: {pairs}."
         else:
             system_prompt = "Each color has one right animal; find it."
-    wrap_kwargs.setdefault(
-        "instructions", f"Answer with one word: {', '.join(arms[:-1])} or {arms[-1]}.")
+    if "instructions" not in wrap_kwargs:  # the answer format's sentence ends the system prompt
+        wrap_kwargs.setdefault("answer_format", "word")
     if formatter is None:
         formatter = CueText(colors)
     return wrap(base, actions=arms, formatter=formatter, system_prompt=system_prompt, **wrap_kwargs)

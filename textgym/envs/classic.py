@@ -49,10 +49,6 @@ ACTION_NAMES: dict[str, list[str]] = {
 }
 
 
-def _answer_format(names: Sequence[str]) -> str:
-    return f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}."
-
-
 def _side(value: float, dead_zone: float, negative: str, positive: str, zero: str) -> str:
     """A word for the sign of ``value``: ``zero`` inside the dead zone."""
     if abs(value) < dead_zone:
@@ -297,7 +293,8 @@ def _text_env(
     limit = gym.spec(base_id).max_episode_steps if max_episode_steps is None else max_episode_steps
     if limit is not None and limit > 0:
         base = InnerTimeLimit(base, limit)
-    wrap_kwargs.setdefault("instructions", _answer_format(ACTION_NAMES[base_id]))
+    if "instructions" not in wrap_kwargs:  # the answer format's sentence ends the system prompt
+        wrap_kwargs.setdefault("answer_format", "word")
     return wrap(
         base,
         actions=ACTION_NAMES[base_id],

@@ -1,0 +1,110 @@
+"""Answer formats: how an env asks for its answer, and how a generating policy opens and ends it.
+
+Three things must agree, so they are kept together: the sentence an env puts at the end of its
+system prompt (:meth:`AnswerFormat.instructions`), the text a generate-mode policy writes at the
+start of the answer (``prefill``) and the strings that end it (``stop``). The default parser
+chain (:func:`textgym.wrappers.default_parser`) reads every format: a JSON object, an answer tag
+or a bare word.
+
+* ``"word"``: ``Answer with one word: LEFT or RIGHT.`` What score mode is measured with.
+* ``"json"``: ``Answer with JSON: {"action": "LEFT"} or {"action": "RIGHT"}.``, the answer
+  prefilled with ``{"action": "`` and stopped at the closing quote. Generate mode's default: a
+  small instruct model then names an action at once (``bench/probes/generate_prior.py``).
+* ``"think"``: a few sentences of reasoning first, then ``<answer>LEFT</answer>`` (stopped at
+  the closing tag; the last tag decides).
+
+Example:
+    >>> fmt = ANSWER_FORMATS["json"]
+    >>> fmt.instructions(["LEFT", "RIGHT"])
+    'Answer with JSON: {"action": "LEFT"} or {"action": "RIGHT"}.'
+    >>> fmt.policy_settings()
+    {'prefill': '{"action": "', 'stop': ['"'], 'max_new_tokens': 8}
+    >>> answer_format("word").instructions(["cat", "dog", "fox"])
+    'Answer with one word: cat, dog or fox.'
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["ANSWER_FORMATS", "AnswerFormat", "answer_format"]
+
+
+def _alternatives(names: Sequence[str]) -> str:
+    """``"A"``, ``"A or B"``, ``"A, B or C"``."""
+    names = [str(n) for n in names]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
+
+
+def _word(names: Sequence[str]) -> str:
+    return f"Answer with one word: {_alternatives(names)}."
+
+
+def _json(names: Sequence[str]) -> str:
+    return f"Answer with JSON: {_alternatives([json.dumps({'action': str(n)}) for n in names])}."
+
+
+def _think(names: Sequence[str]) -> str:
+    return (f"First think it through in a few sentences. Then answer {_alternatives(names)} inside "
+            f"answer tags, like <answer>{names[0]}</answer>.")
+
+
+@dataclass(frozen=True)
+class AnswerFormat:
+    """One way of answering, as the env asks for it and as a generating policy writes it.
+
+    Args:
+        name: the format's name (``answer_format=`` of the built-in envs and :func:`textgym.wrap`).
+        describe: ``describe(action_names) -> str``: the instructions sentence.
+        prefill: what a generate-mode policy writes at the start of every answer
+            (:attr:`textgym.policy.PolicyConfig.prefill`).
+        stop: the strings that end an answer (:attr:`textgym.policy.PolicyConfig.stop`).
+        max_new_tokens: a length limit that leaves room for the format's longest sensible answer
+            with short action names.
+    """
+
+    name: str
+    describe: Callable[[Sequence[str]], str]
+    prefill: str = ""
+    stop: tuple[str, ...] = ()
+    max_new_tokens: int | None = None
+
+    def instructions(self, action_names: Sequence[str]) -> str:
+        """The sentence that asks for an answer in this format, naming ``action_names``."""
+        if not action_names:
+            raise ValueError("an answer format needs at least one action name")
+        return self.describe(action_names)
+
+    def policy_settings(self) -> dict[str, Any]:
+        """The :class:`textgym.policy.PolicyConfig` settings a generate-mode policy answers this
+        format with (JSON-able: ``stop`` is a list)."""
+        settings: dict[str, Any] = {"prefill": self.prefill, "stop": list(self.stop)}
+        if self.max_new_tokens is not None:
+            settings["max_new_tokens"] = self.max_new_tokens
+        return settings
+
+
+#: The answer formats by name.
+ANSWER_FORMATS: dict[str, AnswerFormat] = {
+    "word": AnswerFormat("word", _word),
+    # '{"action": "' then a name and the closing quote: a name of up to ~4 tokens fits
+    "json": AnswerFormat("json", _json, prefill='{"action": "', stop=('"',), max_new_tokens=8),
+    "think": AnswerFormat("think", _think, stop=("</answer>",), max_new_tokens=128),
+}
+
+
+def answer_format(name: str | AnswerFormat) -> AnswerFormat:
+    """The format named ``name`` (a format is returned as it is).
+
+    Raises:
+        ValueError: an unknown name (the message lists the known ones).
+    """
+    if isinstance(name, AnswerFormat):
+        return name
+    try:
+        return ANSWER_FORMATS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown answer format {name!r}; the formats are {sorted(ANSWER_FORMATS)}") from None
