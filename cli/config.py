@@ -16,6 +16,9 @@ Example config file::
 
     [env_kwargs]       # keyword arguments for textgym.make
     max_episode_steps = 100
+
+    [policy]           # settings of textgym.policy.PolicyConfig
+    temperature = 0.7
 """
 
 from __future__ import annotations
@@ -46,6 +49,10 @@ class RunConfig:
     """Model registry name, Hugging Face id or local folder."""
     mode: str = "score"
     """``score``: pick the most likely valid action name; ``generate``: sample free text."""
+    think: bool = False
+    """Generate mode: let the model reason in free text before its answer (the env asks for the
+    ``think`` answer format, ``<answer>...</answer>`` after the reasoning; the policy gets that
+    format's stop string and token budget)."""
     episodes: int | None = None
     """Total training episodes (None: the env's recommended budget, ``textgym.registry.training_defaults``)."""
     minutes: float | None = None
@@ -73,13 +80,16 @@ class RunConfig:
     """Extra fields of the algorithm's config dataclass."""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """Extra keyword arguments for the env."""
+    policy: dict[str, Any] = field(default_factory=dict)
+    """Settings of the policy (``textgym.policy.PolicyConfig``: temperature, prefill, stop,
+    max_new_tokens...) on top of the model registry's defaults."""
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
-_TABLES = ("trainer", "env_kwargs")
+_TABLES = ("trainer", "env_kwargs", "policy")
 
 
 def _check_type(name: str, value: Any, where: str) -> Any:
@@ -112,6 +122,9 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
         raise CLIError(f"{where}: algo must be one of {', '.join(ALGOS)}, got {config.algo!r}")
     if config.mode not in MODES:
         raise CLIError(f"{where}: mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+    if config.think and config.mode != "generate":
+        raise CLIError(f"{where}: think needs generate mode (the model writes its reasoning), "
+                       f"got mode {config.mode!r}")
     for name in ("episodes", "num_envs", "checkpoint_every", "plot_every", "sample_every"):
         value = getattr(config, name)
         if value is not None and value < 1:

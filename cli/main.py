@@ -96,6 +96,10 @@ def train(
         None, help="score: pick the likeliest valid action; generate: free text.",
         show_default="score",
     ),
+    think: bool | None = typer.Option(
+        None, "--think", help="Generate mode: the model reasons in free text, then answers in "
+        "<answer></answer> tags (implies --mode generate).", show_default=False,
+    ),
     episodes: int | None = typer.Option(
         None, min=1, help="Training episodes in total.", show_default="per env"
     ),
@@ -138,6 +142,7 @@ def train(
         "algo": algo.value if algo else None,
         "model": model,
         "mode": mode.value if mode else None,
+        "think": think,
         "episodes": episodes,
         "minutes": minutes,
         "num_envs": num_envs,

@@ -53,8 +53,12 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
     if flags.get("env") is None:  # the env comes from the config file
         refuse_env_import(merged.env, f"config file {config_file}",
                           f"textgym train {merged.env} --config {config_file}")
+    if merged.think and flags.get("mode") is None and file_layer.get("mode") is None:
+        flags = {**flags, "mode": "generate"}  # reasoning is written: --think means generate mode
+        merged.mode = "generate"
     env_id = resolve_env(merged.env)
-    cfg = run_config.resolve(_env_defaults(env_id, merged.mode), file_layer, flags)
+    think = _think_defaults() if merged.think else {}
+    cfg = run_config.resolve(_env_defaults(env_id, merged.mode), think, file_layer, flags)
     cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
 
@@ -66,6 +70,16 @@ def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
 
     defaults = training_defaults(env_id, mode).to_dict()
     return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
+
+
+def _think_defaults() -> dict[str, Any]:
+    """``--think``: the env asks for the ``think`` answer format and the policy answers it (no
+    prefill, stopped at the closing answer tag, that format's token budget); on top of the env's
+    generate-mode defaults, below the config file and the flags."""
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    think = ANSWER_FORMATS["think"]
+    return {"env_kwargs": {"answer_format": think.name}, "policy": think.policy_settings()}
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],
@@ -139,18 +153,29 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
+def policy_config(model_name: str, mode: str, seed: int | None = None, **settings: Any) -> Any:
+    """The ``PolicyConfig`` of a policy on ``model_name``: the model registry's defaults with
+    ``settings`` on top (bad settings -> CLIError, before any model is loaded)."""
+    from textgym.policy.config import PolicyConfig
+
+    for name in ("mode", "seed"):
+        if name in settings:
+            raise CLIError(f"invalid policy settings: set {name} with --{name}, not in [policy]")
+    try:  # seed: reproducible sampling
+        return PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
+    except (TypeError, ValueError) as exc:
+        raise CLIError(f"invalid policy settings: {exc}") from exc
+
+
 def build_policy(model_name: str, mode: str, seed: int | None = None, **settings: Any) -> Any:
     """Check the model name, load it and wrap it in a ``textgym.Policy`` with the model
     registry's defaults and ``settings`` on top (errors -> CLIError)."""
     from textgym.cli.modelcheck import check_model
 
     check_model(model_name)
-    from textgym.policy import Policy, PolicyConfig
+    config = policy_config(model_name, mode, seed, **settings)
+    from textgym.policy import Policy
 
-    try:  # seed: reproducible sampling
-        config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
-    except (TypeError, ValueError) as exc:
-        raise CLIError(f"invalid policy settings: {exc}") from exc
     try:  # the name is recorded in checkpoints
         return Policy.from_pretrained(model_name, config=config)
     except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
@@ -176,6 +201,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
+    policy_config(cfg.model, cfg.mode, cfg.seed, **cfg.policy)  # bad [policy] settings fail here
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:
@@ -188,7 +214,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
                 f"{'LoRA' if cfg.lora else 'full'}) on {cfg.env} with {cfg.algo}; "
                 f"run folder {run_dir}")
         loading = time.monotonic()
-        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed)
+        policy = build_policy(cfg.model, cfg.mode, seed=cfg.seed, **cfg.policy)
         if not quiet:
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s")
         if resume is not None:
