@@ -153,9 +153,10 @@ def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
 # --- the heavy part ----------------------------------------------------------------------------
 
 
-def policy_config(model_name: str, mode: str, seed: int | None = None, **settings: Any) -> Any:
+def policy_config(model_name: str, mode: str, seed: int | None, settings: dict[str, Any]) -> Any:
     """The ``PolicyConfig`` of a policy on ``model_name``: the model registry's defaults with
-    ``settings`` on top (bad settings -> CLIError, before any model is loaded)."""
+    ``settings`` (a run's ``[policy]`` table) on top (bad settings -> CLIError, before any model
+    is loaded)."""
     from textgym.policy.config import PolicyConfig
 
     for name in ("mode", "seed"):
@@ -173,7 +174,7 @@ def build_policy(model_name: str, mode: str, seed: int | None = None, **settings
     from textgym.cli.modelcheck import check_model
 
     check_model(model_name)
-    config = policy_config(model_name, mode, seed, **settings)
+    config = policy_config(model_name, mode, seed, settings)
     from textgym.policy import Policy
 
     try:  # the name is recorded in checkpoints
@@ -201,7 +202,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
-    policy_config(cfg.model, cfg.mode, cfg.seed, **cfg.policy)  # bad [policy] settings fail here
+    policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)  # bad [policy] settings fail here
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
     if cfg.sft and resume is None:

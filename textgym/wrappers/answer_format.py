@@ -30,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ANSWER_FORMATS", "AnswerFormat", "answer_format"]
+__all__ = ["ANSWER_FORMATS", "AnswerFormat", "answer_format", "generate_mode_defaults"]
 
 
 def _alternatives(names: Sequence[str]) -> str:
@@ -108,3 +108,37 @@ def answer_format(name: str | AnswerFormat) -> AnswerFormat:
         return ANSWER_FORMATS[name]
     except (KeyError, TypeError):
         raise ValueError(f"unknown answer format {name!r}; the formats are {sorted(ANSWER_FORMATS)}") from None
+
+
+def generate_mode_defaults(name: str = "json", *, temperature: float | None = None,
+                           max_new_tokens: int | None = None, format_bonus: float = 0.0,
+                           format_bonus_steps: int | None = None) -> dict[str, dict[str, Any]]:
+    """The ``env_kwargs`` and ``policy`` tables of an env's generate-mode training defaults
+    (``TrainingDefaults(modes={"generate": ...})``) for answering in format ``name``: the env asks
+    for the format (with format shaping), the policy answers it (prefill, stop strings, length
+    limit, temperature).
+
+    Example:
+        >>> generate_mode_defaults(temperature=0.7, format_bonus=0.5, format_bonus_steps=16)["env_kwargs"]
+        {'answer_format': 'json', 'format_bonus': 0.5, 'format_bonus_steps': 16}
+
+    Args:
+        name: the answer format.
+        temperature: the sampling temperature (``None``: the model registry's).
+        max_new_tokens: the answer length limit (``None``: the format's).
+        format_bonus: what a valid answer earns on top of the env's reward
+            (``textgym.wrap(format_bonus=)``).
+        format_bonus_steps: the bonus falls to 0 over this many steps of each env.
+    """
+    fmt = answer_format(name)
+    env_kwargs: dict[str, Any] = {"answer_format": fmt.name}
+    if format_bonus:
+        env_kwargs["format_bonus"] = float(format_bonus)
+        if format_bonus_steps is not None:
+            env_kwargs["format_bonus_steps"] = int(format_bonus_steps)
+    policy = fmt.policy_settings()
+    if max_new_tokens is not None:
+        policy["max_new_tokens"] = int(max_new_tokens)
+    if temperature is not None:
+        policy["temperature"] = float(temperature)
+    return {"env_kwargs": env_kwargs, "policy": policy}
