@@ -28,7 +28,7 @@ import torch
 
 from textgym import lora
 from textgym.outcomes import outcome_of, outcome_rates
-from textgym.policy import Policy
+from textgym.policy import Decision, Policy
 from textgym.rollout import Envs, Episode, Rollout, collect
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import SFTConfig, TrainConfig, config_for
@@ -279,15 +279,20 @@ class Trainer:
         self.writer.write(metrics)
         return metrics
 
-    def optimize(self, num_decisions: int, loss_fn: LossFn, epochs: int | None = None) -> dict[str, float]:
-        """The algorithm's minibatch loop with this trainer's optimizer and config (epochs,
-        minibatch size, accumulation, clipping, ``target_kl``): see
+    def optimize(self, decisions: Sequence[Decision] | int, loss_fn: LossFn,
+                 epochs: int | None = None) -> dict[str, float]:
+        """The algorithm's minibatch loop over ``decisions`` (or their number) with this trainer's
+        optimizer and config (epochs, minibatch size, accumulation, clipping, ``target_kl``, and
+        ``max_chunk_answer_tokens`` when the decisions are given): see
         :func:`textgym.trainers.optimization.run_minibatches`."""
         cfg = self.config
-        return run_minibatches(self.optimizer, num_decisions, loss_fn, epochs=cfg.epochs if epochs is None else epochs,
+        counts = None if isinstance(decisions, int) else [len(d.answer_ids) for d in decisions]
+        return run_minibatches(self.optimizer, len(counts) if counts is not None else decisions, loss_fn,
+                               epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=cfg.minibatch_size,
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl)
+                               max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl,
+                               token_counts=counts, max_chunk_tokens=cfg.max_chunk_answer_tokens)
 
     # --- warm start ---------------------------------------------------------------------------
 

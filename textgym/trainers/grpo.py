@@ -115,7 +115,7 @@ class GRPOTrainer(Trainer):
             return loss, stats
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(decisions, loss_fn)
         metrics["groups_with_signal"] = int((returns.view(-1, G).std(dim=1) > 0).sum())
         return metrics
 

@@ -18,12 +18,12 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import torch
 
-__all__ = ["LossFn", "lr_factor", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "chunks_of", "lr_factor", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -62,9 +62,31 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     return True
 
 
+def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Sequence[int] | None = None,
+              max_chunk_tokens: int | None = None) -> list[torch.Tensor]:
+    """``minibatch`` (decision indices) split into at least ``accumulation_steps`` chunks, and into
+    enough that no chunk holds more than ``max_chunk_tokens`` padded tokens (its size times its
+    longest ``token_counts``); with token counts, decisions of similar length share a chunk.
+
+    Example:
+        >>> [c.tolist() for c in chunks_of(torch.tensor([0, 1, 2, 3]), 1, [100, 2, 100, 2], 256)]
+        [[1, 3], [0, 2]]
+    """
+    parts = min(accumulation_steps, len(minibatch))
+    if token_counts is not None and max_chunk_tokens is not None and len(minibatch):
+        lengths = torch.tensor([token_counts[i] for i in minibatch.tolist()])
+        minibatch = minibatch[lengths.argsort(stable=True)]  # short with short: less padding
+        while parts < len(minibatch) and max(len(c) * max(token_counts[i] for i in c.tolist())
+                                             for c in minibatch.chunk(parts)) > max_chunk_tokens:
+            parts += 1
+    return list(minibatch.chunk(parts))
+
+
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
-                    max_grad_norm: float | None = 1.0, target_kl: float | None = None) -> dict[str, float]:
+                    max_grad_norm: float | None = 1.0, target_kl: float | None = None,
+                    token_counts: Sequence[int] | None = None,
+                    max_chunk_tokens: int | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -74,7 +96,9 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     epoch's mean KL exceeds ``target_kl``, and, within an epoch, no more steps once a minibatch's
     KL exceeds ``1.5 * target_kl`` (``kl_stop: True``), as in Stable-Baselines3's PPO, so one
     update with a single epoch cannot run away either. Each minibatch is split into
-    ``gradient_accumulation_steps`` chunks whose gradients add up. A non-finite loss or gradient
+    ``gradient_accumulation_steps`` chunks whose gradients add up, or more when a chunk would hold
+    more than ``max_chunk_tokens`` tokens (``token_counts``: per decision; see :func:`chunks_of`).
+    A non-finite loss or gradient
     stops the update before that optimizer step (``nonfinite: True``; the weights keep what the
     earlier steps made of them).
     """
@@ -89,7 +113,7 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
             optimizer.zero_grad(set_to_none=True)
             finite = True
             minibatch_kl: list[float] = []
-            for chunk in minibatch.chunk(min(gradient_accumulation_steps, len(minibatch))):
+            for chunk in chunks_of(minibatch, gradient_accumulation_steps, token_counts, max_chunk_tokens):
                 loss, stats = loss_fn(chunk)
                 if not torch.isfinite(loss):
                     finite = False

@@ -111,7 +111,7 @@ class PPOTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(decisions, loss_fn)
         metrics["value_mean"] = float(values.mean())
         metrics["explained_variance"] = float(1 - (returns - values).var(correction=0) / returns.var(correction=0).clamp(min=1e-8))
         return metrics

@@ -78,7 +78,7 @@ class ReinforceTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn)
+        metrics = self.optimize(decisions, loss_fn)
         metrics["advantage_std"] = float(advantages.std(correction=0))
         return metrics
 
