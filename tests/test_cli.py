@@ -809,6 +809,9 @@ def test_policy_table_reaches_the_policy_and_bad_settings_fail_first(cli, tmp_pa
     assert state["env_kwargs"]["answer_format"] == "json"
     metrics = lines_of(run / "metrics.jsonl")
     assert all(s["answer"].startswith('{"action": "') for s in metrics[0]["samples"])
+    summary = json.loads((run / "summary.json").read_text())  # the answers at the start and at the end
+    assert summary["first_samples"] == metrics[0]["samples"] and summary["last_samples"] == metrics[-1]["samples"]
+    assert summary["first_invalid_rate"] == metrics[0]["invalid_rate"]
     for bad, message in (("temprature = 0.5", "temprature"), ("top_p = 2.0", "top_p"),
                          ("seed = 3", "--seed")):
         cfg.write_text(f'model = "tiny"\nmode = "generate"\n[policy]\n{bad}\n')

@@ -291,6 +291,19 @@ def test_sft_warm_start_teaches_the_demonstrated_answers(tiny_policy, tmp_path):
     assert trainer.evaluate(episodes=32)["return_mean"] == 1.0  # red -> cat, green -> dog
 
 
+def test_sft_of_a_prefilled_format_learns_what_the_policy_writes(tiny_model_and_tokenizer):
+    from textgym.trainers.sft import Demonstration, demonstration_decisions
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(model, tokenizer, mode="generate", prefill='{"action": "', stop=['"'])
+    [prefilled, plain] = demonstration_decisions(policy, [Demonstration("Color: red.", '{"action": "cat"}'),
+                                                          Demonstration("Color: red.", "cat")], "Name an animal.")
+    chat = policy.prompt_ids("Name an animal.", "Color: red.")
+    assert prefilled.prompt_ids == chat + policy.prefill_ids       # as acting writes it: prefill in the prompt
+    assert tokenizer.decode(prefilled.answer_ids) == 'cat"}'
+    assert plain.prompt_ids == chat and tokenizer.decode(plain.answer_ids) == "cat"
+
+
 def test_online_sft_on_best_episodes(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**SMALL, sft_every=2, sft_top_fraction=0.5))
