@@ -3,10 +3,15 @@
 Measured in one process, one after the other:
 
 1. textgym ``score`` mode, 16 envs: one batched call per vector step, shared-prefix KV reused.
-2. textgym ``generate`` mode, 16 envs, 8 new tokens (sampled).
-3. the baseline, written the way LlamaGym acts: one env, one Hugging Face ``generate`` call per step
+2. textgym ``generate`` mode, 16 envs, 8 new tokens (sampled; the ``word`` answer format, no stop
+   string: most answers run to the limit).
+3. textgym ``generate`` mode with the env's registered generate-mode defaults
+   (``training_defaults(env, "generate")``: the JSON answer format prefilled with
+   ``{"action": "``, stopped at the closing quote, its temperature): what
+   ``textgym train cartpole --mode generate`` acts with.
+4. the baseline, written the way LlamaGym acts: one env, one Hugging Face ``generate`` call per step
    on the whole conversation so far (every earlier turn re-sent), 32 new tokens, sampled.
-4. a plain torch matmul, for the FLOP/s the hardware gives (achieved model FLOP/s are
+5. a plain torch matmul, for the FLOP/s the hardware gives (achieved model FLOP/s are
    ``2 x parameters x tokens run through the model / second``).
 
 Peak memory is the process's resident set size (RSS, from /proc/self/statm sampled every 5 ms)
@@ -35,6 +40,7 @@ import torch
 import textgym
 from textgym import models
 from textgym.policy import Policy, PolicyConfig
+from textgym.registry import training_defaults
 from textgym.rollout import collect
 
 ENV_ID = "textgym/CartPole-v1"
@@ -84,17 +90,19 @@ def matmul_flops(size: int = 1536, repeats: int = 5, seconds: float = 2.0) -> fl
     return best
 
 
-def textgym_phase(model, tokenizer, model_name: str, mode: str, envs: int, decisions: int, new_tokens: int,
-                  params: int, seed: int) -> dict:
-    config = PolicyConfig.for_model(model_name, mode=mode, max_new_tokens=new_tokens, seed=seed)
+def textgym_phase(model, tokenizer, model_name: str, mode: str, envs: int, decisions: int, new_tokens: int | None,
+                  params: int, seed: int, label: str | None = None, env_kwargs: dict | None = None,
+                  settings: dict | None = None) -> dict:
+    settings = {**(settings or {}), **({"max_new_tokens": new_tokens} if new_tokens else {})}
+    config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, **settings)
     policy = Policy(model, tokenizer, config=config, name=model_name)
-    venv = textgym.make_vec(ENV_ID, num_envs=envs, seed=seed)
+    venv = textgym.make_vec(ENV_ID, num_envs=envs, seed=seed, **(env_kwargs or {}))
     collect(policy, venv, steps=envs, seed=seed + 1000)  # warm-up: fills the prefix cache, allocators
     with PeakRSS() as memory:
         rollout = collect(policy, venv, steps=decisions, seed=seed)
     s = rollout.stats
     return {
-        "mode": f"textgym {mode} ({envs} envs" + (f", {new_tokens} new tokens)" if mode == "generate" else ")"),
+        "mode": label or f"textgym {mode} ({envs} envs" + (f", {new_tokens} new tokens)" if mode == "generate" else ")"),
         "decisions": s["decisions"], "seconds": s["seconds"],
         "decisions_per_s": s["decisions"] / s["seconds"],
         "tokens_per_decision": s["model_tokens"] / s["decisions"],
@@ -170,12 +178,18 @@ def main(argv: list[str] | None = None) -> dict:
     params = models.num_parameters(model)
     print(f"model {args.model}: {params / 1e6:.1f}M parameters, {next(model.parameters()).dtype}, "
           f"{torch.get_num_threads()} threads, torch {torch.__version__}", flush=True)
+    generate_defaults = training_defaults(ENV_ID, "generate")
     rows = []
     for label, run in (
         ("score", lambda: textgym_phase(model, tokenizer, args.model, "score", args.envs, args.decisions, 1,
                                         params, args.seed)),
         ("generate", lambda: textgym_phase(model, tokenizer, args.model, "generate", args.envs,
                                            args.gen_decisions, args.gen_tokens, params, args.seed)),
+        ("generate, env defaults", lambda: textgym_phase(
+            model, tokenizer, args.model, "generate", args.envs, args.gen_decisions, None, params, args.seed,
+            label=f"textgym generate ({args.envs} envs, env defaults: JSON prefill, stop, "
+                  f"{generate_defaults.policy.get('max_new_tokens')} max)",
+            env_kwargs=dict(generate_defaults.env_kwargs), settings=dict(generate_defaults.policy))),
         ("baseline", lambda: baseline_phase(model, tokenizer, args.baseline_decisions,
                                             args.baseline_tokens, params, args.seed)),
     ):
@@ -190,10 +204,12 @@ def main(argv: list[str] | None = None) -> dict:
               f"{r['prompt_length']:>7.1f} {r['model_flops'] / 1e9:>8.1f} "
               f"{r['peak_rss_bytes'] / 2**30:>7.2f}GB {r['invalid_rate']:>7.0%}")
     print(f"{'plain torch matmul (fp32 1536x1536)':<62} {'':>7} {'':>8} {'':>7} {matmul / 1e9:>8.1f}")
-    score, generate, baseline = rows
+    score, generate, generate_env, baseline = rows
     ratios = {
         "score_vs_baseline_decisions_per_s": score["decisions_per_s"] / baseline["decisions_per_s"],
         "generate_vs_baseline_decisions_per_s": generate["decisions_per_s"] / baseline["decisions_per_s"],
+        "generate_vs_score_decisions_per_s": generate["decisions_per_s"] / score["decisions_per_s"],
+        "generate_env_defaults_vs_score_decisions_per_s": generate_env["decisions_per_s"] / score["decisions_per_s"],
         "score_model_flops_vs_matmul": score["model_flops"] / matmul,
         "generate_model_flops_vs_matmul": generate["model_flops"] / matmul,
         "baseline_model_flops_vs_matmul": baseline["model_flops"] / matmul,
@@ -203,6 +219,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"{ratios['score_model_flops_vs_matmul']:.0%} of matmul FLOP/s")
     print(f"generate mode : {ratios['generate_vs_baseline_decisions_per_s']:.1f}x the baseline's decisions/s, "
           f"{ratios['generate_model_flops_vs_matmul']:.0%} of matmul FLOP/s")
+    print(f"generate mode : {ratios['generate_vs_score_decisions_per_s']:.0%} of score mode's decisions/s "
+          f"({args.gen_tokens} new tokens); with the env's generate defaults "
+          f"{ratios['generate_env_defaults_vs_score_decisions_per_s']:.0%}")
     print(f"baseline      : {ratios['baseline_model_flops_vs_matmul']:.0%} of matmul FLOP/s")
     print(f"peak RSS of the whole process (ru_maxrss): "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")

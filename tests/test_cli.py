@@ -243,7 +243,8 @@ def test_envs_lists_builtins_with_actions_and_package(cli):
     assert rows["textgym/Bandit-v0"]["description"]
     assert rows["textgym/CartPole-v1"]["reference_policies"] == ["random", "scripted"]
     assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0}
-    assert rows["textgym/Acrobot-v1"]["training_defaults"] is None
+    acrobot = rows["textgym/Acrobot-v1"]["training_defaults"]   # generate-mode settings only
+    assert acrobot["episodes"] is None and acrobot["modes"]["generate"]["env_kwargs"]["answer_format"] == "json"
     table = cli("envs")
     assert table.exit_code == 0
     assert "textgym/Blackjack-v1" in table.stdout and "STICK, HIT" in table.stdout
