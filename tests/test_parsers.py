@@ -322,3 +322,13 @@ def test_keyword_finds_the_last_mention(names, data, before, after):
     j = data.draw(st.integers(0, len(names) - 1))
     text = f"{before} {names[j].upper()} {before} {names[i].swapcase()} {after}"
     assert KeywordParser()(text, names).action_index == i
+
+
+def test_answer_text_is_the_answer_s_own_words():
+    from textgym.wrappers.parsers import answer_text
+
+    assert answer_text('{"action": "take the key from the box"}') == "take the key from the box"
+    assert answer_text('{"action": "open box",') == "open box"
+    assert answer_text("I will go. <answer> go west </answer>") == "go west"
+    assert answer_text('{"action": 3}') is None and answer_text("just words") is None
+    assert answer_text('{"note": "x"} <answer>look') == "look"

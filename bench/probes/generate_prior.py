@@ -68,6 +68,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default=models.DEFAULT_MODEL)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--only", choices=("before", "after"), default=None,
+                        help="measure one setting only (no table)")
     parser.add_argument("--out", type=Path, default=None, help="write the table (markdown) here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -84,6 +86,8 @@ def main() -> None:
         }
         results = {}
         for label, (env_kwargs, policy_settings) in settings.items():
+            if args.only not in (None, label):
+                continue
             results[label] = measure(model, tokenizer, args.model, env_id, env_kwargs, policy_settings,
                                      args.decisions, args.num_envs, args.seed)
             r = results[label]
@@ -93,6 +97,8 @@ def main() -> None:
             for text, count in r["top_answers"]:
                 print(f"    {count:4d} x {text[:100]!r}", flush=True)
         rows.append((env_id, results, generate.policy))
+    if args.only:
+        return
     lines = [
         f"Untrained {args.model}, generate mode, {args.decisions} sampled decisions per env and setting "
         f"({args.num_envs} envs, seed {args.seed}), commit {commit}.",

@@ -21,6 +21,8 @@ Example:
     {'prefill': '{"action": "', 'stop': ['"'], 'max_new_tokens': 8}
     >>> answer_format("word").instructions(["cat", "dog", "fox"])
     'Answer with one word: cat, dog or fox.'
+    >>> fmt.instructions(["1", "2"], what="the number of one empty square")
+    'Answer with the number of one empty square, in JSON: {"action": "1"}.'
 """
 
 from __future__ import annotations
@@ -39,17 +41,19 @@ def _alternatives(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} or {names[-1]}"
 
 
-def _word(names: Sequence[str]) -> str:
-    return f"Answer with one word: {_alternatives(names)}."
+def _word(names: Sequence[str], what: str | None) -> str:
+    return f"Answer with {what}." if what else f"Answer with one word: {_alternatives(names)}."
 
 
-def _json(names: Sequence[str]) -> str:
+def _json(names: Sequence[str], what: str | None) -> str:
+    if what:
+        return f"Answer with {what}, in JSON: {json.dumps({'action': str(names[0])})}."
     return f"Answer with JSON: {_alternatives([json.dumps({'action': str(n)}) for n in names])}."
 
 
-def _think(names: Sequence[str]) -> str:
-    return (f"First think it through in a few sentences. Then answer {_alternatives(names)} inside "
-            f"answer tags, like <answer>{names[0]}</answer>.")
+def _think(names: Sequence[str], what: str | None) -> str:
+    return (f"First think it through in a few sentences. Then answer {what or _alternatives(names)} "
+            f"inside answer tags, like <answer>{names[0]}</answer>.")
 
 
 @dataclass(frozen=True)
@@ -58,7 +62,8 @@ class AnswerFormat:
 
     Args:
         name: the format's name (``answer_format=`` of the built-in envs and :func:`textgym.wrap`).
-        describe: ``describe(action_names) -> str``: the instructions sentence.
+        describe: ``describe(action_names, what) -> str``: the instructions sentence (``what``:
+            a description of the answer instead of the list of names, or ``None``).
         prefill: what a generate-mode policy writes at the start of every answer
             (:attr:`textgym.policy.PolicyConfig.prefill`).
         stop: the strings that end an answer (:attr:`textgym.policy.PolicyConfig.stop`).
@@ -67,16 +72,18 @@ class AnswerFormat:
     """
 
     name: str
-    describe: Callable[[Sequence[str]], str]
+    describe: Callable[[Sequence[str], str | None], str]
     prefill: str = ""
     stop: tuple[str, ...] = ()
     max_new_tokens: int | None = None
 
-    def instructions(self, action_names: Sequence[str]) -> str:
-        """The sentence that asks for an answer in this format, naming ``action_names``."""
+    def instructions(self, action_names: Sequence[str], what: str | None = None) -> str:
+        """The sentence that asks for an answer in this format, naming ``action_names``, or, when
+        the legal ones change (a board's empty squares), describing them as ``what`` (``"the
+        number of one empty square"``; ``action_names[0]`` is then the example)."""
         if not action_names:
             raise ValueError("an answer format needs at least one action name")
-        return self.describe(action_names)
+        return self.describe(action_names, what)
 
     def policy_settings(self) -> dict[str, Any]:
         """The :class:`textgym.policy.PolicyConfig` settings a generate-mode policy answers this

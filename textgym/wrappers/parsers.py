@@ -36,6 +36,7 @@ __all__ = [
     "ParserChain",
     "RegexParser",
     "TagParser",
+    "answer_text",
     "as_parser",
     "default_parser",
 ]
@@ -341,7 +342,8 @@ class TagParser(Parser):
     def __repr__(self) -> str:
         return f"TagParser(tag={self.tag!r})"
 
-    def __call__(self, text: str, action_names: Sequence[str]) -> ParseResult | None:
+    def _content(self, text: str) -> str | None:
+        """The last tag's content (to the end of the text when it is not closed), or ``None``."""
         if len(text) > self.max_chars:
             text = text[-self.max_chars :]
         last = None
@@ -351,7 +353,12 @@ class TagParser(Parser):
             return None
         content = text[last.end() :]
         close = self._close.search(content)
-        content = content[: close.start()] if close else content
+        return content[: close.start()] if close else content
+
+    def __call__(self, text: str, action_names: Sequence[str]) -> ParseResult | None:
+        content = self._content(text)
+        if content is None:
+            return None
         table = _get_table(action_names)
         index = table.index(content)
         if index is None:
@@ -533,6 +540,34 @@ class KeywordParser(Parser):
         return None
 
 
+# --------------------------------------------------------------------------- answer text
+
+
+def answer_text(text: str) -> str | None:
+    """What an answer says its action is, before it is matched to any name: the string value of
+    the last JSON object's action key (an unterminated last object included), else the content of
+    the last ``<answer>`` tag, else ``None``. For envs whose actions are free text (TextWorld's
+    typed commands).
+
+    Example:
+        >>> answer_text('{"action": "open the box"')
+        'open the box'
+        >>> answer_text("Hm. <answer>go north</answer>"), answer_text("go north")
+        ('go north', None)
+    """
+    json_parser = _ANSWER_JSON
+    found = None
+    if "{" in text:
+        for obj in json_parser._objects(text):
+            value = json_parser._find(obj, depth=0)
+            if value is not _MISSING:
+                found = value
+    if isinstance(found, str):
+        return found.strip()
+    tag = _ANSWER_TAG._content(text)
+    return None if tag is None else tag.strip()
+
+
 # --------------------------------------------------------------------------- composition
 
 
@@ -622,3 +657,7 @@ def default_parser() -> ParserChain:
     """The default chain: :class:`JSONParser`, then :class:`TagParser` (``<answer>...</answer>``),
     then :class:`RegexParser`, then :class:`KeywordParser`."""
     return ParserChain([JSONParser(), TagParser(), RegexParser(), KeywordParser()])
+
+
+_ANSWER_JSON = JSONParser()
+_ANSWER_TAG = TagParser()
