@@ -75,7 +75,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     model, tokenizer = models.load(args.model)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip() or "unknown"
+                            cwd=Path(__file__).parent, check=False).stdout.strip() or "unknown"
     rows = []
     for name in args.envs.split(","):
         env_id = resolve_id(name)
@@ -100,8 +100,8 @@ def main() -> None:
     if args.only:
         return
     lines = [
-        f"Untrained {args.model}, generate mode, {args.decisions} sampled decisions per env and setting "
-        f"({args.num_envs} envs, seed {args.seed}), commit {commit}.",
+        (f"Untrained {args.model}, generate mode, {args.decisions} sampled decisions per env and setting "
+         f"({args.num_envs} envs, seed {args.seed}), commit {commit}."),
         "",
         "| env | invalid before | invalid after | answer tokens before / after | decisions/s before / after | after: policy settings |",
         "|---|---:|---:|---:|---:|---|",

@@ -70,8 +70,8 @@ import gymnasium as gym
 
 from textgym.registry import ReferencePlayer, TrainingDefaults
 from textgym.spaces import TextSpace
-from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
 from textgym.wrappers.answer_format import generate_mode_defaults
+from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
 from textgym.wrappers.parsers import answer_text
 
 __all__ = [
@@ -329,7 +329,6 @@ class TextWorldEnv(gym.Env):
         import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
 
         from textgym.wrappers.answer_format import answer_format as format_named
-
         from textgym.wrappers.parsers import as_parser
 
         self.rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
