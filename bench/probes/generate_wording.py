@@ -101,8 +101,8 @@ def main() -> None:
     model, tokenizer = models.load(args.model)
     policy = Policy(model, tokenizer, mode="generate")
     closers = torch.tensor([i for i in range(len(tokenizer)) if tokenizer.decode([i]).startswith('"')])
-    lines = [f"valid mass of the untrained {args.model}, prefill {PREFILL!r}, {args.states} random-play "
-             f"states per env; columns: temperature"]
+    lines = [(f"valid mass of the untrained {args.model}, prefill {PREFILL!r}, {args.states} random-play "
+              f"states per env; columns: temperature")]
     print(lines[0], flush=True)
     for name in args.envs.split(","):
         env_id = resolve_id(name)
