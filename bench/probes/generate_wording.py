@@ -59,9 +59,9 @@ def random_play_states(env_id: str, instructions: str, count: int) -> list[tuple
     states, episode = [], 0
     while len(states) < count:
         obs, info = env.reset(seed=episode)
-        player, done = random_policy(env, seed=episode), False
+        system, player, done = info["system_prompt"], random_policy(env, seed=episode), False
         while not done and len(states) < count:
-            states.append((info["system_prompt"], obs, list(info["valid_actions"])))
+            states.append((system, obs, list(info["valid_actions"])))
             obs, _, terminated, truncated, info = env.step(player(info))
             done = terminated or truncated
         episode += 1
