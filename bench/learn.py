@@ -16,6 +16,12 @@ Quick check (a couple of minutes):
 The real measurement (on a quiet machine):
     .venv/bin/python bench/learn.py --env blackjack --minutes 20
     .venv/bin/python bench/learn.py --env cartpole --minutes 120
+    .venv/bin/python bench/learn.py --env blackjack --algo reinforce --mode generate --minutes 20
+
+``--mode generate`` plays free text with each env's registered generate-mode settings
+(``textgym.registry.training_defaults(env, "generate")``: the JSON answer format, prefilled and
+stopped at the closing quote, temperature 0.7, a fading format bonus); its runs go to
+``<out>/<env>-<algo>-generate/``.
 """
 
 from __future__ import annotations
@@ -67,11 +73,12 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     from textgym.trainers import make_trainer
 
     env_id = ENVS[env_key]
-    out_dir = Path(args.out) / f"{env_key}-{algo}"
+    out_dir = Path(args.out) / (f"{env_key}-{algo}" + ("-generate" if args.mode == "generate" else ""))
     if out_dir.exists():
         for f in ("metrics.jsonl",):
             (out_dir / f).unlink(missing_ok=True)
-    policy = textgym.Policy.from_pretrained(args.model, mode="score", seed=args.seed)
+    policy_settings, env_kwargs = mode_settings(env_key, args.mode)
+    policy = textgym.Policy.from_pretrained(args.model, mode=args.mode, seed=args.seed, **policy_settings)
     config = {**SETTINGS[env_key], **ALGO_SETTINGS[algo], "seed": args.seed}
     if args.lr is not None:
         config["lr"] = args.lr
@@ -89,8 +96,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
         config["episodes_per_update"] -= config["episodes_per_update"] % config["group_size"]
         config["num_envs"] = max(config["group_size"],
                                  config["num_envs"] - config["num_envs"] % config["group_size"])
-    trainer = make_trainer(algo, policy, env=env_id, config=config, out_dir=out_dir,
-                           env_kwargs=ENV_KWARGS[env_key])
+    trainer = make_trainer(algo, policy, env=env_id, config=config, out_dir=out_dir, env_kwargs=env_kwargs)
     eval_episodes = args.eval_episodes or EVAL_EPISODES[env_key]
 
     warm_seconds = 0.0
@@ -126,13 +132,14 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     after = trainer.evaluate(episodes=eval_episodes)
     log(f"  after:  greedy mean return {after['return_mean']:+.3f} over {eval_episodes} held-out episodes "
         f"({time.monotonic() - t:.0f}s)")
-    table = blackjack_policy_table(trainer.policy) if env_key == "blackjack" else None
+    table = blackjack_policy_table(trainer.policy) if env_key == "blackjack" and args.mode == "score" else None
     if table:
         log("  P(HIT) by your total (no usable ace):  " + "  ".join(f"{t:>4d}" for t in BLACKJACK_TOTALS))
         for dealer, row in table.items():
             log(f"    dealer shows {dealer:>2s}:                  " + "  ".join(f"{p:4.2f}" for p in row))
     result = {
-        "env": env_id, "algorithm": algo, "model": args.model, "config": trainer.config.to_dict(),
+        "env": env_id, "algorithm": algo, "model": args.model, "mode": args.mode,
+        "policy": trainer.policy.config.to_dict(), "env_kwargs": env_kwargs, "config": trainer.config.to_dict(),
         "train_episodes": trainer.episodes_seen, "updates": trainer.update_count,
         "train_seconds": round(train_seconds, 1), "warm_start": args.warm_start,
         "warm_start_seconds": round(warm_seconds, 1), "eval_episodes": eval_episodes,
@@ -146,6 +153,17 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
     if args.save_checkpoint:
         trainer.save_checkpoint()
     return result
+
+
+def mode_settings(env_key: str, mode: str) -> tuple[dict, dict]:
+    """``(policy settings, env kwargs)`` in ``mode``: generate mode adds the env's registered
+    generate-mode settings (the JSON answer format, prefill, stop, temperature, format bonus)."""
+    if mode != "generate":
+        return {}, dict(ENV_KWARGS[env_key])
+    from textgym.registry import training_defaults
+
+    registered = training_defaults(ENVS[env_key], "generate")
+    return dict(registered.policy), {**ENV_KWARGS[env_key], **registered.env_kwargs}
 
 
 BLACKJACK_TOTALS = (6, 9, 11, 12, 13, 15, 16, 17, 18, 20)
@@ -178,8 +196,11 @@ def _untrained_evaluation(trainer, args: argparse.Namespace, env_key: str, episo
     key = f"{env_key}|{args.model}|{episodes}|{trainer.config.eval_seed}|warm={args.warm_start}"
     if args.warm_start:
         key += f"|sft_lr={args.sft_lr}"
-    if ENV_KWARGS[env_key]:
-        key += f"|{json.dumps(ENV_KWARGS[env_key], sort_keys=True)}"
+    policy_settings, env_kwargs = mode_settings(env_key, args.mode)
+    if args.mode != "score":
+        key += f"|{args.mode}|{json.dumps(policy_settings, sort_keys=True)}"
+    if env_kwargs:
+        key += f"|{json.dumps(env_kwargs, sort_keys=True)}"
     cache = json.loads(path.read_text()) if path.exists() else {}
     if key not in cache:
         cache[key] = trainer.evaluate(episodes=episodes)
@@ -188,16 +209,16 @@ def _untrained_evaluation(trainer, args: argparse.Namespace, env_key: str, episo
 
 
 def latest_results(out: Path) -> list[dict]:
-    """The newest result per (env, algorithm, GRPO credit) in ``<out>/learn.jsonl`` (runs may be
-    separate processes)."""
+    """The newest result per (env, algorithm, GRPO credit, policy mode) in ``<out>/learn.jsonl``
+    (runs may be separate processes)."""
     path = out / "learn.jsonl"
     if not path.exists():
         return []
-    latest: dict[tuple[str, str, str | None], dict] = {}
+    latest: dict[tuple[str, str, str | None, str], dict] = {}
     for line in path.read_text().splitlines():
         if line.strip():
             r = json.loads(line)
-            latest[(r["env"], r["algorithm"], r["config"].get("credit"))] = r
+            latest[(r["env"], r["algorithm"], r["config"].get("credit"), r.get("mode", "score"))] = r
     return list(latest.values())
 
 
@@ -224,6 +245,7 @@ def plot(results: list[dict], out: Path) -> list[Path]:
                 ys = [p["return_mean"] for p in r["curve"]]
                 name = r["algorithm"] + (", turn credit" if r["config"].get("credit") == "turn" else "")
                 name += " after SFT warm start" if r.get("warm_start") else ""
+                name += ", generate mode" if r.get("mode") == "generate" else ""
                 line, = ax.plot(xs, ys, label=f"{name} (greedy {r['before']:+.3f} -> {r['after']:+.3f})")
                 if xs:  # stars: greedy evaluation on held-out seeds, before and after training
                     ax.scatter([0, xs[-1]], [r["before"], r["after"]], color=line.get_color(),
@@ -255,6 +277,8 @@ def main() -> None:
     parser.add_argument("--eval-episodes", type=int, default=None,
                         help="held-out greedy episodes (default 2000 Blackjack, 50 CartPole)")
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--mode", default="score", choices=["score", "generate"],
+                        help="generate: free text with the env's registered generate-mode settings")
     parser.add_argument("--lr", type=float, default=None)
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)

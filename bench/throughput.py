@@ -6,17 +6,22 @@ Measured in one process, one after the other:
 2. textgym ``score`` mode in conversation mode (``history="full"``), 16 envs: every prompt holds
    the whole episode so far (the same information as LlamaGym's prompts); each env's KV cache is
    kept across its turns, so a decision runs only its new tokens.
-3. textgym ``generate`` mode, 16 envs, 8 new tokens (sampled).
-4. the baseline, written the way LlamaGym acts: one env, one Hugging Face ``generate`` call per step
+3. textgym ``generate`` mode, 16 envs, 8 new tokens (sampled; the ``word`` answer format, no stop
+   string: most answers run to the limit).
+4. textgym ``generate`` mode with the env's registered generate-mode defaults
+   (``training_defaults(env, "generate")``: the JSON answer format prefilled with
+   ``{"action": "``, stopped at the closing quote, its temperature): what
+   ``textgym train cartpole --mode generate`` acts with.
+5. the baseline, written the way LlamaGym acts: one env, one Hugging Face ``generate`` call per step
    on the whole conversation so far (every earlier turn re-sent), 32 new tokens, sampled.
-5. conversation mode as episodes grow: 16 MountainCar envs (an untrained model plays all 200
+6. conversation mode as episodes grow: 16 MountainCar envs (an untrained model plays all 200
    turns of every episode) in lockstep; tokens run per decision at each turn (the policy's
    counters), so turns 1, 50 and 200 can be compared.
-6. re-scoring for an update (forward + backward through a LoRA adapter on the top 8 layers, as
+7. re-scoring for an update (forward + backward through a LoRA adapter on the top 8 layers, as
    CartPole's training defaults; minibatches of 32): the single-observation decisions, the
    conversation decisions with a pass per conversation run (the trainers' path) and the same
    decisions one context each.
-7. a plain torch matmul, for the FLOP/s the hardware gives (achieved model FLOP/s are
+8. a plain torch matmul, for the FLOP/s the hardware gives (achieved model FLOP/s are
    ``2 x parameters x tokens run through the model / second``).
 
 Peak memory is the process's resident set size (RSS, from /proc/self/statm sampled every 5 ms)
@@ -50,6 +55,7 @@ from textgym.policy import Policy, PolicyConfig
 from textgym.policy.conversation import Conversation
 from textgym.policy.kv_cache import shared_prefix_length
 from textgym.policy.rescoring import rescore_candidates
+from textgym.registry import training_defaults
 from textgym.rollout import Episode, collect, conversation_runs, decisions_of
 from textgym.trainers.optimization import minibatches
 
@@ -101,17 +107,20 @@ def matmul_flops(size: int = 1536, repeats: int = 5, seconds: float = 2.0) -> fl
     return best
 
 
-def textgym_phase(model, tokenizer, model_name: str, mode: str, envs: int, decisions: int, new_tokens: int,
-                  params: int, seed: int, history: str | None = None) -> tuple[dict, list[Episode]]:
-    config = PolicyConfig.for_model(model_name, mode=mode, max_new_tokens=new_tokens, seed=seed, history=history)
+def textgym_phase(model, tokenizer, model_name: str, mode: str, envs: int, decisions: int, new_tokens: int | None,
+                  params: int, seed: int, history: str | None = None, label: str | None = None,
+                  env_kwargs: dict | None = None, settings: dict | None = None) -> tuple[dict, list[Episode]]:
+    settings = {**(settings or {}), **({"max_new_tokens": new_tokens} if new_tokens else {})}
+    config = PolicyConfig.for_model(model_name, mode=mode, seed=seed, history=history, **settings)
     policy = Policy(model, tokenizer, config=config, name=model_name)
-    venv = textgym.make_vec(ENV_ID, num_envs=envs, seed=seed)
+    venv = textgym.make_vec(ENV_ID, num_envs=envs, seed=seed, **(env_kwargs or {}))
     collect(policy, venv, steps=envs, seed=seed + 1000)  # warm-up: fills the prefix cache, allocators
     with PeakRSS() as memory:
         rollout = collect(policy, venv, steps=decisions, seed=seed)
     s = rollout.stats
-    label = f"textgym {mode} ({envs} envs" + (f", {new_tokens} new tokens" if mode == "generate" else "")
-    label += f", conversation: history {history})" if history else ")"
+    if label is None:
+        label = f"textgym {mode} ({envs} envs" + (f", {new_tokens} new tokens" if mode == "generate" else "")
+        label += f", conversation: history {history})" if history else ")"
     return {
         "mode": label,
         "decisions": s["decisions"], "seconds": s["seconds"],
@@ -289,9 +298,16 @@ def main(argv: list[str] | None = None) -> dict:
     print("running generate ...", flush=True)
     generate, _ = textgym_phase(model, tokenizer, args.model, "generate", args.envs, args.gen_decisions,
                                 args.gen_tokens, params, args.seed)
+    print("running generate with the env's generate-mode defaults ...", flush=True)
+    generate_defaults = training_defaults(ENV_ID, "generate")
+    generate_env, _ = textgym_phase(
+        model, tokenizer, args.model, "generate", args.envs, args.gen_decisions, None, params, args.seed,
+        label=f"textgym generate ({args.envs} envs, env defaults: JSON prefill, stop, "
+              f"{generate_defaults.policy.get('max_new_tokens')} max)",
+        env_kwargs=dict(generate_defaults.env_kwargs), settings=dict(generate_defaults.policy))
     print("running baseline ...", flush=True)
     baseline = baseline_phase(model, tokenizer, args.baseline_decisions, args.baseline_tokens, params, args.seed)
-    rows = [score, conversation, generate, baseline]
+    rows = [score, conversation, generate, generate_env, baseline]
     print("running conversation as episodes grow ...", flush=True)
     turns = turns_phase(model, tokenizer, args.model, args.turn_envs, args.turns, args.seed, history)
     print("running re-scoring ...", flush=True)
@@ -321,6 +337,8 @@ def main(argv: list[str] | None = None) -> dict:
         "conversation_vs_score_decisions_per_s": conversation["decisions_per_s"] / score["decisions_per_s"],
         "conversation_vs_baseline_decisions_per_s": conversation["decisions_per_s"] / baseline["decisions_per_s"],
         "generate_vs_baseline_decisions_per_s": generate["decisions_per_s"] / baseline["decisions_per_s"],
+        "generate_vs_score_decisions_per_s": generate["decisions_per_s"] / score["decisions_per_s"],
+        "generate_env_defaults_vs_score_decisions_per_s": generate_env["decisions_per_s"] / score["decisions_per_s"],
         "score_model_flops_vs_matmul": score["model_flops"] / matmul,
         "generate_model_flops_vs_matmul": generate["model_flops"] / matmul,
         "baseline_model_flops_vs_matmul": baseline["model_flops"] / matmul,
@@ -332,6 +350,9 @@ def main(argv: list[str] | None = None) -> dict:
           f"{ratios['conversation_vs_baseline_decisions_per_s']:.1f}x the baseline's")
     print(f"generate mode : {ratios['generate_vs_baseline_decisions_per_s']:.1f}x the baseline's decisions/s, "
           f"{ratios['generate_model_flops_vs_matmul']:.0%} of matmul FLOP/s")
+    print(f"generate mode : {ratios['generate_vs_score_decisions_per_s']:.0%} of score mode's decisions/s "
+          f"({args.gen_tokens} new tokens); with the env's generate defaults "
+          f"{ratios['generate_env_defaults_vs_score_decisions_per_s']:.0%}")
     print(f"baseline      : {ratios['baseline_model_flops_vs_matmul']:.0%} of matmul FLOP/s")
     print(f"peak RSS of the whole process (ru_maxrss): "
           f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20:.2f} GB")

@@ -61,6 +61,10 @@ class RunConfig:
     """Total training updates of the run. The budget is ``updates`` and ``episodes`` (whichever
     comes first); when neither is given (flags or file), the env's recommended budget applies
     (``textgym.registry.training_defaults``), and a budget that is given replaces it."""
+    think: bool = False
+    """Generate mode: let the model reason in free text before its answer (the env asks for the
+    ``think`` answer format, ``<answer>...</answer>`` after the reasoning; the policy gets that
+    format's stop string and token budget)."""
     episodes: int | None = None
     """Total training episodes of the run (see ``updates``)."""
     minutes: float | None = None
@@ -109,7 +113,7 @@ class RunConfig:
     """Extra keyword arguments for the env."""
     policy: dict[str, Any] = field(default_factory=dict)
     """Settings of the policy (``textgym.policy.PolicyConfig``: temperature, top_p,
-    max_new_tokens, normalization, chat_template, ...) on top of the model registry's defaults;
+    max_new_tokens, normalization, chat_template, prefill, stop, ...) on top of the model registry's defaults;
     ``config.toml`` holds all of them, resolved (``mode``, ``seed`` and ``history`` are the keys
     above). A resumed run may not change them."""
 
@@ -192,6 +196,9 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
         raise CLIError(f"{where}: algo must be one of {', '.join(ALGOS)}, got {config.algo!r}")
     if config.mode not in MODES:
         raise CLIError(f"{where}: mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+    if config.think and config.mode != "generate":
+        raise CLIError(f"{where}: think needs generate mode (the model writes its reasoning), "
+                       f"got mode {config.mode!r}")
     for name in ("updates", "episodes", "num_envs", "checkpoint_every", "plot_every", "sample_every",
                  "check_episodes", "check_max_steps"):
         value = getattr(config, name)

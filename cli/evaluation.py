@@ -74,6 +74,12 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     # The checkpoint's own policy settings (normalization, chat template...) when it is its base model.
     settings = {k: v for k, v in recorded.items() if k not in ("name", "mode", "seed") and v is not None} \
         if recorded.get("name") == model else {}
+    env_kwargs = state.get("env_kwargs")
+    if checkpoint is None:  # a bare model plays with the env's registered settings for the mode
+        from textgym.registry import training_defaults
+
+        registered = training_defaults(env_id, mode)
+        settings, env_kwargs = dict(registered.policy), dict(registered.env_kwargs)
     overrides = overrides or {}
     if checkpoint is not None:
         _say_settings(settings, overrides)
@@ -84,7 +90,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     algorithm = trainer_config.pop("algorithm", state.get("algorithm", "reinforce"))
     # A bare model gets a fresh LoRA adapter, which starts as the identity (B = 0).
     trainer = make_trainer(algorithm, policy, env=env_id, config=trainer_config or None,
-                           out_dir=None, env_kwargs=state.get("env_kwargs"))
+                           out_dir=None, env_kwargs=env_kwargs)
     if checkpoint is not None:
         try:
             trainer.load_state(folder)
@@ -92,7 +98,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
     label = "checkpoint" if checkpoint is not None else model
     result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
-    return label, with_stderr(result), dict(state.get("env_kwargs") or {})
+    return label, with_stderr(result), dict(env_kwargs or {})
 
 
 def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -122,6 +122,10 @@ def train(
         None, min=1, help="Training updates in total (with --episodes: whichever comes first).",
         show_default="per env",
     ),
+    think: bool | None = typer.Option(
+        None, "--think", help="Generate mode: the model reasons in free text, then answers in "
+        "<answer></answer> tags (implies --mode generate).", show_default=False,
+    ),
     episodes: int | None = typer.Option(
         None, min=1, help="Training episodes in total (with --updates: whichever comes first).",
         show_default="per env",
@@ -200,6 +204,7 @@ def train(
         "mode": mode.value if mode else None,
         "history": history,
         "updates": updates,
+        "think": think,
         "episodes": episodes,
         "minutes": minutes,
         "until": until,

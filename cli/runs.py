@@ -165,9 +165,10 @@ def mean_and_stderr(values: list[float]) -> tuple[float, float]:
 
 
 def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """Training summary from metrics records: first/last/best windowed return and totals, the last
-    greedy check (``check``: the one that solved the env, in a solved run) and every alarm the
-    updates raised (``alarms``, each with its update, in order)."""
+    """Training summary from metrics records: first/last/best windowed return, first/last invalid
+    rate and totals, the last greedy check (``check``: the one that solved the env, in a solved
+    run), every alarm the updates raised (``alarms``, each with its update, in order) and the
+    sampled answers of the first and last updates."""
     if not records:
         return {"updates": 0, "episodes": 0, "alarms": []}
     last = records[-1]
@@ -187,6 +188,9 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     wins = [r["win_rate"] for r in records if isinstance(r.get("win_rate"), (int, float))]
     if wins:
         summary.update(first_win_rate=wins[0], last_win_rate=wins[-1])
+    invalid = [r["invalid_rate"] for r in records if isinstance(r.get("invalid_rate"), (int, float))]
+    if invalid:
+        summary["first_invalid_rate"] = invalid[0]
     for key in ("length_mean", "invalid_rate", "decisions_per_s", "kl", "entropy"):
         if key in last:
             summary[f"last_{key}"] = last[key]
@@ -194,6 +198,10 @@ def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     if checks:
         summary["check"] = checks[-1]
     summary["alarms"] = [alarm for r in records for alarm in r.get("alarms") or [] if isinstance(alarm, dict)]
+    # what the model answered at the start and at the end (generate mode: did it learn the format?)
+    sampled = [r["samples"] for r in records if r.get("samples")]
+    if sampled:
+        summary.update(first_samples=sampled[0], last_samples=sampled[-1])
     return summary
 
 

@@ -66,11 +66,15 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
     if flags.get("env") is None:  # the env comes from the config file
         refuse_env_import(merged.env, f"config file {config_file}",
                           f"textgym train {merged.env} --config {config_file}")
+    if merged.think and flags.get("mode") is None and file_layer.get("mode") is None:
+        flags = {**flags, "mode": "generate"}  # reasoning is written: --think means generate mode
+        merged.mode = "generate"
     env_id = resolve_env(merged.env)
     defaults = _env_defaults(env_id, merged.mode)
     if run_config.gives_budget(file_layer) or run_config.gives_budget(flags):
         defaults = run_config.without_budget(defaults)  # the budget given replaces the env's
-    cfg = run_config.resolve(defaults, file_layer, flags)
+    think = _think_defaults() if merged.think else {}
+    cfg = run_config.resolve(defaults, think, file_layer, flags)
     cfg.env = recorded_env_id(merged.env, env_id)
     return run_config.validate(cfg)
 
@@ -82,6 +86,16 @@ def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
 
     defaults = training_defaults(env_id, mode).to_dict()
     return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
+
+
+def _think_defaults() -> dict[str, Any]:
+    """``--think``: the env asks for the ``think`` answer format and the policy answers it (no
+    prefill, stopped at the closing answer tag, that format's token budget); on top of the env's
+    generate-mode defaults, below the config file and the flags."""
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    think = ANSWER_FORMATS["think"]
+    return {"env_kwargs": {"answer_format": think.name}, "policy": think.policy_settings()}
 
 
 def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, Any],

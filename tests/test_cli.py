@@ -257,7 +257,8 @@ def test_envs_lists_builtins_with_actions_and_package(cli):
     assert rows["textgym/Bandit-v0"]["description"]
     assert rows["textgym/CartPole-v1"]["reference_policies"] == ["random", "scripted"]
     assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0}
-    assert rows["textgym/Acrobot-v1"]["training_defaults"] is None
+    acrobot = rows["textgym/Acrobot-v1"]["training_defaults"]   # generate-mode settings only
+    assert acrobot["episodes"] is None and acrobot["modes"]["generate"]["env_kwargs"]["answer_format"] == "json"
     table = cli("envs")
     assert table.exit_code == 0
     assert "textgym/Blackjack-v1" in table.stdout and "STICK, HIT" in table.stdout
@@ -808,3 +809,52 @@ def test_train_starts_from_the_settings_registered_with_the_env():
     assert training.planned_updates(flagged, 16) == 1
     both = training._new_config({"updates": 5}, {"env": "cartpole", "episodes": 48}, None)
     assert (both.updates, both.episodes, training.planned_updates(both, 16)) == (5, 48, 3)  # whichever first
+
+
+def test_generate_mode_starts_from_the_env_s_generate_defaults_and_think_on_top():
+    from textgym.cli import training
+    from textgym.registry import training_defaults
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    registered = training_defaults("textgym/Bandit-v0", "generate")
+    cfg = training._new_config({}, {"env": "bandit", "mode": "generate"}, None)
+    assert cfg.policy == registered.policy and cfg.policy["prefill"] == '{"action": "'
+    assert cfg.env_kwargs["answer_format"] == "json" and cfg.env_kwargs["format_bonus"] > 0
+    # --think: the think format asked by the env and answered by the policy, generate mode implied
+    think = training._new_config({}, {"env": "bandit", "think": True}, None)
+    assert think.mode == "generate" and think.env_kwargs["answer_format"] == "think"
+    assert think.policy["stop"] == ["</answer>"] and think.policy["prefill"] == ""
+    assert think.policy["max_new_tokens"] == ANSWER_FORMATS["think"].max_new_tokens
+    assert think.policy["temperature"] == registered.policy["temperature"]  # the env's choice stays
+    assert think.env_kwargs["format_bonus"] == registered.env_kwargs["format_bonus"]
+    # a config file's [policy] wins over both
+    tuned = training._new_config({"policy": {"max_new_tokens": 300}}, {"env": "bandit", "think": True},
+                                 None)
+    assert tuned.policy["max_new_tokens"] == 300 and tuned.policy["stop"] == ["</answer>"]
+
+
+def test_policy_table_reaches_the_policy_and_bad_settings_fail_first(cli, tmp_path):
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('model = "tiny"\nmode = "generate"\nepisodes = 8\nnum_envs = 8\n'
+                   '[trainer]\nepisodes_per_update = 8\n[policy]\ntemperature = 0.5\nmax_new_tokens = 3\n')
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", cfg, "--out", run, "--quiet")
+    assert result.exit_code == 0, result.output
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["policy"]["temperature"] == 0.5 and state["policy"]["max_new_tokens"] == 3
+    assert state["policy"]["prefill"] == '{"action": "'           # the env's generate defaults
+    assert state["env_kwargs"]["answer_format"] == "json"
+    metrics = lines_of(run / "metrics.jsonl")
+    assert all(s["answer"].startswith('{"action": "') for s in metrics[0]["samples"])
+    summary = json.loads((run / "summary.json").read_text())  # the answers at the start and at the end
+    assert summary["first_samples"] == metrics[0]["samples"] and summary["last_samples"] == metrics[-1]["samples"]
+    assert summary["first_invalid_rate"] == metrics[0]["invalid_rate"]
+    for bad, message in (("temprature = 0.5", "temprature"), ("top_p = 2.0", "top_p"),
+                         ("seed = 3", "--seed")):
+        cfg.write_text(f'model = "tiny"\nmode = "generate"\n[policy]\n{bad}\n')
+        line = one_error_line(cli("train", "bandit", "--config", cfg, "--out", tmp_path / "bad"))
+        assert "invalid policy settings" in line and message in line
+    assert not (tmp_path / "bad").exists()
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--think", "--mode", "score",
+                              "--out", tmp_path / "bad"))
+    assert "think needs generate mode" in line

@@ -60,6 +60,50 @@ def test_system_prompt_states_the_answer_format_and_observation_is_short(env_id)
     assert len(obs) < 150     # Taxi's map is the longest (~70 tokens); CartPole is ~36
 
 
+@pytest.mark.parametrize("env_id", CLASSIC + ["textgym/Bandit-v0"])
+def test_generate_defaults_ask_for_the_format_the_policy_answers(env_id):
+    from textgym.policy.config import PolicyConfig
+    from textgym.registry import training_defaults
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    defaults = training_defaults(env_id, "generate")
+    fmt = ANSWER_FORMATS[defaults.env_kwargs["answer_format"]]
+    config = PolicyConfig(mode="generate", **defaults.policy)
+    assert (config.prefill, config.stop) == (fmt.prefill, fmt.stop) and config.temperature < 1.0
+    env = textgym.make(env_id, **defaults.env_kwargs)
+    _, info = env.reset(seed=0)
+    names = env.get_wrapper_attr("action_names")
+    # the format is stated once, at the end of the system prompt, and names every action
+    assert info["system_prompt"].endswith(fmt.instructions(names))
+    assert info["system_prompt"].count("Answer") == 1
+    # what a policy writes in this format (prefill, a name, the stop string) is that action
+    for i in range(len(names)):
+        name = info["valid_actions"][i % len(info["valid_actions"])]
+        _, _, terminated, truncated, info = env.step(config.prefill + name + config.stop[0])
+        assert info["parse"]["valid"] and info["parse"]["action_name"] == name
+        assert info["parse"]["parser"] == "json"
+        assert info["reward_terms"]["format"] > 0           # the format bonus, at its start
+        if terminated or truncated:
+            _, info = env.reset(seed=i)
+    _, _, _, _, info = env.step(config.prefill + "banana" + config.stop[0])
+    assert not info["parse"]["valid"] and info["reward_terms"]["format"] == 0.0
+
+
+def test_every_answer_format_is_read_by_the_default_parser():
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    env_answers = {"word": "RIGHT", "json": '{"action": "RIGHT"', "think": "LEFT falls. <answer>RIGHT</answer>"}
+    for name, fmt in ANSWER_FORMATS.items():
+        env = textgym.make("textgym/CartPole-v1", answer_format=name)
+        _, info = env.reset(seed=0)
+        assert info["system_prompt"].endswith(fmt.instructions(["LEFT", "RIGHT"]))
+        assert env.step(env_answers[name])[-1]["parse"]["action_name"] == "RIGHT"
+    with pytest.raises(ValueError, match="unknown answer format 'xml'"):
+        textgym.make("textgym/CartPole-v1", answer_format="xml")
+    with pytest.raises(TypeError, match="either instructions= or answer_format="):
+        textgym.make("textgym/CartPole-v1", answer_format="json", instructions="Say it.")
+
+
 # --------------------------------------------------------------------------- renderers
 
 def test_cartpole_text_gives_the_full_state_and_one_direction_word():

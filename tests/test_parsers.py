@@ -19,6 +19,7 @@ from textgym.wrappers.parsers import (
     ParserChain,
     ParseResult,
     RegexParser,
+    TagParser,
     _normalize,
     as_parser,
     default_parser,
@@ -44,6 +45,16 @@ ANSWERS = [
     ('{"action": "LEFT", "action": "RIGHT"}', LR, "RIGHT", "json"),  # duplicate key: JSON keeps the last
     ('{"move": "north"}', TAXI, "NORTH", "json"),
     ('I will pick up the passenger.\n```json\n{"action": "PICKUP"}\n```', TAXI, "PICKUP", "json"),
+    # a prefilled '{"action": "' answer stopped at its closing quote, at a comma, by the length limit
+    ('{"action": "RIGHT"', LR, "RIGHT", "json"),
+    ('{"action": "left",', LR, "LEFT", "json"),
+    ('{"action": "LEFT', LR, "LEFT", "json"),
+    ('{"action": "RIGHT"} {"action": "LEFT', LR, "LEFT", "json"),
+    # an answer tag after free reasoning: the last tag decides, whatever the reasoning mentions
+    ("<answer>LEFT</answer>", LR, "LEFT", "answer"),
+    ("Pushing RIGHT tips it. <answer> left </answer> then RIGHT", LR, "LEFT", "answer"),
+    ("<answer>RIGHT</answer> no, <ANSWER>LEFT", LR, "LEFT", "answer"),
+    ("LEFT is bad. <answer>I push right</answer>", LR, "RIGHT", "answer"),
     # regex
     ("Action: RIGHT", LR, "RIGHT", "regex"),
     ("**Action:** LEFT", LR, "LEFT", "regex"),
@@ -63,7 +74,6 @@ ANSWERS = [
     ("RIGHT", LR, "RIGHT", "keyword"),
     ("right.", LR, "RIGHT", "keyword"),
     ("  left\n", LR, "LEFT", "keyword"),
-    ("<answer>LEFT</answer>", LR, "LEFT", "keyword"),
     ("Hmm, left or right? Definitely right!", LR, "RIGHT", "keyword"),
     ("LEFT RIGHT LEFT", LR, "LEFT", "keyword"),
     ("Push the cart to the LEFT.", LR, "LEFT", "keyword"),
@@ -73,6 +83,8 @@ ANSWERS = [
     ("I cannot decide.", LR, None, None),
     ("leftist rightward", LR, None, None),
     ('{"action": "JUMP"}', LR, None, None),
+    ('{"action": "JUMP"', LR, None, None),
+    ("<answer>JUMP</answer>", LR, None, None),
     ("\x00\x01\x02\x1b[31m", LR, None, None),
     ("🙂 " * 50, LR, None, None),
 ]
@@ -93,8 +105,8 @@ def test_default_chain_parses_llm_answers(text, names, expected, parser):
 def test_json_wrong_types_are_no_match():
     p = JSONParser()
     for text in ['{"action": ["LEFT"]}', '{"action": null}', '{"action": true}', '{"action": 5}',
-                 '{"action": -1}', '{"action": 1.0}', '{"action": {"name": "LEFT"}}', '{"action": "LEFT"',
-                 '{"action": "LEFT\'}', "{action: LEFT}", '["LEFT"]', '"LEFT"', "{", "}{", "{}"]:
+                 '{"action": -1}', '{"action": 1.0}', '{"action": {"name": "LEFT"}}', '{"action": "LEFT" x',
+                 '{"action": "LEFT is good', "{action: LEFT}", '["LEFT"]', '"LEFT"', "{", "}{", "{}"]:
         assert p(text, LR) is None, text
     # ... and the chain still never raises on them
     chain = default_parser()
@@ -113,6 +125,22 @@ def test_adversarial_numbers_and_nesting():
     deep = '{"action": "LEFT", "x": ' + "[" * 100_000 + "}"
     assert JSONParser()(deep, LR) is None
     assert default_parser()(deep, LR).action_name == "LEFT"
+
+
+def test_json_closes_only_the_answer_s_last_object():
+    # an unterminated object before the last one is not guessed at
+    assert JSONParser()('{"action": "LEFT" and then {"note": 1}', LR) is None
+    assert JSONParser()('{"action": "LEFT" and then {"action": "RIGHT"}', LR).action_name == "RIGHT"
+    assert JSONParser()('{"action": "RIGHT"   \n', LR).action_name == "RIGHT"
+
+
+def test_tag_parser_names_and_bounds():
+    assert TagParser(tag="move")("<move>north</move>", TAXI).action_name == "NORTH"
+    assert TagParser()("<answer></answer>", LR) is None
+    assert TagParser()("<answer>" + "x" * 1000 + " LEFT", LR).action_name == "LEFT"
+    assert TagParser()("<answer>" + "x" * 10_000 + " LEFT", LR) is None  # the tag is beyond max_chars
+    with pytest.raises(ValueError, match="tag name"):
+        TagParser(tag="a>b")
 
 
 def test_json_last_object_with_an_action_decides():
@@ -213,6 +241,8 @@ HUGE = [
     "[" * 500_000 + "]" * 500_000,
     '{"x": [' * 50_000 + "1" + "]}" * 50_000,  # deep nesting
     "x " * 500_000 + "RIGHT",
+    "<answer>" * 100_000,
+    "<answer>" + "left" * 250_000,
 ]
 
 
@@ -221,7 +251,7 @@ def test_one_megabyte_answers_are_bounded(text):
     # Not a speed test (bench/ measures speed): a catastrophic regex backtrack on these
     # inputs runs for hours, so a bound this loose only catches that, even on a loaded machine.
     start = time.perf_counter()
-    for parser in (JSONParser(), RegexParser(), KeywordParser(), default_parser()):
+    for parser in (JSONParser(), TagParser(), RegexParser(), KeywordParser(), default_parser()):
         result = parser(text, LR)
         assert result is None or result.action_name in LR
     assert time.perf_counter() - start < 60.0
@@ -250,7 +280,7 @@ answers = st.one_of(st.text(max_size=300), st.lists(fragments, max_size=40).map(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(text=answers, names=st.one_of(st.just(LR), st.just(TAXI), names_strategy))
 def test_parsers_never_raise_and_return_a_valid_index(text, names):
-    for parser in (JSONParser(), RegexParser(), KeywordParser(), default_parser()):
+    for parser in (JSONParser(), TagParser(), RegexParser(), KeywordParser(), default_parser()):
         result = parser(text, names)
         if result is not None:
             assert isinstance(result.action_index, int)
@@ -292,3 +322,13 @@ def test_keyword_finds_the_last_mention(names, data, before, after):
     j = data.draw(st.integers(0, len(names) - 1))
     text = f"{before} {names[j].upper()} {before} {names[i].swapcase()} {after}"
     assert KeywordParser()(text, names).action_index == i
+
+
+def test_answer_text_is_the_answer_s_own_words():
+    from textgym.wrappers.parsers import answer_text
+
+    assert answer_text('{"action": "take the key from the box"}') == "take the key from the box"
+    assert answer_text('{"action": "open box",') == "open box"
+    assert answer_text("I will go. <answer> go west </answer>") == "go west"
+    assert answer_text('{"action": 3}') is None and answer_text("just words") is None
+    assert answer_text('{"note": "x"} <answer>look') == "look"

@@ -341,3 +341,26 @@ def test_non_text_answers_are_invalid_answers_on_the_views(env_id, policy):
         # (other objects are read through str(), as ParseAction reads them: "[1, 2]" names square 1)
         if terminated or truncated:
             env.reset(seed=1)
+
+
+@pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textgym/ConnectFour-v3"])
+def test_board_games_ask_for_the_answer_format_of_their_generate_defaults(env_id):
+    from textgym.registry import training_defaults
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    word = textgym.make(env_id).reset(seed=0)[1]["system_prompt"]
+    assert word.endswith(".") and "Answer with the number of one" in word   # the word format, as before
+    defaults = training_defaults(env_id, "generate")
+    env = textgym.make(env_id, **defaults.env_kwargs)
+    _, info = env.reset(seed=0)
+    assert info["system_prompt"].endswith('in JSON: {"action": "1"}.')
+    assert info["system_prompt"].count("Answer") == 1
+    square = info["valid_actions"][-1]
+    fmt = ANSWER_FORMATS["json"]
+    _, _, _, _, info = env.step(defaults.policy["prefill"] + square + fmt.stop[0])
+    assert info["parse"]["valid"] and info["parse"]["action_name"] == square
+    # a renderer that states its own answer format takes only the word format
+    from textgym.envs.pettingzoo import generic_text_game
+
+    with pytest.raises(ValueError, match="states its own answer format"):
+        wrap_pettingzoo(tictactoe_v3.env(), game=generic_text_game("tictactoe"), answer_format="json")

@@ -224,6 +224,50 @@ def test_generation_stops_at_stop_strings_and_the_end_token(tiny_model_and_token
     assert all(d.answer_ids == [tok.eos_token_id] and d.text == "" for d in ended)
 
 
+def test_prefill_opens_every_answer_and_is_context_not_answer(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    prefill = '{"action": "'
+    policy = Policy(model, tok, mode="generate", max_new_tokens=6, temperature=0.7, seed=0, prefill=prefill,
+                    stop=['"'])
+    prefill_ids = tok(prefill, add_special_tokens=False)["input_ids"]
+    decisions = policy.act(OBSERVATIONS * 2, [SYSTEM] * 6)
+    for d, observation in zip(decisions, OBSERVATIONS * 2):
+        # the prefill's tokens end the prompt; the answer is only what was sampled after them
+        assert d.prompt_ids == policy.prompt_ids(SYSTEM, observation) + prefill_ids
+        assert d.text == prefill + tok.decode(d.answer_ids, skip_special_tokens=True)
+        assert 1 <= len(d.answer_ids) <= 6  # the '"' in the prefill did not end it
+        assert d.token_logprobs == pytest.approx(_tempered_logprobs(model, d.prompt_ids, d.answer_ids, 0.7),
+                                                 abs=1e-4)
+    ev = policy.evaluate(decisions)
+    assert ev.mask.sum().item() == sum(len(d.answer_ids) for d in decisions)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=1e-4)
+    # score mode ignores the prefill
+    scored = Policy(model, tok, prefill=prefill).act(OBSERVATIONS[:1], [SYSTEM], [ACTIONS])[0]
+    assert scored.prompt_ids == policy.prompt_ids(SYSTEM, OBSERVATIONS[0]) and scored.text in ACTIONS
+
+
+def test_rows_that_stop_early_leave_the_others_exact(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    observations = [f"Observation number {i}." for i in range(8)]
+    free = Policy(model, tok, mode="generate", max_new_tokens=8, seed=5).act(observations, [SYSTEM] * 8)
+    # row k's token k+1 as a stop string: rows 0-3 stop after 2, 3, 4 and 5 tokens; once half the
+    # batch has finished, those rows leave the KV cache and the others go on
+    stops = [tok.decode(d.answer_ids[k + 1:k + 2], skip_special_tokens=True) for k, d in enumerate(free[:4])]
+    stopped = Policy(model, tok, mode="generate", max_new_tokens=8, seed=5, stop=stops).act(observations, [SYSTEM] * 8)
+    for k in range(4):
+        assert stopped[k].answer_ids == free[k].answer_ids[:k + 2]
+    for d in stopped:
+        assert d.token_logprobs == pytest.approx(_tempered_logprobs(model, d.prompt_ids, d.answer_ids, 1.0),
+                                                 abs=1e-4)
+
+
+def _tempered_logprobs(model, prompt: list[int], answer: list[int], temperature: float) -> list[float]:
+    with torch.no_grad():
+        logits = model(torch.tensor([prompt + answer])).logits[0].float()
+    logp = torch.log_softmax(logits / temperature, dim=-1)
+    return [logp[len(prompt) - 1 + j, t].item() for j, t in enumerate(answer)]
+
+
 @pytest.mark.parametrize("mode", ["score", "generate"])
 def test_evaluate_recomputes_the_acting_logprobs_with_grad(tiny_model_and_tokenizer, mode):
     model, tok = tiny_model_and_tokenizer

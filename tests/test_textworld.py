@@ -360,3 +360,23 @@ def test_gymnasium_tools_work_on_textworld(game_dir):
     for command in stats.unwrapped.walkthrough:
         *_, info = stats.step(command)
     assert info["episode"]["r"] == info["episode_stats"]["return"] == 1.0
+
+
+def test_answer_formats_ask_for_a_command_and_type_the_one_given(game_dir):
+    from textgym.wrappers.answer_format import ANSWER_FORMATS
+
+    assert make(game_dir).reset(seed=0)[1]["system_prompt"].startswith(tw.SYSTEM_PROMPT)  # word: as before
+    env = make(game_dir, answer_format="json")
+    _, info = env.reset(seed=0)
+    assert "in JSON: {\"action\": \"go north\"}." in info["system_prompt"]
+    assert info["system_prompt"].count("Answer") == 1 and "Task:" in info["system_prompt"]
+    command = info["valid_actions"][0]
+    _, _, _, _, info = env.step(ANSWER_FORMATS["json"].prefill + command + '"')
+    assert info["parse"]["valid"] and info["parse"]["action"] == command
+    # a command the game does not list is typed as the answer gives it, not as raw JSON
+    _, _, _, _, info = env.step('{"action": "dance wildly"')
+    assert not info["parse"]["valid"] and info["parse"]["action"] == "dance wildly"
+    env = make(game_dir, answer_format="think")
+    env.reset(seed=1)
+    _, _, _, _, info = env.step("I should look around first. <answer>look</answer>")
+    assert info["parse"]["valid"] and info["parse"]["action"] == "look"

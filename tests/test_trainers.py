@@ -291,6 +291,19 @@ def test_sft_warm_start_teaches_the_demonstrated_answers(tiny_policy, tmp_path):
     assert trainer.evaluate(episodes=32)["return_mean"] == 1.0  # red -> cat, green -> dog
 
 
+def test_sft_of_a_prefilled_format_learns_what_the_policy_writes(tiny_model_and_tokenizer):
+    from textgym.trainers.sft import Demonstration, demonstration_decisions
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(model, tokenizer, mode="generate", prefill='{"action": "', stop=['"'])
+    [prefilled, plain] = demonstration_decisions(policy, [Demonstration("Color: red.", '{"action": "cat"}'),
+                                                          Demonstration("Color: red.", "cat")], "Name an animal.")
+    chat = policy.prompt_ids("Name an animal.", "Color: red.")
+    assert prefilled.prompt_ids == chat + policy.prefill_ids       # as acting writes it: prefill in the prompt
+    assert tokenizer.decode(prefilled.answer_ids) == 'cat"}'
+    assert plain.prompt_ids == chat and tokenizer.decode(plain.answer_ids) == "cat"
+
+
 def test_online_sft_on_best_episodes(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**SMALL, sft_every=2, sft_top_fraction=0.5))
@@ -433,3 +446,51 @@ def test_a_model_that_has_an_adapter_keeps_training_it_and_says_where_the_config
                      config={**SMALL, "lora_r": 8, "lora_alpha": 16})
     with pytest.raises(ValueError, match="use_lora=False"):
         make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config={**SMALL, "use_lora": False})
+
+
+def test_long_answers_are_rescored_in_chunks_that_fit_the_token_budget():
+    from textgym.trainers.optimization import chunks_of, run_minibatches
+
+    counts = [3, 120, 5, 118, 2, 64, 7, 90]
+    for chunk in chunks_of(torch.arange(8), 1, counts, 256):
+        assert len(chunk) * max(counts[i] for i in chunk.tolist()) <= 256
+    assert sorted(torch.cat(chunks_of(torch.arange(8), 1, counts, 256)).tolist()) == list(range(8))
+    assert len(chunks_of(torch.arange(8), 3, [1] * 8, 256)) == 3  # accumulation steps still count
+    # the chunks' gradients add up to the whole minibatch's
+    weight = torch.nn.Parameter(torch.ones(8))
+    values = torch.arange(1.0, 9.0)
+
+    def loss_fn(idx):
+        return (weight[idx] * values[idx]).pow(2).mean(), {}
+
+    grads = []
+    for budget in (None, 128):
+        weight.grad = None
+        optimizer = torch.optim.SGD([weight], lr=0.0)  # lr 0: look at the gradient only
+        captured = []
+        optimizer.step = lambda captured=captured: captured.append(weight.grad.clone())
+        run_minibatches(optimizer, 8, loss_fn, epochs=1, minibatch_size=8, max_grad_norm=None,
+                        token_counts=counts, max_chunk_tokens=budget)
+        grads.append(captured[0])
+    assert torch.allclose(grads[0], grads[1])
+
+
+def test_think_answers_train_with_every_generated_token(tiny_model_and_tokenizer):
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=40, seed=0,
+                            stop=["</answer>"])
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                           config={**SMALL, "max_chunk_answer_tokens": 64}, env_kwargs={"answer_format": "think"})
+    rollout = trainer.collect()
+    decisions = [d for ep in rollout.episodes for d in ep.decisions]
+    assert max(len(d.answer_ids) for d in decisions) == 40   # a random model rambles to the limit
+    ev = policy.evaluate(decisions)
+    assert ev.mask.sum().item() == sum(len(d.answer_ids) for d in decisions)  # every token kept
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=1e-4)
+    rescored = []  # (rows, longest answer) of every re-scoring pass of the update
+    evaluate = policy.evaluate
+    policy.evaluate = lambda batch: rescored.append((len(batch), max(len(d.answer_ids) for d in batch))) \
+        or evaluate(batch)
+    metrics = trainer.update(rollout.episodes, stats=rollout.stats)
+    assert math.isfinite(metrics["loss"]) and metrics["optimizer_steps"] == 1
+    assert len(rescored) > 1 and all(rows * longest <= 64 for rows, longest in rescored)

@@ -24,6 +24,9 @@ def wrap(
     history: int = 0,
     reward_terms: Sequence[Any] | None = None,
     *,
+    answer_format: str | None = None,
+    format_bonus: float = 0.0,
+    format_bonus_steps: int | None = None,
     observation_names: Sequence[str] | None = None,
     max_length: int = 8192,
     render_mode: str | None = None,
@@ -63,6 +66,14 @@ def wrap(
             format string (see :class:`~textgym.wrappers.TextObservation`).
         system_prompt: the task description. Default: names the env.
         instructions: the answer format appended to the system prompt. Default: lists the actions.
+        answer_format: instead of ``instructions``, a named format (``"word"``, ``"json"``,
+            ``"think"``; :mod:`textgym.wrappers.answer_format`) whose sentence names the actions.
+            A generate-mode policy answers it with the format's ``policy_settings()``.
+        format_bonus: format shaping: a valid answer earns this much more (a
+            :class:`~textgym.wrappers.FormatBonus` term added to ``reward_terms``, or to the env's
+            own reward), so a model that does not follow the answer format yet learns it fast.
+        format_bonus_steps: the bonus falls linearly to 0 over this many steps of the env (then the
+            env's reward and the invalid penalty remain); ``None``: it stays.
         history: if > 0, the model sees the last ``history`` turns (:class:`~textgym.wrappers.History`:
             a conversation in rollouts, rendered into the observation when stepping by hand).
         reward_terms: if given, the reward is shaped by these terms (:class:`~textgym.wrappers.ShapeReward`).
@@ -112,6 +123,12 @@ def wrap(
         env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
         system_prompt = (f"You control an agent in the {env_id} environment. "
                          f"Each message describes the current state.")
+    if answer_format is not None:
+        if instructions is not None:
+            raise TypeError("give either instructions= or answer_format=, not both")
+        from textgym.wrappers.answer_format import answer_format as format_named
+
+        instructions = format_named(answer_format).instructions(names)
     if instructions is None:
         instructions = _default_instructions(names, space, actions)
 
@@ -120,6 +137,8 @@ def wrap(
                           observation_names=observation_names)
     env = ParseAction(env, action_names=actions, **policy)
     env = EpisodeStats(env)
+    if format_bonus:
+        reward_terms = _with_format_bonus(reward_terms, format_bonus, format_bonus_steps)
     if reward_terms is not None:
         env = ShapeReward(env, terms=reward_terms)
     if history:
@@ -135,3 +154,12 @@ def _default_instructions(names: list[str], space: spaces.Space, actions: Any) -
         return (f"Actions: any combination of {', '.join(bits)} joined with '+' in that order "
                 f"(e.g. {bits[0]}+{bits[1]}), or NONE. Answer with one action.")
     return f"Actions: {', '.join(names)}. Answer with one action name."
+
+
+def _with_format_bonus(reward_terms: Sequence[Any] | None, bonus: float, steps: int | None) -> list[Any]:
+    """``reward_terms`` (default: the env's reward) plus a valid-answer bonus, decaying over ``steps``."""
+    from textgym.wrappers import FormatBonus, LinearDecay, Scale
+
+    weight = LinearDecay(1.0, 0.0, steps=steps) if steps else 1.0
+    terms = list(reward_terms) if reward_terms is not None else [Scale(1.0)]
+    return [*terms, FormatBonus(bonus=bonus, weight=weight)]

@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 
 from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.text_observation import Renderer
 
 __all__ = ["ANIMALS", "COLORS", "TRAINING_DEFAULTS", "CueBanditEnv", "make_bandit", "scripted_bandit"]
@@ -115,8 +116,8 @@ def make_bandit(num_cues: int = 2, num_arms: int = 2, mapping: Sequence[int] | N
             system_prompt = f"Name the animal of the color: {pairs}."
         else:
             system_prompt = "Each color has one right animal; find it."
-    wrap_kwargs.setdefault(
-        "instructions", f"Answer with one word: {', '.join(arms[:-1])} or {arms[-1]}.")
+    if "instructions" not in wrap_kwargs:  # the answer format's sentence ends the system prompt
+        wrap_kwargs.setdefault("answer_format", "word")
     if formatter is None:
         formatter = CueText(colors)
     return wrap(base, actions=arms, formatter=formatter, system_prompt=system_prompt, **wrap_kwargs)
@@ -143,7 +144,12 @@ def scripted_bandit(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
 
 #: Recommended training settings: one-step episodes are cheap, so many per update (and 32 held-out
 #: ones per greedy check); the reward is 0/1, so the return is averaged over a wide window.
+#: Generate mode: the JSON answer format (prefilled, stopped at the closing quote) and a format
+#: bonus that fades over the first half of the default budget (512 episodes on 16 envs: 32 steps
+#: of each env).
 TRAINING_DEFAULTS = TrainingDefaults(
     updates=16, until=0.9, check_every=2, check_episodes=32, num_envs=16, lr=3e-4,
     trainer={"episodes_per_update": 32, "metrics_window": 64},
+    modes={"generate": generate_mode_defaults("json", temperature=0.7, format_bonus=0.5,
+                                              format_bonus_steps=16)},
 )

@@ -27,6 +27,7 @@ import numpy as np
 from gymnasium.envs.toy_text.blackjack import deck as BLACKJACK_DECK
 
 from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.text_observation import Renderer
 
 __all__ = [
@@ -47,10 +48,6 @@ ACTION_NAMES: dict[str, list[str]] = {
     "Taxi-v4": ["SOUTH", "NORTH", "EAST", "WEST", "PICKUP", "DROPOFF"],
     "CliffWalking-v1": ["UP", "RIGHT", "DOWN", "LEFT"],
 }
-
-
-def _answer_format(names: Sequence[str]) -> str:
-    return f"Answer with one word: {', '.join(names[:-1])} or {names[-1]}."
 
 
 def _side(value: float, dead_zone: float, negative: str, positive: str, zero: str) -> str:
@@ -320,7 +317,8 @@ def _text_env(
     limit = gym.spec(base_id).max_episode_steps if max_episode_steps is None else max_episode_steps
     if limit is not None and limit > 0:
         base = InnerTimeLimit(base, limit)
-    wrap_kwargs.setdefault("instructions", _answer_format(ACTION_NAMES[base_id]))
+    if "instructions" not in wrap_kwargs:  # the answer format's sentence ends the system prompt
+        wrap_kwargs.setdefault("answer_format", "word")
     return wrap(
         base,
         actions=ACTION_NAMES[base_id],
@@ -562,7 +560,23 @@ REFERENCE_POLICIES: dict[str, str] = {
 # show a trend early. The measurements behind them (smollm2-135m, score mode, LoRA, 2-core CPU) are
 # in docs/results.md.
 
-#: The recommended training settings of each env that has some (``textgym train`` starts from them).
+# Generate mode (every env): the JSON answer format, prefilled with '{"action": "' and stopped at
+# the closing quote, sampled at temperature 0.7 (the untrained model then names a valid action
+# ~80-90% of the time: bench/probes/generate_prior.py), and a bonus of 0.5 for a valid answer that
+# fades over the first steps of each env while the invalid penalty (-1) stays.
+GENERATE_TEMPERATURE = 0.7
+
+
+def _generate(format_bonus_steps: int, **overrides: Any) -> dict[str, Any]:
+    """An env's ``modes["generate"]`` settings: the JSON format and its shaping, then ``overrides``."""
+    tables = generate_mode_defaults("json", temperature=GENERATE_TEMPERATURE, format_bonus=0.5,
+                                    format_bonus_steps=format_bonus_steps)
+    for name, value in overrides.items():
+        tables[name] = {**tables.get(name, {}), **value} if isinstance(value, dict) else value
+    return tables
+
+
+#: The recommended training settings of each env (``textgym train`` starts from them).
 TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
     "CartPole-v1": TrainingDefaults(
         # the sampled return rose 25 -> 194 by update 7; a greedy check every 2 updates on 8 episodes
@@ -580,16 +594,27 @@ TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
         },
         # pole-spin shaping credits each push for slowing the pole (see make_cartpole)
         env_kwargs={"shaping": 1.0},
+        # generate mode: the format is learned first (the bonus fades over ~4 updates' steps),
+        # then the same rule as in score mode; a budget of an hour
+        modes={"generate": _generate(200, episodes=1200, minutes=60)},
     ),
     "Blackjack-v1": TrainingDefaults(
         # no early stop: the return of a few hundred hands is too noisy to call it solved
         updates=16, num_envs=16, lr=2e-4,
         # one-to-three-step episodes with noisy outcomes: many episodes per update
         trainer={"episodes_per_update": 64, "metrics_window": 128},
+        # ~6 steps of each env per update: the bonus fades over ~10 updates
+        modes={"generate": _generate(64)},
     ),
     "FrozenLake-v1": TrainingDefaults(
         updates=16, num_envs=8, lr=2e-4,
         # the reward comes at the goal only, many steps later: a long horizon
         trainer={"episodes_per_update": 16, "gamma": 0.99, "metrics_window": 32},
+        modes={"generate": _generate(200)},
     ),
+    # no tuned score-mode settings (the generic ones apply); generate mode answers in JSON
+    "MountainCar-v0": TrainingDefaults(modes={"generate": _generate(400)}),
+    "Acrobot-v1": TrainingDefaults(modes={"generate": _generate(400)}),
+    "Taxi-v4": TrainingDefaults(modes={"generate": _generate(400)}),
+    "CliffWalking-v1": TrainingDefaults(modes={"generate": _generate(400)}),
 }

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -30,16 +31,41 @@ class TextGame:
     Args:
         name: the PettingZoo env name (``env.metadata["name"]``) this renderer is for.
         action_names: ``action_names(env) -> list[str]``: the name of every action index.
-        system_prompt: ``system_prompt(env, agent) -> str``: the task and answer format for one seat;
-            constant for the whole game so a policy caches it once (best the same for every seat).
+        system_prompt: ``system_prompt(env, agent) -> str``: the task for one seat, and the answer
+            format unless ``answer`` is given; constant for the whole game so a policy caches it
+            once (best the same for every seat).
         render: ``render(env, agent, observation) -> str``: the short per-turn text (board, whose
             turn, legal moves) from the agent's raw PettingZoo observation.
+        answer: what an answer names (``"the number of one empty square"``): then :meth:`prompt`
+            ends the system prompt with the sentence of ``answer_format`` that asks for it.
+            ``None``: ``system_prompt`` states the answer format itself (``"word"`` only).
+        answer_format: the answer format (:mod:`textgym.wrappers.answer_format`): ``"word"``,
+            ``"json"`` or ``"think"``.
     """
 
     name: str
     action_names: Callable[[Any], list[str]]
     system_prompt: Callable[[Any, str], str]
     render: Callable[[Any, str, Any], str]
+    answer: str | None = None
+    answer_format: str = "word"
+
+    def __post_init__(self) -> None:
+        from textgym.wrappers.answer_format import answer_format
+
+        answer_format(self.answer_format)  # an unknown name fails here
+        if self.answer is None and self.answer_format != "word":
+            raise ValueError(f"the {self.name} renderer states its own answer format in its system "
+                             f"prompt; give it an `answer` description to use {self.answer_format!r}")
+
+    def prompt(self, env: Any, agent: str) -> str:
+        """The seat's system prompt: the task, then the answer format's sentence."""
+        from textgym.wrappers.answer_format import answer_format
+
+        task = self.system_prompt(env, agent)
+        if self.answer is None:
+            return task
+        return f"{task} {answer_format(self.answer_format).instructions(self.action_names(env), self.answer)}"
 
 
 def _mark(env: Any, agent: str) -> str:
@@ -80,8 +106,7 @@ def _ttt_system_prompt(env: Any, agent: str) -> str:
     # The same text for both seats (the observation says which mark is yours): a policy then
     # caches one shared prefix for every game, whichever seat it plays.
     return ("You play tic-tac-toe as X or O. Get three of your marks in a row, column or diagonal. "
-            "Squares are numbered 1-9, left to right, top to bottom. "
-            "Answer with the number of one empty square.")
+            "Squares are numbered 1-9, left to right, top to bottom.")
 
 
 def _ttt_grid(env: Any, agent: str, observation: Any) -> list[list[str]]:
@@ -123,8 +148,7 @@ def _c4_action_names(env: Any) -> list[str]:
 def _c4_system_prompt(env: Any, agent: str) -> str:
     # The same text for both seats, as for tic-tac-toe.
     return ("You play connect four as X or O. Drop pieces into columns 1-7; a piece falls to the "
-            "lowest free row. Get four of your pieces in a row, column or diagonal. "
-            "Answer with the number of one column that is not full.")
+            "lowest free row. Get four of your pieces in a row, column or diagonal.")
 
 
 def _c4_render(env: Any, agent: str, observation: Any) -> str:
@@ -165,8 +189,10 @@ def _rps_render(env: Any, agent: str, observation: Any) -> str:
 
 
 TEXT_GAMES: dict[str, TextGame] = {
-    "tictactoe_v3": TextGame("tictactoe_v3", _ttt_action_names, _ttt_system_prompt, _ttt_render),
-    "connect_four_v3": TextGame("connect_four_v3", _c4_action_names, _c4_system_prompt, _c4_render),
+    "tictactoe_v3": TextGame("tictactoe_v3", _ttt_action_names, _ttt_system_prompt, _ttt_render,
+                             answer="the number of one empty square"),
+    "connect_four_v3": TextGame("connect_four_v3", _c4_action_names, _c4_system_prompt, _c4_render,
+                                answer="the number of one column that is not full"),
     "rps_v2": TextGame("rps_v2", _rps_action_names, _rps_system_prompt, _rps_render),
 }
 
@@ -198,9 +224,12 @@ def generic_text_game(name: str = "game") -> TextGame:
     return TextGame(name, action_names, system_prompt, render)
 
 
-def game_for(env: Any, game: TextGame | None = None) -> TextGame:
-    """``game`` if given, else the built-in renderer for ``env.metadata["name"]``, else the generic one."""
-    if game is not None:
-        return game
-    name = str(getattr(env, "metadata", {}).get("name", ""))
-    return TEXT_GAMES.get(name) or generic_text_game(name or type(env).__name__)
+def game_for(env: Any, game: TextGame | None = None, answer_format: str | None = None) -> TextGame:
+    """``game`` if given, else the built-in renderer for ``env.metadata["name"]``, else the generic
+    one; with ``answer_format``, asking for answers in that format."""
+    if game is None:
+        name = str(getattr(env, "metadata", {}).get("name", ""))
+        game = TEXT_GAMES.get(name) or generic_text_game(name or type(env).__name__)
+    if answer_format is not None and answer_format != game.answer_format:
+        game = dataclasses.replace(game, answer_format=answer_format)
+    return game

@@ -40,11 +40,12 @@ from textgym.envs.game_text import (
 )
 from textgym.envs.pettingzoo import FEEDBACK, wrap_pettingzoo
 from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import renamed_invalid_kwargs
 
-__all__ = ["SCRIPTED", "TEXT_GAMES", "TICTACTOE_TRAINING_DEFAULTS", "TextGame", "TwoPlayerGameEnv",
-           "make_connect_four", "make_pettingzoo_game", "make_tictactoe", "random_move",
+__all__ = ["CONNECT_FOUR_TRAINING_DEFAULTS", "SCRIPTED", "TEXT_GAMES", "TICTACTOE_TRAINING_DEFAULTS",
+           "TextGame", "TwoPlayerGameEnv", "make_connect_four", "make_pettingzoo_game", "make_tictactoe", "random_move",
            "register_envs", "scripted_connect_four", "scripted_player", "scripted_tictactoe"]
 
 # --------------------------------------------------------------------------------------------
@@ -195,6 +196,8 @@ class TwoPlayerGameEnv(gym.Env):
         parser: the answer parser(s); default JSON -> regex -> keyword.
         max_length: observation and answer length limit.
         render_mode: ``"ansi"``: :meth:`render` returns the learner's observation text.
+        answer_format: the answer format the system prompt asks for (``"word"``, ``"json"``,
+            ``"think"``); default ``"word"``.
         invalid: deprecated name of ``invalid_policy``.
         penalty: deprecated name of ``invalid_penalty``.
     """
@@ -205,7 +208,7 @@ class TwoPlayerGameEnv(gym.Env):
                  invalid_policy: str | None = None, invalid_penalty: float | None = None,
                  max_retries: int = 2, retry_fallback: str = "penalty", feedback: str = FEEDBACK,
                  parser: Any = None, max_length: int = 2048, render_mode: str | None = None,
-                 invalid: str | None = None, penalty: float | None = None):
+                 answer_format: str | None = None, invalid: str | None = None, penalty: float | None = None):
         invalid_policy, invalid_penalty = renamed_invalid_kwargs(
             type(self).__name__, invalid, penalty, invalid_policy, invalid_penalty, ("penalty", -1.0))
         if seat not in ("first", "second", "random"):
@@ -219,7 +222,7 @@ class TwoPlayerGameEnv(gym.Env):
         self.aec = wrap_pettingzoo(make_pettingzoo_game(game), parser=parser,
                                    invalid_policy=invalid_policy, invalid_penalty=invalid_penalty,
                                    max_retries=max_retries, retry_fallback=retry_fallback,
-                                   feedback=feedback, max_length=max_length)
+                                   feedback=feedback, max_length=max_length, answer_format=answer_format)
         self.opponent, self.seat = opponent, seat
         self.render_mode = render_mode
         self.action_names = list(self.aec.action_names)
@@ -347,7 +350,11 @@ TICTACTOE_TRAINING_DEFAULTS = TrainingDefaults(
     updates=8, num_envs=16, lr=1e-3,
     trainer={"episodes_per_update": 64, "minibatch_size": 32, "gamma": 1.0,
              "metrics_window": 128, "lora_layers": 8},
+    modes={"generate": generate_mode_defaults("json", temperature=0.7)},
 )
+#: Connect four: no tuned score-mode settings; generate mode answers in JSON.
+CONNECT_FOUR_TRAINING_DEFAULTS = TrainingDefaults(
+    modes={"generate": generate_mode_defaults("json", temperature=0.7)})
 
 
 def register_envs() -> None:
@@ -362,5 +369,5 @@ def register_envs() -> None:
     register("textgym/ConnectFour-v3", "textgym.envs.games:make_connect_four",
              description="Connect four against a random/scripted/policy opponent (PettingZoo connect_four_v3)",
              action_names=CONNECT_FOUR_ACTION_NAMES, source="textgym",
-             kwargs={"max_episode_steps": None},
+             kwargs={"max_episode_steps": None}, training_defaults=CONNECT_FOUR_TRAINING_DEFAULTS,
              reference_policies={"scripted": "textgym.envs.games:scripted_player"})

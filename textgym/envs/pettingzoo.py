@@ -149,9 +149,9 @@ def _classes() -> tuple[type, type]:
         """What both wrappers share: the text spaces, the per-agent text view, and delegation."""
 
         def _init_text(self, env: Any, game: TextGame | None, parser: Any, rule: InvalidAnswerRule,
-                       max_length: int) -> None:
+                       max_length: int, answer_format: str | None = None) -> None:
             self.env = env
-            self.text = _AgentText(env, game_for(env, game), parser, max_length)
+            self.text = _AgentText(env, game_for(env, game, answer_format), parser, max_length)
             self.rule = rule
             self.metadata = dict(getattr(env, "metadata", {}))
             self.possible_agents = list(env.possible_agents)
@@ -176,7 +176,7 @@ def _classes() -> tuple[type, type]:
             return self
 
         def system_prompt(self, agent: str) -> str:
-            return self.text.game.system_prompt(self.env, agent)
+            return self.text.game.prompt(self.env, agent)
 
         def render(self):
             return self.env.render()
@@ -204,17 +204,19 @@ def _classes() -> tuple[type, type]:
             retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
             feedback: the retry feedback line (``{answer}``, ``{valid_actions}``, ``{retries_left}``).
             max_length: observation and answer length limit (characters).
+            answer_format: the answer format the system prompt asks for (``"word"``, ``"json"``,
+                ``"think"``; default: the renderer's).
         """
 
         def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
                      invalid_policy: str = "penalty", invalid_penalty: float = -1.0,
                      max_retries: int = 2, retry_fallback: str = "penalty",
-                     feedback: str = FEEDBACK, max_length: int = 2048):
+                     feedback: str = FEEDBACK, max_length: int = 2048, answer_format: str | None = None):
             super().__init__()
             rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
                                      max_retries=max_retries, retry_fallback=retry_fallback,
                                      feedback=feedback)
-            self._init_text(env, game, parser, rule, max_length)
+            self._init_text(env, game, parser, rule, max_length, answer_format)
             self._forced_end = False
 
         # -- views ------------------------------------------------------------------------
@@ -357,9 +359,9 @@ def _classes() -> tuple[type, type]:
 
         def __init__(self, env: Any, game: TextGame | None = None, *, parser: Any = None,
                      invalid_policy: str = "penalty", invalid_penalty: float = -1.0,
-                     max_length: int = 2048):
+                     max_length: int = 2048, answer_format: str | None = None):
             rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty, allow_retry=False)
-            self._init_text(env, game, parser, rule, max_length)
+            self._init_text(env, game, parser, rule, max_length, answer_format)
             self.agents: list[str] = []
 
         def _convert(self, raw_obs: dict, raw_infos: dict, parses: dict) -> tuple[dict, dict]:
@@ -436,7 +438,8 @@ def _classes() -> tuple[type, type]:
 def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = None,
                     invalid_policy: str | None = None, invalid_penalty: float | None = None,
                     max_retries: int = 2, retry_fallback: str = "penalty", feedback: str = FEEDBACK,
-                    max_length: int = 2048, invalid: str | None = None, penalty: float | None = None):
+                    max_length: int = 2048, answer_format: str | None = None,
+                    invalid: str | None = None, penalty: float | None = None):
     """Turn a PettingZoo AEC or parallel env into a multi-agent text env.
 
     Example:
@@ -462,6 +465,8 @@ def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = Non
         retry_fallback: (AEC, ``"retry"``) ``"penalty"``, ``"default"`` or ``"terminate"``.
         feedback: (AEC, ``"retry"``) the feedback line shown with the repeated observation.
         max_length: observation and answer length limit (characters).
+        answer_format: the answer format the system prompt asks for (``"word"``, ``"json"``,
+            ``"think"``; :mod:`textgym.wrappers.answer_format`); default: the renderer's (``"word"``).
         invalid: deprecated name of ``invalid_policy``.
         penalty: deprecated name of ``invalid_penalty``.
 
@@ -476,10 +481,12 @@ def wrap_pettingzoo(env: Any, game: TextGame | None = None, *, parser: Any = Non
     if isinstance(env, pettingzoo.AECEnv):
         return aec_cls(env, game, parser=parser, invalid_policy=invalid_policy,
                        invalid_penalty=invalid_penalty, max_retries=max_retries,
-                       retry_fallback=retry_fallback, feedback=feedback, max_length=max_length)
+                       retry_fallback=retry_fallback, feedback=feedback, max_length=max_length,
+                       answer_format=answer_format)
     if isinstance(env, pettingzoo.ParallelEnv):
         return parallel_cls(env, game, parser=parser, invalid_policy=invalid_policy,
-                            invalid_penalty=invalid_penalty, max_length=max_length)
+                            invalid_penalty=invalid_penalty, max_length=max_length,
+                            answer_format=answer_format)
     raise TypeError(f"wrap_pettingzoo needs a pettingzoo AECEnv or ParallelEnv, got {type(env).__name__}")
 
 

@@ -68,13 +68,16 @@ from typing import Any
 
 import gymnasium as gym
 
-from textgym.registry import ReferencePlayer
+from textgym.registry import ReferencePlayer, TrainingDefaults
 from textgym.spaces import TextSpace
+from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
+from textgym.wrappers.parsers import answer_text
 
 __all__ = [
     "FEEDBACK",
     "INVALID_POLICIES",
+    "TRAINING_DEFAULTS",
     "TextWorldEnv",
     "clean_feedback",
     "clean_objective",
@@ -91,6 +94,9 @@ FEEDBACK = "Not a command here. Reply with one of: {valid_actions}."
 
 SYSTEM_PROMPT = ("You play a text adventure. Each turn you read what you see and answer with one "
                  "command, like 'go north', 'open box' or 'take key'. Finish the task to win.")
+# In another answer format than "word": the task, then the format's sentence asking for a command.
+_TASK = "You play a text adventure. Each turn you read what you see. Finish the task to win."
+_COMMAND = "one command, like 'go north', 'open box' or 'take key'"
 
 # Verbs that control the interpreter rather than the story: never sent. Some write files into the
 # working directory (save, script, transcript), some leave the game waiting for a yes/no (quit,
@@ -299,6 +305,10 @@ class TextWorldEnv(gym.Env):
             game, not per step), else only into the first observation.
         cache_dir: folder for generated games (default ``$TEXTGYM_HOME/textworld/<parameters>``).
         max_length: observation and answer length limit.
+        answer_format: the answer format the system prompt asks for: ``"word"`` (default: a bare
+            command), ``"json"`` (``{"action": "open box"}``) or ``"think"`` (reasoning, then
+            ``<answer>open box</answer>``); an answer that names no admissible command is typed into
+            the game as the command it gives in that format.
         progress_reward: weight of TextWorld's progress signal (``info["progress"]``: +1 for a command
             that brings the game closer to a win, -1 for one that undoes progress, else 0) added to
             the reward. 0 (default): the reward is the score alone (1 point at the end of a quest).
@@ -314,9 +324,11 @@ class TextWorldEnv(gym.Env):
                  retry_fallback: str = "penalty", feedback: str = FEEDBACK, parser: Any = None,
                  list_commands: bool = True, task_in_system_prompt: bool = True,
                  cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
-                 render_mode: str | None = None, progress_reward: float = 0.0):
+                 render_mode: str | None = None, progress_reward: float = 0.0,
+                 answer_format: str = "word"):
         import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
 
+        from textgym.wrappers.answer_format import answer_format as format_named
         from textgym.wrappers.parsers import as_parser
 
         self.rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
@@ -337,6 +349,9 @@ class TextWorldEnv(gym.Env):
         self.parser = as_parser(parser)
         self.list_commands, self.task_in_system_prompt = list_commands, task_in_system_prompt
         self.progress_reward = float(progress_reward)
+        self.answer_format = format_named(answer_format).name
+        self._prompt = SYSTEM_PROMPT if self.answer_format == "word" else \
+            f"{_TASK} {format_named(answer_format).instructions(['go north'], _COMMAND)}"
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length)
         self.action_space = TextSpace(max_length)
@@ -411,8 +426,8 @@ class TextWorldEnv(gym.Env):
     @property
     def system_prompt(self) -> str:
         if self.task_in_system_prompt and self.objective:
-            return f"{SYSTEM_PROMPT}\nTask: {self.objective}"
-        return SYSTEM_PROMPT
+            return f"{self._prompt}\nTask: {self.objective}"
+        return self._prompt
 
     # -- text -------------------------------------------------------------------------------
     def _valid(self) -> list[str]:
@@ -475,7 +490,7 @@ class TextWorldEnv(gym.Env):
             raise RuntimeError("the game is over: call reset() before step()")
         answer = as_answer_text(action)
         command, parser = self._parse(answer)
-        typed = _free_command(answer)
+        typed = _free_command(answer_text(answer) or answer)  # a JSON value or answer tag: its command
         if command is None and not self._valid() and typed and control_verb(typed) is None:
             # a game without TextWorld metadata lists no admissible commands: typed text is the action
             command, parser = typed, "text"
@@ -574,5 +589,11 @@ def register_envs() -> None:
 
     register("textgym/TextWorld-v0", "textgym.envs.textworld:make_textworld",
              description="TextWorld adventures generated offline per seed (world size, objects, quest length)",
-             source="textgym", kwargs={"max_episode_steps": 30},
+             source="textgym", kwargs={"max_episode_steps": 30}, training_defaults=TRAINING_DEFAULTS,
              reference_policies={"scripted": "textgym.envs.textworld:walkthrough_player"})
+
+
+#: Generate mode answers in JSON; commands are several words ("take the key from the box"), so
+#: the answer may run to 16 tokens.
+TRAINING_DEFAULTS = TrainingDefaults(
+    modes={"generate": generate_mode_defaults("json", temperature=0.7, max_new_tokens=16)})

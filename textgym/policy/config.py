@@ -44,7 +44,14 @@ class PolicyConfig:
     """Generate mode: the answer length limit in tokens."""
     stop: tuple[str, ...] = ()
     """Generate mode: strings that end an answer (kept in the answer, as Hugging Face ``generate``
-    does); the tokenizer's end-of-turn token always ends it."""
+    does); the tokenizer's end-of-turn token always ends it. They are looked for in the sampled
+    text only, never in ``prefill``."""
+    prefill: str = ""
+    """Generate mode: text that opens every answer, written into the assistant turn before
+    sampling starts (e.g. ``'{"action": "'`` makes a small model name an action at once). Its
+    tokens are part of ``Decision.prompt_ids`` (re-scoring conditions on them; training never
+    trains on them) and ``Decision.text`` is ``prefill`` + the sampled text, so the env's parser
+    reads the whole answer. ``""``: none."""
     normalization: str = "sum"
     """Score mode: how a candidate's token log-probs become its score: ``"sum"``, ``"token"``
     (mean per token) or ``"word"`` (sum divided by the number of words)."""

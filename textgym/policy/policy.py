@@ -41,7 +41,7 @@ from textgym.policy.rescoring import (
     rescore_conversation_tokens,
     rescore_tokens,
 )
-from textgym.policy.sampling import generate, sample_candidate
+from textgym.policy.sampling import StopStrings, generate, sample_candidate
 from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
 
 if TYPE_CHECKING:
@@ -87,6 +87,10 @@ class Policy:
         self.candidate_tokens = CandidateTokens(tokenizer, settings.score_end, settings.candidate_cache_size)
         self.prefix_cache = PrefixCache(settings.prefix_cache_size)
         self.conversation_cache = ConversationCache()  # conversation mode: a KV row per conversation
+        #: Generate mode: the tokens of ``prefill``, appended to every prompt.
+        self.prefill_ids: list[int] = (tokenizer(settings.prefill, add_special_tokens=False)["input_ids"]
+                                       if settings.prefill else [])
+        self.stop_strings = StopStrings(tokenizer, settings.stop)
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
@@ -237,6 +241,8 @@ class Policy:
         if self.model.training:
             self.model.eval()
         prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+        if not score and self.prefill_ids:  # the answer's opening, written for the model
+            prompts = [p + self.prefill_ids for p in prompts]
         # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
         same_system = all(s == system_prompts[0] for s in system_prompts)
         prefix_length = shared_prefix_length(
@@ -312,8 +318,8 @@ class Policy:
         c = self._config
         answers = generate(self.model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
-                           stop=c.stop, tokenizer=self.tokenizer, counters=self.counters)
-        return [Decision(text=self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
+                           stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
+        return [Decision(text=c.prefill + self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
                          answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)))
                 for prompt, (answer, logprobs) in zip(prompts, answers)]
 

@@ -26,7 +26,7 @@ from textgym.policy.kv_cache import BatchState, Counters
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["generate", "sample_candidate", "sample_next"]
+__all__ = ["StopStrings", "generate", "sample_candidate", "sample_next"]
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool,
@@ -60,48 +60,104 @@ def sample_candidate(scores: torch.Tensor, temperature: float, greedy: bool,
     return int(torch.multinomial(logp.exp(), 1, generator=generator)), logp
 
 
-def _hit_stop(tokenizer: PreTrainedTokenizerBase, stop: Sequence[str], answer: list[int]) -> bool:
-    if not stop:
-        return False
-    text = tokenizer.decode(answer[-16:], skip_special_tokens=True)
-    return any(s in text for s in stop)
+class StopStrings:
+    """Finds stop strings at the end of growing answers, cheaply enough to ask after every token.
+
+    A stop string can only be completed by a token whose text holds its last character, so a
+    token's text (decoded once per token id and cached) is looked at first; only then is the
+    answer's tail decoded as a whole (tokenizers need not decode token by token the way they
+    decode a sequence) and searched.
+
+    Example:
+        >>> from textgym import models
+        >>> _, tokenizer = models.load("tiny")
+        >>> stops = StopStrings(tokenizer, ['"'])
+        >>> stops.hit(tokenizer('LEFT"', add_special_tokens=False)["input_ids"])
+        True
+        >>> stops.hit(tokenizer("LEFT", add_special_tokens=False)["input_ids"])
+        False
+
+    Args:
+        tokenizer: the model's tokenizer.
+        stop: the stop strings (empty ones are ignored).
+    """
+
+    def __init__(self, tokenizer: PreTrainedTokenizerBase, stop: Sequence[str]):
+        self.tokenizer = tokenizer
+        self.stop = tuple(s for s in stop if s)
+        # A whitespace at the end of a stop string may be dropped from a lone token's text
+        # (SentencePiece): then every token is checked in full.
+        self._always = any(s[-1].isspace() for s in self.stop)
+        self._last_chars = frozenset(s[-1] for s in self.stop)
+        # tokens of the tail to decode: enough to hold the longest stop string
+        self._window = max([16] + [len(s) + 2 for s in self.stop])
+        self._pieces: dict[int, str] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self.stop)
+
+    def _may_end(self, token: int) -> bool:
+        if self._always:
+            return True
+        piece = self._pieces.get(token)
+        if piece is None:
+            piece = self._pieces[token] = self.tokenizer.decode([token], skip_special_tokens=True)
+        return any(c in piece for c in self._last_chars)
+
+    def hit(self, answer: Sequence[int]) -> bool:
+        """Whether ``answer`` (token ids) holds a stop string that its last token completed."""
+        if not self.stop or not answer or not self._may_end(answer[-1]):
+            return False
+        text = self.tokenizer.decode(list(answer[-self._window:]), skip_special_tokens=True)
+        return any(s in text for s in self.stop)
 
 
 def generate(model: torch.nn.Module, batch: BatchState, *, max_new_tokens: int, temperature: float,
              top_p: float, greedy: bool, generator: torch.Generator | None, end_ids: set[int],
-             stop: Sequence[str], tokenizer: PreTrainedTokenizerBase, counters: Counters) -> list[tuple[list[int], list[float]]]:
+             stop: Sequence[str] | StopStrings, tokenizer: PreTrainedTokenizerBase,
+             counters: Counters) -> list[tuple[list[int], list[float]]]:
     """Sample an answer per row of ``batch``: ``(answer ids, their log-probs)`` per row.
 
     An answer ends with an end-of-turn token (kept), a stop string (kept) or after
-    ``max_new_tokens``. Finished rows leave the batch (their KV rows are dropped), so the model
-    runs only the answers still being written.
+    ``max_new_tokens``. ``stop`` is a list of strings, or a :class:`StopStrings` built once (its
+    cache of token texts then lasts across calls). A finished row stays in the batch (its new
+    tokens are ignored) until at least half of the rows have finished: then the finished ones
+    leave (their KV rows are dropped), so the model runs mostly answers still being written
+    without copying the cache at every step.
     """
+    stops = stop if isinstance(stop, StopStrings) else StopStrings(tokenizer, stop)
     rows = batch.last_logits.shape[0]
     device = batch.last_logits.device
     answers: list[list[int]] = [[] for _ in range(rows)]
-    steps: list[tuple[list[int], torch.Tensor]] = []  # per step: which rows, their token log-probs
-    active = list(range(rows))  # original row index of each row still in the cache
+    # per step: the original row of each batch position (None: finished), their token log-probs
+    steps: list[tuple[list[int | None], torch.Tensor]] = []
+    in_batch: list[int | None] = list(range(rows))
+    writing = rows
     cache, mask, position, logits = batch.cache, batch.attention_mask, batch.next_position, batch.last_logits
     for step in range(max_new_tokens):
         tokens, token_logprobs = sample_next(logits, temperature, top_p, greedy, generator)
-        steps.append((active, token_logprobs))
-        still = []
-        for j, (row, token) in enumerate(zip(active, tokens.tolist())):  # only the ids cross to the host
-            answers[row].append(token)
-            if token in end_ids or _hit_stop(tokenizer, stop, answers[row]):
+        steps.append((list(in_batch), token_logprobs))
+        for j, token in enumerate(tokens.tolist()):  # only the ids cross to the host
+            row = in_batch[j]
+            if row is None:
                 continue
-            still.append(j)
-        if not still or step == max_new_tokens - 1:
+            answers[row].append(token)
+            if token in end_ids or stops.hit(answers[row]):
+                in_batch[j] = None
+                writing -= 1
+        if not writing or step == max_new_tokens - 1:
             break
-        if len(still) < len(active):  # drop finished rows from the batch
-            keep = torch.tensor(still, device=device)
+        if 2 * writing <= len(in_batch):  # half the batch has finished: drop those rows
+            kept = [j for j, row in enumerate(in_batch) if row is not None]
+            keep = torch.tensor(kept, device=device)
             cache.batch_select_indices(keep)
             mask, position, tokens = mask.index_select(0, keep), position.index_select(0, keep), tokens.index_select(0, keep)
-            active = [active[j] for j in still]
-        mask = torch.cat([mask, torch.ones((len(active), 1), dtype=mask.dtype, device=device)], 1)
+            in_batch = [in_batch[j] for j in kept]
+        mask = torch.cat([mask, torch.ones((len(in_batch), 1), dtype=mask.dtype, device=device)], 1)
         out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position[:, None],
                     past_key_values=cache, use_cache=True)
-        counters["model_tokens"] += len(active)
+        counters["model_tokens"] += writing
+        counters["padded_tokens"] += len(in_batch) - writing
         cache, logits, position = out.past_key_values, out.logits[:, -1], position + 1
     # The log-probs cross to the host once, at the end.
     logprobs: list[list[float]] = [[] for _ in range(rows)]
@@ -109,6 +165,7 @@ def generate(model: torch.nn.Module, batch: BatchState, *, max_new_tokens: int, 
     at = 0
     for step_rows, lps in steps:
         for row, value in zip(step_rows, values[at:at + len(step_rows)]):
-            logprobs[row].append(value)
+            if row is not None:
+                logprobs[row].append(value)
         at += len(step_rows)
     return list(zip(answers, logprobs))

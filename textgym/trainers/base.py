@@ -41,7 +41,7 @@ import torch
 from textgym import distributed, lora
 from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
-from textgym.policy import Policy
+from textgym.policy import Decision, Policy
 from textgym.rollout import Envs, Episode, Rollout, Step, collect
 from textgym.trainers import alarms
 from textgym.trainers import checkpoint as ckpt
@@ -453,19 +453,22 @@ class Trainer:
         slowest = max(self.process.gather([float(stats.get("seconds", 0.0)) + update_seconds]))
         return {**dict(zip(counted, totals)), "seconds": slowest - update_seconds}
 
-    def optimize(self, num_decisions: int, loss_fn: LossFn, epochs: int | None = None,
+    def optimize(self, decisions: Sequence[Decision] | int, loss_fn: LossFn, epochs: int | None = None,
                  groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
-        """The algorithm's minibatch loop with this trainer's optimizer and config (epochs,
-        minibatch size, accumulation, clipping, ``target_kl``), planned over every process's
-        decisions (``num_decisions`` is this one's): see
-        :func:`textgym.trainers.optimization.run_minibatches`. ``groups``: decisions kept in one
-        minibatch (the turns of a conversation: :func:`textgym.rollout.conversation_runs`)."""
+        """The algorithm's minibatch loop over this process's ``decisions`` (or their number) with
+        this trainer's optimizer and config (epochs, minibatch size, accumulation, clipping,
+        ``target_kl``, and ``max_chunk_answer_tokens`` when the decisions are given), planned over
+        every process's decisions: see :func:`textgym.trainers.optimization.run_minibatches`.
+        ``groups``: decisions kept in one minibatch (the turns of a conversation:
+        :func:`textgym.rollout.conversation_runs`)."""
         cfg = self.config
-        return run_minibatches(self.optimizer, num_decisions, loss_fn, epochs=cfg.epochs if epochs is None else epochs,
+        counts = None if isinstance(decisions, int) else [len(d.answer_ids) for d in decisions]
+        return run_minibatches(self.optimizer, len(counts) if counts is not None else decisions, loss_fn,
+                               epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=cfg.minibatch_size,
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                                max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
-                               groups=groups)
+                               groups=groups, token_counts=counts, max_chunk_tokens=cfg.max_chunk_answer_tokens)
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this

@@ -43,6 +43,11 @@ class TrainConfig:
     """Decisions per optimizer step. A batch of decisions is shuffled and cut into minibatches."""
     gradient_accumulation_steps: int = 1
     """Forward/backward chunks per minibatch (gradients accumulate over them): trades speed for memory."""
+    max_chunk_answer_tokens: int | None = 2048
+    """At most this many answer tokens (decisions x the longest answer among them) are re-scored
+    in one forward/backward pass; a minibatch with more is split into more chunks (on top of
+    ``gradient_accumulation_steps``), so long generated answers (``--think``) do not hold
+    minibatch x length x vocabulary logits in memory at once. ``None``: no limit."""
 
     # --- data collection ----------------------------------------------------------------
     num_envs: int = 8
@@ -155,6 +160,8 @@ class TrainConfig:
                      "episodes_per_update"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_chunk_answer_tokens is not None and self.max_chunk_answer_tokens < 1:
+            raise ValueError(f"max_chunk_answer_tokens must be >= 1 or None, got {self.max_chunk_answer_tokens}")
         if not 0.0 <= self.gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 <= self.state_centering <= 1.0:

@@ -132,7 +132,7 @@ class GRPOTrainer(Trainer):
             return loss, stats
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
         return metrics

@@ -33,7 +33,7 @@ import torch
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
-__all__ = ["LossFn", "MinibatchPlan", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "MinibatchPlan", "chunks_of", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -78,6 +78,34 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
         return False
     optimizer.step()
     return True
+
+
+def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Sequence[int] | None = None,
+              max_chunk_tokens: int | None = None) -> list[torch.Tensor]:
+    """``minibatch`` (decision indices) split into at least ``accumulation_steps`` chunks, and into
+    enough that no chunk holds more than ``max_chunk_tokens`` padded tokens (its size times its
+    longest ``token_counts``). Only when that needs more chunks are the decisions sorted by length
+    (short with short: less padding); otherwise they keep their order (the turns of a conversation
+    stay next to each other, re-scored in one pass).
+
+    Example:
+        >>> [c.tolist() for c in chunks_of(torch.tensor([0, 1, 2, 3]), 1, [100, 2, 100, 2], 256)]
+        [[1, 3], [0, 2]]
+    """
+    parts = min(accumulation_steps, len(minibatch))
+    if token_counts is None or max_chunk_tokens is None or not len(minibatch):
+        return list(minibatch.chunk(parts)) if len(minibatch) else []
+
+    def too_long(chunks: tuple[torch.Tensor, ...]) -> bool:
+        return max(len(c) * max(token_counts[i] for i in c.tolist()) for c in chunks) > max_chunk_tokens
+
+    if not too_long(minibatch.chunk(parts)):
+        return list(minibatch.chunk(parts))
+    lengths = torch.tensor([token_counts[i] for i in minibatch.tolist()])
+    minibatch = minibatch[lengths.argsort(stable=True)]
+    while parts < len(minibatch) and too_long(minibatch.chunk(parts)):
+        parts += 1
+    return list(minibatch.chunk(parts))
 
 
 def minibatches(num_decisions: int, minibatch_size: int,
@@ -146,7 +174,9 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
                     max_grad_norm: float | None = 1.0, target_kl: float | None = None,
                     process: ProcessContext | None = None,
-                    groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
+                    groups: Sequence[Sequence[int]] | None = None,
+                    token_counts: Sequence[int] | None = None,
+                    max_chunk_tokens: int | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -156,8 +186,9 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     epoch's mean KL exceeds ``target_kl``, and, within an epoch, no more steps once a minibatch's
     KL exceeds ``1.5 * target_kl`` (``kl_stop: True``), as in Stable-Baselines3's PPO, so one
     update with a single epoch cannot run away either. Each minibatch is split into
-    ``gradient_accumulation_steps`` chunks whose gradients add up. A non-finite loss or gradient
-    stops the update before that optimizer step (``nonfinite: True``; the weights keep what the
+    ``gradient_accumulation_steps`` chunks whose gradients add up, or more when a chunk would hold
+    more than ``max_chunk_tokens`` tokens (``token_counts``: per decision; see :func:`chunks_of`).
+    A non-finite loss or gradient stops the update before that optimizer step (``nonfinite: True``; the weights keep what the
     earlier steps made of them).
 
     With several processes (``process``; ``num_decisions`` is this rank's count), the minibatches
@@ -183,7 +214,7 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
             minibatch_kl: list[float] = []
             share: dict[str, tuple[float, int]] = {}
             shares.append(share)
-            for chunk in minibatch.chunk(min(gradient_accumulation_steps, len(minibatch))) if len(minibatch) else ():
+            for chunk in chunks_of(minibatch, gradient_accumulation_steps, token_counts, max_chunk_tokens):
                 loss, stats = loss_fn(chunk)
                 if not torch.isfinite(loss):
                     finite = False

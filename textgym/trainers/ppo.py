@@ -113,7 +113,7 @@ class PPOTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
         all_values, _ = self.global_batch(values)
         all_returns, _ = self.global_batch(returns)
         metrics["value_mean"] = float(all_values.mean())

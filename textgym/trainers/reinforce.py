@@ -81,7 +81,7 @@ class ReinforceTrainer(Trainer):
             return loss, stats
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(len(decisions), loss_fn, groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
         return metrics
 

@@ -79,12 +79,18 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
 def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
                             system_prompt: str = "") -> list[Decision]:
     """Turn demonstrations into decisions the policy can evaluate: the chat-formatted prompt ids and
-    the answer's token ids (with the end-of-turn token, as the policy emits and scores it)."""
+    the answer's token ids (with the end-of-turn token, as the policy emits and scores it). A
+    generate-mode policy with a ``prefill``: an answer that starts with it is learned as the policy
+    writes it, the prefill in the prompt and the rest as the answer."""
+    prefill = policy.config.prefill if policy.config.mode == "generate" else ""
     decisions = []
     for demo in demos:
         system = demo.system_prompt if demo.system_prompt is not None else system_prompt
-        answer_ids = policy.candidate_ids(demo.answer)  # answer tokens (+ end-of-turn)
-        decisions.append(Decision(text=demo.answer, prompt_ids=policy.prompt_ids(system, demo.prompt),
+        prompt_ids, answer = policy.prompt_ids(system, demo.prompt), demo.answer
+        if prefill and answer.startswith(prefill) and len(answer) > len(prefill):
+            prompt_ids, answer = prompt_ids + policy.prefill_ids, answer[len(prefill):]
+        answer_ids = policy.candidate_ids(answer)  # answer tokens (+ end-of-turn)
+        decisions.append(Decision(text=demo.answer, prompt_ids=prompt_ids,
                                   answer_ids=list(answer_ids), token_logprobs=[0.0] * len(answer_ids),
                                   logprob=0.0))
     return decisions

@@ -31,6 +31,7 @@ from textgym.wrappers.parsers import (
     ParserChain,
     ParseResult,
     RegexParser,
+    TagParser,
     as_parser,
     default_parser,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "RewardTerm",
     "Scale",
     "ShapeReward",
+    "TagParser",
     "TextObservation",
     "as_answer_text",
     "as_parser",

@@ -2,7 +2,7 @@
 
 A parser is any object with a ``name`` and ``__call__(text, action_names) -> ParseResult | None``
 (``None``: no match). :class:`ParserChain` tries parsers in order; the default chain is
-JSON, then regex, then keyword. Every built-in parser is total (it never raises, whatever
+JSON, then an answer tag, then regex, then keyword. Every built-in parser is total (it never raises, whatever
 the text) and bounded in work, so a 1 MB answer costs milliseconds.
 
 Example:
@@ -35,6 +35,8 @@ __all__ = [
     "Parser",
     "ParserChain",
     "RegexParser",
+    "TagParser",
+    "answer_text",
     "as_parser",
     "default_parser",
 ]
@@ -175,7 +177,9 @@ _JSON_DECODER = json.JSONDecoder()
 class JSONParser(Parser):
     """Finds a JSON object with an action key anywhere in the answer.
 
-    Handles bare JSON, JSON inside prose, and JSON in a code fence (```json ... ```).
+    Handles bare JSON, JSON inside prose, JSON in a code fence (```json ... ```), and an answer
+    that ends inside its last object (``{"action": "LEFT"`` or ``{"action": "LEFT``: a prefilled
+    answer stopped at its closing quote or by the length limit).
     Keys and values are case-insensitive; the value is an action name or an integer index
     into ``action_names`` (``{"action": 1}``; when the names are themselves numbers, a
     number is only ever read as a name). When several objects carry an action key the *last* one
@@ -187,6 +191,8 @@ class JSONParser(Parser):
         ParseResult(action_index=1, action_name='RIGHT', parser='json')
         >>> JSONParser()('{"action": 0}', ["LEFT", "RIGHT"]).action_name
         'LEFT'
+        >>> JSONParser()('{"action": "right"', ["LEFT", "RIGHT"]).action_name
+        'RIGHT'
         >>> JSONParser()('{"action": ["LEFT"]}', ["LEFT", "RIGHT"]) is None
         True
 
@@ -247,7 +253,9 @@ class JSONParser(Parser):
             try:
                 obj, length = _JSON_DECODER.raw_decode(chunk)
             except (ValueError, RecursionError):
-                continue
+                if pos != starts[0] or len(text) - pos > self.max_object_chars:
+                    continue
+                obj, length = _close_unterminated(chunk), len(chunk)  # the answer's last object
             if isinstance(obj, dict):
                 objects.append(obj)
                 covered = pos + length
@@ -275,6 +283,88 @@ class JSONParser(Parser):
 
 
 _MISSING = object()
+
+# How an answer cut short inside its last object is closed: after its value (a prefilled
+# '{"action": "' stopped at the closing quote), inside its value (stopped by the length limit).
+_CLOSINGS = ("}", '"}')
+
+
+def _close_unterminated(chunk: str) -> Any:
+    """The object that ``chunk`` (an object start running to the end of the answer) was cut
+    short of, or ``None``: a trailing comma is dropped, then each of :data:`_CLOSINGS` is tried."""
+    body = chunk.rstrip().removesuffix(",").rstrip()
+    for closing in _CLOSINGS:
+        try:
+            obj, length = _JSON_DECODER.raw_decode(body + closing)
+        except (ValueError, RecursionError):
+            continue
+        if length == len(body) + len(closing):
+            return obj
+    return None
+
+
+# --------------------------------------------------------------------------- answer tag
+
+
+class TagParser(Parser):
+    """The action in the *last* ``<answer>...</answer>`` tag: reasoning first, then the answer.
+
+    The tag's content is an action name (case/spacing-insensitive) or, failing that, the last
+    action name it mentions. An answer that ends inside its last tag (``<answer>LEFT``, cut by a
+    length limit) is read too. Text before the tag, however many actions it mentions, does not
+    count.
+
+    Example:
+        >>> TagParser()("LEFT looks risky. <answer>RIGHT</answer>", ["LEFT", "RIGHT"])
+        ParseResult(action_index=1, action_name='RIGHT', parser='answer')
+        >>> TagParser(tag="move")("<move>I go left</move>", ["LEFT", "RIGHT"]).action_name
+        'LEFT'
+        >>> TagParser()("no tag: RIGHT", ["LEFT", "RIGHT"]) is None
+        True
+
+    Args:
+        tag: the tag's name (matched case-insensitively).
+        max_chars: only the last ``max_chars`` characters of an answer are searched, and at most
+            this many characters of a tag's content are read.
+    """
+
+    name = "answer"
+
+    def __init__(self, tag: str = "answer", max_chars: int = 4096):
+        if not re.fullmatch(r"[A-Za-z][\w.-]{0,63}", tag):
+            raise ValueError(f"a tag name is a letter followed by letters, digits, '_', '.' or '-', got {tag!r}")
+        self.tag = tag
+        self.max_chars = int(max_chars)
+        self._open = re.compile(f"<{re.escape(tag)}\\s{{0,8}}>", re.IGNORECASE)
+        self._close = re.compile(f"</{re.escape(tag)}\\s{{0,8}}>", re.IGNORECASE)
+        self._keyword = KeywordParser(max_scans=256)
+
+    def __repr__(self) -> str:
+        return f"TagParser(tag={self.tag!r})"
+
+    def _content(self, text: str) -> str | None:
+        """The last tag's content (to the end of the text when it is not closed), or ``None``."""
+        if len(text) > self.max_chars:
+            text = text[-self.max_chars :]
+        last = None
+        for last in self._open.finditer(text):
+            pass
+        if last is None:
+            return None
+        content = text[last.end() :]
+        close = self._close.search(content)
+        return content[: close.start()] if close else content
+
+    def __call__(self, text: str, action_names: Sequence[str]) -> ParseResult | None:
+        content = self._content(text)
+        if content is None:
+            return None
+        table = _get_table(action_names)
+        index = table.index(content)
+        if index is None:
+            found = self._keyword(content, table.names)
+            index = None if found is None else found.action_index
+        return None if index is None else self._result(index, table)
 
 
 # --------------------------------------------------------------------------- regex
@@ -450,6 +540,34 @@ class KeywordParser(Parser):
         return None
 
 
+# --------------------------------------------------------------------------- answer text
+
+
+def answer_text(text: str) -> str | None:
+    """What an answer says its action is, before it is matched to any name: the string value of
+    the last JSON object's action key (an unterminated last object included), else the content of
+    the last ``<answer>`` tag, else ``None``. For envs whose actions are free text (TextWorld's
+    typed commands).
+
+    Example:
+        >>> answer_text('{"action": "open the box"')
+        'open the box'
+        >>> answer_text("Hm. <answer>go north</answer>"), answer_text("go north")
+        ('go north', None)
+    """
+    json_parser = _ANSWER_JSON
+    found = None
+    if "{" in text:
+        for obj in json_parser._objects(text):
+            value = json_parser._find(obj, depth=0)
+            if value is not _MISSING:
+                found = value
+    if isinstance(found, str):
+        return found.strip()
+    tag = _ANSWER_TAG._content(text)
+    return None if tag is None else tag.strip()
+
+
 # --------------------------------------------------------------------------- composition
 
 
@@ -536,5 +654,10 @@ class ParserChain(Parser):
 
 
 def default_parser() -> ParserChain:
-    """The default chain: :class:`JSONParser`, then :class:`RegexParser`, then :class:`KeywordParser`."""
-    return ParserChain([JSONParser(), RegexParser(), KeywordParser()])
+    """The default chain: :class:`JSONParser`, then :class:`TagParser` (``<answer>...</answer>``),
+    then :class:`RegexParser`, then :class:`KeywordParser`."""
+    return ParserChain([JSONParser(), TagParser(), RegexParser(), KeywordParser()])
+
+
+_ANSWER_JSON = JSONParser()
+_ANSWER_TAG = TagParser()
