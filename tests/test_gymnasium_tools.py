@@ -109,6 +109,43 @@ def test_spec_serializes_and_rebuilds_the_same_env(env_id, kwargs):
         assert env.spec.kwargs["max_episode_steps"] == 7
 
 
+@pytest.mark.parametrize("env_id", ALL_IDS)
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_spec_of_the_registered_training_settings_serializes(env_id, mode):
+    """The settings `textgym train` makes the env with (shaping terms, answer formats, a fading
+    format bonus) survive env.spec.to_json() and rebuild the same env."""
+    from textgym.registry import training_defaults
+
+    env = textgym.make(env_id, **training_defaults(env_id, mode).env_kwargs)
+    rebuilt = gym.make(EnvSpec.from_json(env.spec.to_json()))
+    assert str(rebuilt) == str(env)
+    answers = [str(a) for a in np.random.default_rng(2).choice(env.get_wrapper_attr("action_names"), 20)]
+    assert play(rebuilt, 3, 20, answers) == play(env, 3, 20, answers)
+
+
+def test_reward_terms_are_recorded_by_class_and_kwargs():
+    from textgym.envs.classic import pole_spin_potential
+    from textgym.wrappers import FormatBonus, LinearDecay, Potential, RewardFn, Scale
+    from textgym.wrappers.shape_reward import from_record
+
+    terms = [Scale(0.5), FormatBonus(0.1, parsers=("json",), weight=LinearDecay(1.0, 0.0, steps=10)),
+             Potential(pole_spin_potential, zero_terminal=False, name="spin")]
+    env = textgym.wrap(gym.make("CartPole-v1"), ["LEFT", "RIGHT"], reward_terms=terms)
+    records = next(w.kwargs["terms"] for w in env.spec.additional_wrappers if w.name == "ShapeReward")
+    assert records[1]["class"] == "textgym.wrappers.shape_reward:FormatBonus"
+    assert records[1]["kwargs"]["parsers"] == ["json"] and records[1]["kwargs"]["weight"]["kwargs"]["steps"] == 10
+    assert records[2]["kwargs"]["potential"] == {"function": "textgym.envs.classic:pole_spin_potential"}
+    assert [from_record(r) for r in records] == terms
+    rebuilt = gym.make(EnvSpec.from_json(env.spec.to_json()))
+    assert play(rebuilt, 2, 30) == play(env, 2, 30)
+    # a lambda cannot be recorded: the spec keeps the term (gym.make(env.spec) works in this process)
+    anonymous = textgym.wrap(gym.make("CartPole-v1"), ["LEFT", "RIGHT"],
+                             reward_terms=[RewardFn(lambda o, a, r, i: r)])
+    assert play(gym.make(anonymous.spec), 1, 10) == play(anonymous, 1, 10)
+    with pytest.raises(TypeError, match="not a textgym reward term"):
+        from_record({"class": "os:system", "kwargs": {}})
+
+
 def test_spec_records_renderers_by_name_and_kwargs():
     from textgym.envs.classic import GridText
     from textgym.wrappers import Renderer

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -21,6 +22,7 @@ __all__ = [
     "Scale",
     "ShapeReward",
     "as_schedule",
+    "from_record",
 ]
 
 Schedule = Callable[[int], float]
@@ -29,16 +31,81 @@ Schedule = Callable[[int], float]
 class _EqualByValue:
     """Schedules and terms compare equal when their settings are (running state, in ``_``
     attributes, is not a setting): ``env.spec.make()``, which Gymnasium's env checker calls,
-    rebuilds an env and requires its wrappers' constructor kwargs to compare equal."""
+    rebuilds an env and requires its wrappers' constructor kwargs to compare equal.
+
+    They are also recorded in ``env.spec`` as ``{"class": "module:Class", "kwargs": {...}}``
+    (:meth:`to_record`), so ``env.spec.to_json()`` works, as for a text env's
+    :class:`~textgym.wrappers.text_observation.Renderer`. A setting that is a function is
+    recorded by its import path when it is a module-level function; a lambda or closure cannot
+    be recorded (``to_json`` then fails with Gymnasium's error, as for any unserializable kwarg).
+    """
 
     def _settings(self) -> dict[str, Any]:
         return {k: v for k, v in vars(self).items() if not k.startswith("_")}
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments that rebuild this object (default: its settings, named as the
+        constructor's parameters)."""
+        return self._settings()
+
+    def to_record(self) -> dict[str, Any]:
+        """``{"class": "module:Class", "kwargs": ...}``, JSON-serializable (TypeError otherwise)."""
+        cls = type(self)
+        return {"class": f"{cls.__module__}:{cls.__qualname__}",
+                "kwargs": {k: _encode(v) for k, v in self.constructor_kwargs().items()}}
 
     def __eq__(self, other: object) -> bool:
         return type(other) is type(self) and other._settings() == self._settings()
 
     def __hash__(self) -> int:
         return hash(type(self))
+
+
+def _encode(value: Any) -> Any:
+    """A setting in JSON form: schedules and terms as records, module-level functions by path."""
+    if isinstance(value, _EqualByValue):
+        return value.to_record()
+    if isinstance(value, (frozenset, set)):
+        return sorted(value)
+    if callable(value):
+        module, name = getattr(value, "__module__", None), getattr(value, "__qualname__", "")
+        if module is None or "<" in name or not _importable(module, name, value):
+            raise TypeError(f"{value!r} is not a module-level function: it cannot be recorded")
+        return {"function": f"{module}:{name}"}
+    return value
+
+
+def _resolve(path: str) -> Any:
+    module, _, name = path.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in name.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _importable(module: str, name: str, value: Any) -> bool:
+    try:
+        return _resolve(f"{module}:{name}") is value
+    except (ImportError, AttributeError):
+        return False
+
+
+def _decode(value: Any) -> Any:
+    """The inverse of :func:`_encode`."""
+    if isinstance(value, Mapping) and set(value) == {"class", "kwargs"}:
+        return from_record(value)
+    if isinstance(value, Mapping) and set(value) == {"function"}:
+        return _resolve(str(value["function"]))
+    return value
+
+
+def from_record(record: Mapping[str, Any]) -> Any:
+    """The schedule or reward term a ``to_record()`` record stands for (TypeError for a class
+    that is neither)."""
+    cls = _resolve(str(record["class"]))
+    if not (isinstance(cls, type) and issubclass(cls, _EqualByValue)):
+        raise TypeError(f"{record['class']!r} is not a textgym reward term or schedule")
+    return cls(**{k: _decode(v) for k, v in dict(record.get("kwargs") or {}).items()})
 
 
 # --------------------------------------------------------------------------- schedules
@@ -172,6 +239,10 @@ class Scale(RewardTerm):
 
     def __init__(self, factor: float | Schedule = 1.0, name: str | None = None):
         super().__init__(factor, name)
+
+    def constructor_kwargs(self) -> dict[str, Any]:
+        kwargs = {"factor": self.weight}
+        return {**kwargs, "name": self.name} if "name" in vars(self) else kwargs
 
     def value(self, observation, action, reward, info) -> float:
         return float(reward)
@@ -325,6 +396,17 @@ class Potential(RewardTerm):
 TermLike = RewardTerm | Callable[[Any, Any, float, dict], float]
 
 
+def _recorded(terms: Sequence[TermLike] | None) -> Any:
+    """What ``env.spec`` records of the terms: their records when all can be recorded, else the
+    terms themselves (the spec still rebuilds the env in this process; ``to_json`` fails)."""
+    if terms is None:
+        return None
+    try:
+        return [t.to_record() if isinstance(t, RewardTerm) else _encode(t) for t in terms]
+    except TypeError:
+        return list(terms)
+
+
 class ShapeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     """Replaces the reward by ``sum(term(observation, action, reward, info, step))``.
 
@@ -347,11 +429,13 @@ class ShapeReward(gym.Wrapper, gym.utils.RecordConstructorArgs):
     Args:
         env: the env to wrap (usually the text env stack).
         terms: :class:`RewardTerm` objects or plain functions ``f(observation, action, reward,
-            info)`` (weight 1). Default: ``[Scale(1.0)]``. Duplicate names get a ``_2``.. suffix.
+            info)`` (weight 1), or their records (``term.to_record()``, what ``env.spec``
+            holds). Default: ``[Scale(1.0)]``. Duplicate names get a ``_2``.. suffix.
     """
 
-    def __init__(self, env: gym.Env, terms: Sequence[TermLike] | None = None):
-        gym.utils.RecordConstructorArgs.__init__(self, terms=terms)
+    def __init__(self, env: gym.Env, terms: Sequence[TermLike | Mapping[str, Any]] | None = None):
+        terms = None if terms is None else [_decode(t) for t in terms]
+        gym.utils.RecordConstructorArgs.__init__(self, terms=_recorded(terms))
         gym.Wrapper.__init__(self, env)
         terms = [Scale(1.0)] if terms is None else list(terms)
         self.terms: list[RewardTerm] = [t if isinstance(t, RewardTerm) else RewardFn(t) for t in terms]
