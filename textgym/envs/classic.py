@@ -594,9 +594,9 @@ TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
         },
         # pole-spin shaping credits each push for slowing the pole (see make_cartpole)
         env_kwargs={"shaping": 1.0},
-        # generate mode: the format is learned first (the bonus fades over ~4 updates' steps),
-        # then the same rule as in score mode; a budget of an hour
-        modes={"generate": _generate(200, episodes=1200, minutes=60)},
+        # generate mode: the format is learned first (the bonus fades over ~5 updates' steps),
+        # then the same rule as in score mode, more slowly: a budget of 75 updates (1,200 episodes)
+        modes={"generate": _generate(200, updates=75)},
     ),
     "Blackjack-v1": TrainingDefaults(
         # no early stop: the return of a few hundred hands is too noisy to call it solved
