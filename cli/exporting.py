@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -214,23 +213,10 @@ def _check_hub(repo_id: str) -> None:
         raise CLIError("cannot push to the hub: HF_HUB_OFFLINE is set (unset it, or export "
                        "without --push-to-hub)")
     endpoint = models.hub_endpoint()
-    outcome: dict[str, BaseException | None] = {}
-
-    def ask() -> None:
-        try:
-            HfApi(endpoint=endpoint).whoami()
-            outcome["error"] = None
-        except Exception as error:  # noqa: BLE001 - sorted out below
-            outcome["error"] = error
-
-    # A thread bounds the whole question (name resolution included); the answer is waited for.
-    asking = threading.Thread(target=ask, name="textgym-hub-check", daemon=True)
-    asking.start()
-    asking.join(HUB_CHECK_SECONDS)
-    if "error" not in outcome:
+    answered, error = models.ask_hub(lambda: HfApi(endpoint=endpoint).whoami(), HUB_CHECK_SECONDS)
+    if not answered:
         raise CLIError(f"cannot push to the hub: no answer from {endpoint} within "
                        f"{HUB_CHECK_SECONDS:g} s")
-    error = outcome["error"]
     if error is None:
         return
     if isinstance(error, LocalTokenNotFoundError):

@@ -121,3 +121,18 @@ def unreachable_hub(monkeypatch):
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
     return endpoint
+
+
+@pytest.fixture
+def cli():
+    """Invoke the textgym app in-process; returns typer's Result (stdout and stderr kept apart)."""
+    from typer.testing import CliRunner
+
+    from textgym.cli.main import app
+
+    runner = CliRunner()
+
+    def invoke(*args: str, input: str | None = None):
+        return runner.invoke(app, [str(a) for a in args], input=input)
+
+    return invoke

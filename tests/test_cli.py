@@ -12,23 +12,12 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from textgym.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 TEXTGYM = Path(sys.executable).with_name("textgym")
 
 
-@pytest.fixture
-def cli():
-    """Invoke the app in-process; returns the Result (stdout and stderr kept apart)."""
-    runner = CliRunner()
-
-    def invoke(*args: str, input: str | None = None):
-        return runner.invoke(app, [str(a) for a in args], input=input)
-
-    return invoke
 
 
 def one_error_line(result) -> str:

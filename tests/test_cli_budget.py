@@ -12,20 +12,9 @@ import time
 import tomllib
 from pathlib import Path
 
-import pytest
-from typer.testing import CliRunner
-
-from textgym.cli.main import app
 
 
-@pytest.fixture
-def cli():
-    runner = CliRunner()
 
-    def invoke(*args):
-        return runner.invoke(app, [str(a) for a in args])
-
-    return invoke
 
 
 def lines_of(path: Path) -> list[dict]:

@@ -9,7 +9,7 @@ import json
 import tomllib
 
 import pytest
-from test_cli_runs import FAST, cli, no_model_load, one_error_line  # noqa: F401 - fixtures
+from test_cli_runs import FAST, no_model_load, one_error_line  # noqa: F401 - fixtures
 
 # A ChatML template with a marker, so a test can tell it from the tokenizer's own.
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }} (custom)"

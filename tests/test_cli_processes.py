@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from test_cli import cli, lines_of, one_error_line, run_script  # noqa: F401 (cli is a fixture)
+from test_cli import lines_of, one_error_line, run_script
 
 # The tiny model learns the bandit in ~20-30 updates of 32 episodes at this learning rate (its
 # greedy play, which the env's early-stop check measures, sooner).

@@ -11,9 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
-from textgym.cli.main import app
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -22,14 +20,6 @@ FAST = ('model = "tiny"\nnum_envs = 8\nepisodes = 8\n'
         '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n')
 
 
-@pytest.fixture
-def cli():
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(app, [str(a) for a in args])
-
-    return invoke
 
 
 @pytest.fixture

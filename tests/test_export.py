@@ -11,7 +11,7 @@ import json
 
 import pytest
 import torch
-from test_cli_runs import FAST, cli, one_error_line  # noqa: F401 - cli is a fixture
+from test_cli_runs import FAST, one_error_line
 from test_models import _fake_hub_cache
 from textgym.cli.main import app
 from typer.testing import CliRunner

@@ -10,7 +10,7 @@ import tomllib
 
 import pytest
 import torch
-from test_cli import FAST, cli, lines_of, one_error_line  # noqa: F401 - cli is a fixture
+from test_cli import FAST, lines_of, one_error_line
 
 
 @pytest.fixture

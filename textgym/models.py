@@ -59,6 +59,7 @@ import shutil
 import tempfile
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -282,6 +283,25 @@ def _cached_config(hub_id: str) -> Path | None:
     return Path(found) if isinstance(found, str) else None
 
 
+def ask_hub(question: Callable[[], object], seconds: float) -> tuple[bool, BaseException | None]:
+    """Ask the hub ``question`` (a call of ``huggingface_hub``), waiting at most ``seconds``:
+    ``(answered, the exception it raised or None)``. A thread bounds the whole question, name
+    resolution included (socket timeouts do not); an unanswered one is left to end on its own."""
+    outcome: dict[str, BaseException | None] = {}
+
+    def ask() -> None:
+        try:
+            question()
+            outcome["error"] = None
+        except Exception as error:  # noqa: BLE001 - the caller sorts it out
+            outcome["error"] = error
+
+    asking = threading.Thread(target=ask, name="textgym-hub-question", daemon=True)
+    asking.start()
+    asking.join(seconds)
+    return ("error" in outcome), outcome.get("error")
+
+
 def _probe_hub(hub_id: str) -> str | None:
     """Ask the hub, once and briefly, whether ``hub_id`` exists. ``None``: it does (or the hub
     answered and transformers will explain the rest, e.g. a gated model); a string: why the hub
@@ -297,23 +317,12 @@ def _probe_hub(hub_id: str) -> str | None:
     )
 
     endpoint = hub_endpoint()
-    outcome: dict[str, BaseException | None] = {}
-
-    def ask() -> None:
-        try:
-            get_hf_file_metadata(hf_hub_url(hub_id, "config.json", endpoint=endpoint),
-                                 timeout=HUB_PROBE_SECONDS)
-            outcome["error"] = None
-        except Exception as error:  # noqa: BLE001 - sorted out below
-            outcome["error"] = error
-
-    # A thread bounds the whole question, name resolution included (socket timeouts do not).
-    asking = threading.Thread(target=ask, name="textgym-hub-probe", daemon=True)
-    asking.start()
-    asking.join(HUB_PROBE_SECONDS)
-    if "error" not in outcome:
+    answered, error = ask_hub(
+        lambda: get_hf_file_metadata(hf_hub_url(hub_id, "config.json", endpoint=endpoint),
+                                     timeout=HUB_PROBE_SECONDS),
+        HUB_PROBE_SECONDS)
+    if not answered:
         return f"no answer from {endpoint} within {HUB_PROBE_SECONDS:g} s"
-    error = outcome["error"]
     if error is None or isinstance(error, GatedRepoError):
         return None
     if isinstance(error, RepositoryNotFoundError):
