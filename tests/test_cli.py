@@ -245,7 +245,7 @@ def test_envs_lists_builtins_with_actions_and_package(cli):
     assert rows["textgym/CartPole-v1"]["source"] == "textgym"
     assert rows["textgym/Bandit-v0"]["description"]
     assert rows["textgym/CartPole-v1"]["reference_policies"] == ["random", "scripted"]
-    assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0}
+    assert rows["textgym/CartPole-v1"]["training_defaults"]["env_kwargs"] == {"shaping": 1.0, "word": "heading"}
     acrobot = rows["textgym/Acrobot-v1"]["training_defaults"]   # generate-mode settings only
     assert acrobot["episodes"] is None and acrobot["modes"]["generate"]["env_kwargs"]["answer_format"] == "json"
     table = cli("envs")
@@ -789,7 +789,7 @@ def test_train_starts_from_the_settings_registered_with_the_env():
     assert (cfg.until, cfg.check_every, cfg.check_episodes, cfg.check_max_steps) == (
         registered.until, registered.check_every, registered.check_episodes, registered.check_max_steps)
     assert cfg.num_envs == registered.num_envs
-    assert cfg.env_kwargs == {"shaping": 1.0} and cfg.trainer["gamma"] == 0.3
+    assert cfg.env_kwargs == {"shaping": 1.0, "word": "heading"} and cfg.trainer["gamma"] == 0.3
     flagged = training._new_config({"trainer": {"gamma": 0.9}}, {"env": "cartpole", "episodes": 16},
                                  None)
     assert flagged.episodes == 16 and flagged.trainer["gamma"] == 0.9      # file and flags win

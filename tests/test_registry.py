@@ -112,7 +112,7 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
     cartpole = training_defaults("cartpole")
     assert (cartpole.updates, cartpole.episodes, cartpole.minutes) == (12, None, None)  # no time budget
     assert (cartpole.until, cartpole.check_max_steps, cartpole.num_envs, cartpole.lr) == (195.0, 200, 8, 2e-4)
-    assert cartpole.trainer["gamma"] == 0.3 and cartpole.env_kwargs == {"shaping": 1.0}
+    assert cartpole.trainer["gamma"] == 0.3 and cartpole.env_kwargs == {"shaping": 1.0, "word": "heading"}
     info = {i.id: i for i in textgym.list_envs()}["textgym/CartPole-v1"]
     assert info.training_defaults.trainer == cartpole.trainer
     # an env that registered none gets the generic settings
