@@ -75,8 +75,8 @@ def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = Non
 
     Example:
         >>> at = datetime.datetime(2026, 1, 1, 14, 22)
-        >>> plan_line(12, episodes_per_update=16, minutes=10, until=195, check_every=2, check_episodes=8, now=at)
-        'plan: 12 updates of 16 episodes; stops after update 12, at 14:32 (10 min cap) or once the greedy return >= 195 (8 held-out episodes every 2 updates), whichever comes first'
+        >>> plan_line(12, episodes_per_update=16, minutes=10, until=195, check_every=1, check_episodes=8, now=at)
+        'plan: 12 updates of 16 episodes; stops after update 12, at 14:32 (10 min cap) or once the greedy return >= 195 (8 held-out episodes after every update), whichever comes first'
 
     Args:
         updates: the run's planned updates in all (its last update's number).
@@ -95,7 +95,8 @@ def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = Non
         at = (now or datetime.datetime.now()) + datetime.timedelta(minutes=minutes)
         stops.append(f"at {at:%H:%M} ({minutes:g} min cap)")
     if until is not None:
-        check = f" ({check_episodes} held-out episodes every {check_every} updates)" if check_every else ""
+        every = "after every update" if check_every == 1 else f"every {check_every} updates"
+        check = f" ({check_episodes} held-out episodes {every})" if check_every else ""
         stops.append(f"once the greedy return >= {until:g}{check}")
     if len(stops) == 1:
         return f"{head}; stops {stops[0]}"
