@@ -308,8 +308,10 @@ def main(argv: list[str] | None = None) -> dict:
     print("running baseline ...", flush=True)
     baseline = baseline_phase(model, tokenizer, args.baseline_decisions, args.baseline_tokens, params, args.seed)
     rows = [score, conversation, generate, generate_env, baseline]
+    print(json.dumps({"runs": rows}), flush=True)  # kept even if a later phase fails
     print("running conversation as episodes grow ...", flush=True)
     turns = turns_phase(model, tokenizer, args.model, args.turn_envs, args.turns, args.seed, history)
+    print(json.dumps({"turns": turns}), flush=True)
     print("running re-scoring ...", flush=True)
     # The last phase that runs the model: the adapter can be added to it in place.
     lora_model = add_lora(model, LoraSettings(layers=8), model_name=args.model)
