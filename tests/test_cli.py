@@ -18,8 +18,6 @@ ROOT = Path(__file__).resolve().parents[1]
 TEXTGYM = Path(sys.executable).with_name("textgym")
 
 
-
-
 def one_error_line(result) -> str:
     """The single ``textgym: error: ...`` line of a failed command (and no traceback)."""
     assert result.exit_code != 0, result.output

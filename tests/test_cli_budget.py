@@ -13,10 +13,6 @@ import tomllib
 from pathlib import Path
 
 
-
-
-
-
 def lines_of(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 

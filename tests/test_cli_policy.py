@@ -9,18 +9,11 @@ import json
 import tomllib
 
 import pytest
-from test_cli_runs import FAST, no_model_load, one_error_line  # noqa: F401 - fixtures
+from test_cli_runs import FAST, fast_config, no_model_load, one_error_line  # noqa: F401 - fixtures
 
 # A ChatML template with a marker, so a test can tell it from the tokenizer's own.
 TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }} (custom)"
             "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
-
-
-@pytest.fixture
-def fast_config(tmp_path):
-    path = tmp_path / "fast.toml"
-    path.write_text(FAST)
-    return path
 
 
 def test_policy_flags_are_saved_in_the_run_and_every_checkpoint_and_kept_on_resume(

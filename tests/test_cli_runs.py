@@ -20,8 +20,6 @@ FAST = ('model = "tiny"\nnum_envs = 8\nepisodes = 8\n'
         '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n')
 
 
-
-
 @pytest.fixture
 def fast_config(tmp_path):
     path = tmp_path / "fast.toml"
