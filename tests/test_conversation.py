@@ -7,7 +7,9 @@ import torch
 
 import textgym
 from textgym.policy import Policy
-from textgym.policy.conversation import Conversation, ConversationWindow
+from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
+from textgym.policy.kv_cache import append_in_place_cache, grow_in_place
+from textgym.policy.ragged_attention import row_groups
 from textgym.policy.rescoring import conversation_chains
 from textgym.rollout import collect, conversation_runs
 from textgym.trainers import make_trainer
@@ -54,9 +56,11 @@ def _play(policy, conversations, turns, restart_at=()):
     return decisions
 
 
+@pytest.mark.parametrize("ragged", [True, False], ids=["ragged", "plain"])
 @pytest.mark.parametrize("mode", ["score", "generate"])
-def test_cached_decisions_equal_a_fresh_run_on_the_same_context(tiny_model_and_tokenizer, mode):
+def test_cached_decisions_equal_a_fresh_run_on_the_same_context(tiny_model_and_tokenizer, mode, ragged):
     policy = _policy(tiny_model_and_tokenizer, mode)
+    policy.conversation_cache = ConversationCache(ragged=ragged)
     window = ConversationWindow(turns=2, max_tokens=260)
     conversations = [Conversation(window) for _ in range(3)]
     decisions = _play(policy, conversations, 16, restart_at=(0, 1))
@@ -86,6 +90,50 @@ def test_rescoring_a_conversation_in_one_pass_equals_acting(tiny_model_and_token
     assert torch.allclose(single.hidden[0], ev.hidden[-1], atol=1e-4)
     ev.logprobs[ev.mask].sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in policy.model.parameters())
+
+
+def test_ragged_attention_attends_only_each_rows_own_context(tiny_model_and_tokenizer):
+    """Rows of very different lengths: ragged attention gives the same decisions as attention over
+    the whole width, and attends to far fewer keys."""
+    runs = {}
+    for ragged in (True, False):
+        policy = _policy(tiny_model_and_tokenizer, "score")
+        policy.conversation_cache = ConversationCache(ragged=ragged)
+        conversations = [Conversation() for _ in range(4)]
+        decisions = []
+        for turn in range(12):  # row 0 keeps growing; the others restart every 3 turns
+            if turn % 3 == 0:
+                for conversation in conversations[1:]:
+                    conversation.restart()
+            decisions += _play(policy, conversations, 1)
+        runs[ragged] = (policy.conversation_cache.attended, [d.logprob for d in decisions],
+                        [d.action_index for d in decisions])
+    assert runs[True][2] == runs[False][2]
+    assert torch.allclose(torch.tensor(runs[True][1]), torch.tensor(runs[False][1]), atol=1e-5)
+    assert runs[True][0] < 0.6 * runs[False][0]
+
+
+def test_row_groups_start_at_each_rows_first_live_column():
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1]])
+    assert row_groups(mask) == ((0, 1, 0), (1, 3, 3), (3, 4, 5))
+    assert row_groups(mask, min_saving=2) == ((0, 1, 0), (1, 4, 3))  # row 3 joins at the cost of 2 columns
+    assert row_groups(mask, min_saving=100) == ((0, 4, 0),)
+
+
+def test_the_cache_grows_in_place_with_room_to_spare():
+    kv = tuple((torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)) for _ in range(2))
+    buffers = grow_in_place(kv, None, 3)
+    assert buffers[0][0].shape[-2] >= 8 and torch.equal(buffers[1][1][:, :, :5], kv[1][1])
+    cache = append_in_place_cache(kv, buffers)
+    new_k, new_v = torch.randn(2, 3, 3, 4), torch.randn(2, 3, 3, 4)
+    cache.update(new_k, new_v, 0)
+    keys, values = cache.update(new_k, new_v, 1)
+    assert keys.shape[-2] == 8 and torch.equal(keys[:, :, 5:], new_k) and torch.equal(values[:, :, :5], kv[1][1])
+    assert keys.data_ptr() == buffers[1][0].data_ptr()  # written into the buffer, not concatenated
+    grown = tuple((layer.keys, layer.values) for layer in cache.layers)
+    assert grow_in_place(grown, buffers, 1) is buffers  # room left: no copy
+    bigger = grow_in_place(grown, buffers, 10_000)
+    assert bigger is not buffers and torch.equal(bigger[1][0][:, :, :8], keys)
 
 
 def test_tokens_per_decision_stay_flat_as_the_episode_grows(tiny_model_and_tokenizer):

@@ -46,13 +46,23 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
-from textgym.policy.kv_cache import BatchState, Counters, PrefixCache, PrefixKV, alias_cache
+from textgym.policy.kv_cache import (
+    BatchState,
+    Counters,
+    PrefixCache,
+    PrefixKV,
+    alias_cache,
+    append_in_place_cache,
+    grow_in_place,
+)
+from textgym.policy.ragged_attention import RowGroups, ragged_attention, row_groups, supports_ragged
 
 if TYPE_CHECKING:
     from textgym.policy.prompts import ChatPrompts
@@ -194,21 +204,31 @@ class Conversation:
 class ConversationCache:
     """One KV cache for a batch of conversations, a row each, kept across their turns.
 
-    Row layout: ``[shared prefix | turn blocks ...]``. The shared prefix (the system prompt's
-    tokens, from the policy's :class:`PrefixCache`) is run once and copied into every row. Each
-    call appends one block: every row's new tokens, left-padded to the block's width (padding is
-    masked), with explicit per-row position ids, so each row's last token is the block's last
-    column and the next-token logits line up. A row whose conversation no longer extends what it
-    holds (a new episode, a window rebuild) masks its old columns and runs its context again after
-    the shared prefix. When dead (masked) columns make the cache more than half as wide again as
-    its longest row, it is compacted: each row's live columns are gathered to the left (positions
-    were applied by the model already, so moving a column changes nothing).
+    Each call appends one block of columns: every row's new tokens, left-padded to the block's
+    width (padding is masked), with explicit per-row position ids, so each row's last token is the
+    block's last column and the next-token logits line up. A row's *live* columns are always
+    contiguous at its right end (but for those paddings): the shared prefix (the system prompt's
+    tokens, from the policy's :class:`PrefixCache`, run once) followed by its turns. A row whose
+    conversation no longer extends what it holds (a new episode, a window rebuild) masks its old
+    columns, gets the shared prefix's KV copied into the columns just before the new block, and
+    runs its context again after it. When dead (masked) columns make the cache more than half as
+    wide again as its longest row, it is compacted: each row's live columns are gathered to the
+    right (positions were applied by the model already, so moving a column changes nothing).
+
+    Because live columns are contiguous, a model whose attention is SDPA attends per group of rows
+    from their first live column only (:mod:`textgym.policy.ragged_attention`): a row pays for its
+    own context, not for the longest one in the batch.
 
     Rows follow the order of the conversations passed; a conversation missing from a call loses
     its row (it is rebuilt if it comes back), a new one takes a row.
+
+    Args:
+        ragged: attend per row group from the first live column (when the model's attention is
+            SDPA); ``False``: plain SDPA over the whole width (the same result, more work).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, ragged: bool = True) -> None:
+        self.ragged = ragged
         self.conversations: list[Conversation] = []
         self.kv: PrefixKV | None = None
         self.mask: torch.Tensor | None = None
@@ -221,10 +241,16 @@ class ConversationCache:
         self.compactions = 0
         self.reruns = 0
         """Rows whose context was run again from the shared prefix (new episodes and rebuilds)."""
+        self.attended = 0
+        """Query-key pairs attended by the calls so far (per layer and head), ragged or not."""
+        self._relocate: set[int] = set()  # reset rows that still need the shared prefix's KV
+        self._buffers: PrefixKV | None = None  # where self.kv lives, with room to grow
+        self._supports_ragged: dict[int, bool] = {}
 
     def clear(self) -> None:
         """Drop every row (the next call starts from the shared prefix)."""
         self.conversations, self.kv, self.mask, self.held, self.shared = [], None, None, [], []
+        self._relocate, self._buffers = set(), None
 
     @property
     def width(self) -> int:
@@ -252,6 +278,7 @@ class ConversationCache:
             self.version, self.prefix = version, list(prefix)
         self._arrange(model, conversations, prefix_cache, device, counters)
         news = [self._new_tokens(row, context) for row, context in enumerate(contexts)]
+        self._relocate_prefix(model, prefix_cache, device, counters)
         self._compact_if_sparse()
         rows, width = len(news), max(len(new) for new in news)
         ids = torch.full((rows, width), pad_id, dtype=torch.long)
@@ -268,14 +295,40 @@ class ConversationCache:
         counters["model_tokens"] += real
         counters["padded_tokens"] += rows * width - real
         mask = torch.cat([self.mask, block.to(device)], dim=1)
-        out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-                    past_key_values=alias_cache(model, self.kv), use_cache=True, logits_to_keep=1)
+        groups = self._row_groups(model, mask)
+        self.attended += width * (mask.shape[1] * rows if groups is None
+                                  else sum((end - first) * (mask.shape[1] - column) for first, end, column in groups))
+        if self.kv is None:
+            cache = alias_cache(model, None)
+        else:  # the new block is written into preallocated room after the cache (no copy of it)
+            self._buffers = grow_in_place(self.kv, self._buffers, width)
+            cache = append_in_place_cache(self.kv, self._buffers)
+        with ragged_attention(model) if groups is not None else contextlib.nullcontext():
+            out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions.to(device),
+                        past_key_values=cache, use_cache=True, logits_to_keep=1,
+                        **({"row_groups": groups} if groups is not None else {}))
         self.kv = tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
         self.mask = mask
         self.held = list(contexts)
-        return BatchState(cache=out.past_key_values, attention_mask=mask,
+        # Scoring and generation continue on a cache of their own (they select rows and append
+        # sampled tokens); it aliases these columns and never writes into them.
+        return BatchState(cache=alias_cache(model, self.kv), attention_mask=mask,
                           next_position=torch.tensor([len(c) for c in contexts], device=device),
                           last_logits=out.logits[:, -1].float())
+
+    def _row_groups(self, model: torch.nn.Module, mask: torch.Tensor) -> RowGroups | None:
+        """The row groups for ragged attention, or ``None`` for plain attention over every column."""
+        if not self.ragged:
+            return None
+        supported = self._supports_ragged.get(id(model))
+        if supported is None:
+            supported = self._supports_ragged[id(model)] = supports_ragged(model)
+        if not supported:
+            return None
+        # Merging a row into the group before it is worth up to one turn's columns per row (a
+        # separate SDPA call per row costs more than that).
+        groups = row_groups(mask, min_saving=64)
+        return groups
 
     # --- rows -------------------------------------------------------------------------------
 
@@ -306,10 +359,14 @@ class ConversationCache:
         self.conversations = list(conversations)
 
     def _reset(self, row: int) -> None:
-        """Mask the row's columns after the shared prefix (all of them if it has none)."""
-        keep = len(self.prefix) if self.shared[row] else 0
-        self.mask[row, keep:] = 0
-        self.held[row] = self.prefix if self.shared[row] else []
+        """Mask all the row's columns; it holds the shared prefix again once
+        :meth:`_relocate_prefix` has copied it (when its context starts with it)."""
+        self.mask[row] = 0
+        if self.shared[row]:
+            self.held[row] = self.prefix
+            self._relocate.add(row)
+        else:
+            self.held[row] = []
 
     def _new_tokens(self, row: int, context: list[int]) -> list[int]:
         """The tokens of ``context`` the row does not hold yet (the row is reset when the context
@@ -321,16 +378,39 @@ class ConversationCache:
         self._reset(row)
         if context[:len(self.held[row])] != self.held[row]:  # it does not start with the shared prefix
             self.shared[row] = False
+            self._relocate.discard(row)
             self._reset(row)
         return context[len(self.held[row]):]
+
+    def _relocate_prefix(self, model: torch.nn.Module, prefix_cache: PrefixCache, device: torch.device,
+                         counters: Counters) -> None:
+        """Copy the shared prefix's KV into the last columns of each reset row, so its live columns
+        stay contiguous (its old ones are all masked)."""
+        rows, self._relocate = sorted(self._relocate), set()
+        if not rows:
+            return
+        n, width = len(self.prefix), self.width
+        if n > width or self.kv is None:  # no room: these rows run their context from the start
+            for row in rows:
+                self.shared[row] = False
+                self.held[row] = []
+            return
+        kv = prefix_cache.get(model, self.prefix, self.version, device, counters)
+        if any(k.stride(0) == 0 for k, _ in self.kv):  # rows still expanded from one prefix: own them
+            self.kv = tuple((k.contiguous(), v.contiguous()) for k, v in self.kv)
+        index = torch.tensor(rows, device=device)
+        for (keys, values), (prefix_k, prefix_v) in zip(self.kv, kv):
+            keys[index, :, width - n:] = prefix_k
+            values[index, :, width - n:] = prefix_v
+        self.mask[index, width - n:] = 1
 
     def _compact_if_sparse(self) -> None:
         live = self.mask.sum(dim=1)
         width = int(live.max())
         if self.width * 2 <= width * 3 or self.kv is None:
             return
-        # Live columns first, in their order (a stable sort of the 0/1 mask), cut to the longest row.
-        order = torch.sort(self.mask, dim=1, descending=True, stable=True).indices[:, :width]
+        # Live columns last, in their order (a stable sort of the 0/1 mask), cut to the longest row.
+        order = torch.sort(self.mask, dim=1, stable=True).indices[:, self.width - width:]
         self.kv = tuple((k.gather(2, order[:, None, :, None].expand(-1, k.shape[1], -1, k.shape[3])),
                          v.gather(2, order[:, None, :, None].expand(-1, v.shape[1], -1, v.shape[3])))
                         for k, v in self.kv)

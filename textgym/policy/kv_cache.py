@@ -13,6 +13,7 @@ the same column, so next-token logits, candidates and sampled tokens line up acr
 
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,8 @@ from textgym.policy.prompts import common_prefix_length
 if TYPE_CHECKING:
     from transformers import DynamicCache
 
-__all__ = ["BatchState", "Counters", "PrefixCache", "PrefixKV", "SequenceState", "alias_cache", "run_prompts",
+__all__ = ["BatchState", "Counters", "PrefixCache", "PrefixKV", "SequenceState", "alias_cache",
+           "append_in_place_cache", "grow_in_place", "run_prompts",
            "run_sequences", "shared_prefix_length", "unique_rows", "weights_version"]
 
 Counters = dict[str, float]
@@ -159,6 +161,65 @@ def alias_cache(model: torch.nn.Module, kv: PrefixKV | None) -> DynamicCache:
     cache = DynamicCache([(k[..., :0, :], v[..., :0, :]) for k, v in kv])
     for layer, (k, v) in zip(cache.layers, kv):
         layer.keys, layer.values = k, v
+    return cache
+
+
+@functools.cache
+def _append_in_place_layer() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class AppendInPlaceLayer(DynamicLayer):
+        """A cache layer over preallocated ``(keys, values)`` buffers: ``update`` writes the new
+        columns after the current ones instead of concatenating (which copies the whole cache)."""
+
+        def __init__(self, keys: torch.Tensor, values: torch.Tensor, buffers: tuple[torch.Tensor, torch.Tensor]):
+            super().__init__()
+            self.dtype, self.device = keys.dtype, keys.device
+            self.keys, self.values, self.buffers = keys, values, buffers
+            self.is_initialized = True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs):
+            start, end = self.keys.shape[-2], self.keys.shape[-2] + key_states.shape[-2]
+            keys, values = self.buffers
+            if end > keys.shape[-2]:
+                raise RuntimeError(f"the preallocated cache holds {keys.shape[-2]} columns, {end} needed")
+            keys[:, :, start:end] = key_states
+            values[:, :, start:end] = value_states
+            self.keys, self.values = keys[:, :, :end], values[:, :, :end]
+            return self.keys, self.values
+
+    return AppendInPlaceLayer
+
+
+def grow_in_place(kv: PrefixKV, buffers: PrefixKV | None, columns: int) -> PrefixKV:
+    """Buffers that hold ``kv`` in their first columns and room for ``columns`` more: ``buffers``
+    themselves when ``kv`` already lives there with enough room, else new ones (half as wide again
+    as needed, so growing costs one copy of the cache now and then, not one per call)."""
+    keys = kv[0][0]
+    width = keys.shape[-2]
+    if (buffers is not None and buffers[0][0].data_ptr() == keys.data_ptr()
+            and buffers[0][0].shape[:2] == keys.shape[:2] and width + columns <= buffers[0][0].shape[-2]):
+        return buffers
+    capacity = 2 * (width + columns) + 64
+    grown = []
+    for k, v in kv:
+        big_k = k.new_empty(k.shape[0], k.shape[1], capacity, k.shape[3])
+        big_v = v.new_empty(v.shape[0], v.shape[1], capacity, v.shape[3])
+        big_k[:, :, :width] = k
+        big_v[:, :, :width] = v
+        grown.append((big_k, big_v))
+    return tuple(grown)
+
+
+def append_in_place_cache(kv: PrefixKV, buffers: PrefixKV) -> DynamicCache:
+    """A ``DynamicCache`` over ``kv`` (views of the first columns of ``buffers``, see
+    :func:`grow_in_place`) that writes the model's new columns into ``buffers`` in place."""
+    from transformers import DynamicCache
+
+    layer = _append_in_place_layer()
+    cache = DynamicCache([(k[..., :0, :], v[..., :0, :]) for k, v in kv])
+    cache.layers = [layer(big_k[:, :, :k.shape[-2]], big_v[:, :, :v.shape[-2]], (big_k, big_v))
+                    for (k, v), (big_k, big_v) in zip(kv, buffers)]
     return cache
 
 
