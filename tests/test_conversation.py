@@ -113,6 +113,26 @@ def test_ragged_attention_attends_only_each_rows_own_context(tiny_model_and_toke
     assert runs[True][0] < 0.6 * runs[False][0]
 
 
+def test_ragged_attention_reaches_a_lora_model(tiny_model_and_tokenizer, monkeypatch):
+    """The row groups pass through peft's wrapper to every attention layer of the base model."""
+    from textgym.lora import add_lora
+    from textgym.policy import ragged_attention
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = Policy(add_lora(copy.deepcopy(model)), tokenizer, mode="score", seed=0)
+    calls = []
+    sdpa = ragged_attention.F.scaled_dot_product_attention
+    monkeypatch.setattr(ragged_attention.F, "scaled_dot_product_attention",
+                        lambda *args, **kwargs: calls.append(args[1].shape[-2]) or sdpa(*args, **kwargs))
+    conversations = [Conversation() for _ in range(2)]
+    _play(policy, conversations, 2)
+    conversations[1].restart()
+    _play(policy, conversations, 1)
+    layers = model.config.num_hidden_layers
+    assert len(calls) >= 2 * layers and min(calls) < max(calls)  # a group per row once row 1 restarted
+    assert policy.model.config._attn_implementation == "sdpa"  # restored after each call
+
+
 def test_row_groups_start_at_each_rows_first_live_column():
     mask = torch.tensor([[1, 1, 1, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0, 1, 1, 1], [0, 0, 0, 0, 0, 1]])
     assert row_groups(mask) == ((0, 1, 0), (1, 3, 3), (3, 4, 5))
