@@ -396,8 +396,9 @@ class ConversationCache:
                 self.held[row] = []
             return
         kv = prefix_cache.get(model, self.prefix, self.version, device, counters)
-        if any(k.stride(0) == 0 for k, _ in self.kv):  # rows still expanded from one prefix: own them
-            self.kv = tuple((k.contiguous(), v.contiguous()) for k, v in self.kv)
+        owned = self._buffers is not None and self.kv[0][0].data_ptr() == self._buffers[0][0].data_ptr()
+        if not owned:  # e.g. rows still expanded from the prefix cache's tensors: never write into those
+            self.kv = tuple((k.clone(), v.clone()) for k, v in self.kv)
         index = torch.tensor(rows, device=device)
         for (keys, values), (prefix_k, prefix_v) in zip(self.kv, kv):
             keys[index, :, width - n:] = prefix_k
