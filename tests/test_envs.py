@@ -115,6 +115,18 @@ def test_cartpole_text_gives_the_full_state_and_one_direction_word():
     assert sum(text.count(word) for word in ("left", "right")) == 1
 
 
+def test_cartpole_compact_text_puts_the_word_first_and_the_numbers_in_hundredths():
+    state = [-1.9, 1.2, -0.15, 0.8]  # leaning left, turning right fast: heading +0.09, right
+    assert CartPoleText("heading", compact=True)(state) == "Pole falling right: angle -15, spin +80; cart -190, velocity +120."
+    assert CartPoleText(compact=True)(state).startswith("Pole turning right: angle -15")
+    assert len(CartPoleText("heading", compact=True)(state)) < len(CartPoleText("heading")(state))
+    env = textgym.make("textgym/CartPole-v1", word="heading", compact=True)
+    obs, _ = env.reset(seed=0)
+    base_obs, _ = gym.make("CartPole-v1").reset(seed=0)
+    assert obs == CartPoleText("heading", compact=True)(base_obs)
+    assert env.spec.kwargs["compact"] is True  # recorded, so a run's env is rebuilt the same
+
+
 def test_cartpole_env_renders_its_real_state():
     env = textgym.make("textgym/CartPole-v1")
     obs, _ = env.reset(seed=0)

@@ -75,28 +75,41 @@ class CartPoleText(Renderer):
             left``); pushing that way balances for ~200 steps. ``"heading"``: where the pole is
             falling, the sign of ``angle + 0.3 * spin`` (its lean about 0.3 s ahead: ``falling
             left``); pushing that way balances for the whole 500 steps.
+        compact: the direction word first and the numbers in hundredths, as integers (each
+            digit is a token: ~23 tokens instead of ~34). With the heading word the untrained
+            model's greedy answer follows the word in 95% of random-play states, against 38%
+            for the long form (``bench/probes/cartpole_prior_heading.py``).
 
     Example:
         >>> CartPoleText()([0.02, -0.15, 0.09, -0.23])
         'Pole +0.09 rad, spin -0.23 turning left; cart at +0.02, velocity -0.15.'
         >>> CartPoleText("heading")([0.02, -0.15, 0.09, -0.23])
         'Pole +0.09 rad, spin -0.23, falling right; cart at +0.02, velocity -0.15.'
+        >>> CartPoleText("heading", compact=True)([0.02, -0.15, 0.09, -0.23])
+        'Pole falling right: angle +9, spin -23; cart +2, velocity -15.'
     """
 
     WORDS = ("spin", "heading")
     #: ``angle + LOOKAHEAD * spin``: the pole's lean this many seconds ahead, roughly.
     LOOKAHEAD = 0.3
 
-    def __init__(self, word: str = "spin"):
+    def __init__(self, word: str = "spin", compact: bool = False):
         if word not in self.WORDS:
             raise ValueError(f"word must be one of {self.WORDS}, got {word!r}")
         self.word = word
+        self.compact = bool(compact)
 
     def constructor_kwargs(self) -> dict[str, Any]:
-        return {"word": self.word}
+        return {"word": self.word, "compact": self.compact}
 
     def __call__(self, obs: Sequence[float]) -> str:
         x, velocity, angle, spin = (float(v) for v in obs)
+        if self.compact:
+            side = angle + self.LOOKAHEAD * spin if self.word == "heading" else spin
+            words = "falling" if self.word == "heading" else "turning"
+            cent = [round(100 * v) for v in (angle, spin, x, velocity)]
+            return (f"Pole {words} {'left' if side < 0 else 'right'}: angle {cent[0]:+d}, spin {cent[1]:+d}; "
+                    f"cart {cent[2]:+d}, velocity {cent[3]:+d}.")
         if self.word == "heading":
             falling = "left" if angle + self.LOOKAHEAD * spin < 0 else "right"
             pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}, falling {falling}"
@@ -402,7 +415,7 @@ _POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential}
 
 def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
                   shaping: float = 0.0, word: str = "spin", potential: str | None = None,
-                  **kwargs: Any) -> gym.Env:
+                  compact: bool = False, **kwargs: Any) -> gym.Env:
     """The text version of Gymnasium's ``CartPole-v1``: actions LEFT, RIGHT.
 
     The reward stays CartPole's +1 per step unless ``shaping`` > 0: then every step also gets
@@ -425,6 +438,7 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
         word: the renderer's direction word (:class:`CartPoleText`): ``"spin"`` or ``"heading"``.
         potential: the shaping potential, ``"spin"`` or ``"heading"``; default: the one ``word``
             names.
+        compact: the renderer's short form (:class:`CartPoleText`: the word first, integers).
         **kwargs: ``CartPole-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
     """
     if shaping < 0:
@@ -433,7 +447,7 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
     if potential not in _POTENTIALS:
         raise ValueError(f"potential must be one of {tuple(_POTENTIALS)}, got {potential!r}")
     if formatter is None:
-        formatter = CartPoleText(word)
+        formatter = CartPoleText(word, compact)
     if shaping:
         if "reward_terms" in kwargs:
             raise ValueError("give either shaping= or reward_terms=, not both")
