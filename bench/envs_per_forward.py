@@ -20,12 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-import torch  # noqa: E402
+import torch
 
-import textgym  # noqa: E402
-from textgym import models  # noqa: E402
-from textgym.policy import Policy, PolicyConfig  # noqa: E402
-from textgym.rollout import collect  # noqa: E402
+import textgym
+from textgym import models
+from textgym.policy import Policy, PolicyConfig
+from textgym.rollout import collect
 
 
 def main(argv: list[str] | None = None) -> dict:
