@@ -327,8 +327,7 @@ class ConversationCache:
             return None
         # Merging a row into the group before it is worth up to one turn's columns per row (a
         # separate SDPA call per row costs more than that).
-        groups = row_groups(mask, min_saving=64)
-        return groups
+        return row_groups(mask, min_saving=64)
 
     # --- rows -------------------------------------------------------------------------------
 

@@ -193,8 +193,8 @@ def _append_in_place_layer() -> type:
 
 def grow_in_place(kv: PrefixKV, buffers: PrefixKV | None, columns: int) -> PrefixKV:
     """Buffers that hold ``kv`` in their first columns and room for ``columns`` more: ``buffers``
-    themselves when ``kv`` already lives there with enough room, else new ones (half as wide again
-    as needed, so growing costs one copy of the cache now and then, not one per call)."""
+    themselves when ``kv`` already lives there with enough room, else new ones (twice as wide as
+    needed, so growing costs one copy of the cache now and then, not one per call)."""
     keys = kv[0][0]
     width = keys.shape[-2]
     if (buffers is not None and buffers[0][0].data_ptr() == keys.data_ptr()
