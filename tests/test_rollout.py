@@ -147,3 +147,57 @@ def test_a_schedule_plays_exactly_the_listed_seeds_on_each_env(tiny_policy, coun
     assert policy.batches == [2, 2]  # env 0's second episode runs beside env 1's second step
     with pytest.raises(ValueError, match="replaces"):
         collect(tiny_policy, envs, episodes=2, schedule=[[0], [1], [2]])
+
+
+def test_max_episode_steps_cuts_long_episodes_and_marks_them_truncated(tiny_policy, countdown_env_cls):
+    envs = [countdown_env_cls(max_length=5) for _ in range(2)]
+    rollout = collect(tiny_policy, envs, episodes=6, seed=0, max_episode_steps=2)  # full lengths 1..5, 1
+    by_seed = {ep.seed: ep for ep in rollout.episodes}
+    assert sorted(by_seed) == [0, 1, 2, 3, 4, 5]
+    for seed, ep in by_seed.items():
+        full = 1 + seed % 5
+        assert ep.length == min(full, 2)
+        assert ep.truncated == (full > 2) and ep.steps[-1].terminated == (full <= 2)
+        assert ep.bootstrap is None  # not asked for
+        assert ep.steps[0].observation == f"{full} steps left."  # the next episode was reset: a fresh start
+    assert "bootstrap_decisions" not in rollout.stats
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        collect(tiny_policy, envs, episodes=1, max_episode_steps=0)
+
+
+def test_bootstrap_asks_one_unplayed_decision_at_each_truncated_episodes_final_state(tiny_policy,
+                                                                                      countdown_env_cls):
+    envs = [countdown_env_cls(max_length=5) for _ in range(3)]
+    policy = CountingPolicy(tiny_policy)
+    rollout = collect(policy, envs, episodes=3, seed=2, max_episode_steps=2, bootstrap=True)  # lengths 3, 4, 5
+    assert [ep.length for ep in rollout.episodes] == [2, 2, 2] and all(ep.truncated for ep in rollout.episodes)
+    tokenizer = tiny_policy.tokenizer
+    for ep in rollout.episodes:
+        left = 1 + ep.seed % 5 - 2  # where the cut left the countdown
+        assert f"{left} steps left." in tokenizer.decode(ep.bootstrap.prompt_ids)
+        assert ep.bootstrap.text in countdown_env_cls.action_names
+    # the three bootstrap decisions are asked together, in the step after the cut, and not counted
+    assert policy.batches == [3, 3, 3]
+    assert rollout.stats["decisions"] == 6 and rollout.stats["bootstrap_decisions"] == 3
+    terminated = collect(tiny_policy, envs, episodes=3, seed=0, max_episode_steps=2, bootstrap=True)
+    assert [ep.bootstrap is None for ep in terminated.episodes] == [True, True, False]  # lengths 1, 2, 3
+
+
+def test_bootstrap_decisions_spend_no_step_budget(tiny_policy, countdown_env_cls):
+    envs = [countdown_env_cls(max_length=5) for _ in range(2)]
+    rollout = collect(tiny_policy, envs, steps=7, seed=3, max_episode_steps=2, bootstrap=True)
+    assert rollout.stats["decisions"] == 7
+    assert sum(ep.length for ep in rollout.episodes + rollout.unfinished) == 7
+    assert rollout.stats["bootstrap_decisions"] == sum(ep.bootstrap is not None for ep in rollout.episodes) > 0
+
+
+def test_a_cut_episode_keeps_its_episode_stats(tiny_policy):
+    import textgym
+
+    venv = textgym.make_vec("textgym/CartPole-v1", num_envs=2, shaping=1.0)
+    rollout = collect(tiny_policy, venv, episodes=4, seed=0, max_episode_steps=3)
+    for ep in rollout.episodes:
+        assert ep.length <= 3
+        stats = ep.info["episode_stats"]
+        assert stats["length"] == ep.length and stats["return"] == ep.length  # CartPole's own +1 per step
+        assert ep.return_ != ep.env_return  # the shaped rewards differ from the env's

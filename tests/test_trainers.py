@@ -494,3 +494,62 @@ def test_think_answers_train_with_every_generated_token(tiny_model_and_tokenizer
     metrics = trainer.update(rollout.episodes, stats=rollout.stats)
     assert math.isfinite(metrics["loss"]) and metrics["optimizer_steps"] == 1
     assert len(rescored) > 1 and all(rows * longest <= 64 for rows, longest in rescored)
+
+
+def test_max_train_episode_steps_caps_training_episodes_only(tiny_policy):
+    config = ReinforceConfig(**SMALL, max_train_episode_steps=3)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/CartPole-v1", config=config)
+    metrics = trainer.train(updates=1)[0]
+    assert metrics["length_mean"] <= 3 and metrics["decisions"] <= 8 * 3
+    assert trainer.evaluate(episodes=4)["length_mean"] > 3  # evaluation keeps the env's own limit
+    with pytest.raises(ValueError, match="max_train_episode_steps"):
+        ReinforceConfig(max_train_episode_steps=0)
+
+
+def test_ppo_bootstraps_a_cut_episode_from_the_value_of_the_state_it_reached(tiny_policy, countdown_env_cls,
+                                                                             monkeypatch):
+    from textgym.trainers import ppo
+
+    envs = [countdown_env_cls(max_length=5) for _ in range(4)]
+    config = PPOConfig(**{**SMALL, "episodes_per_update": 4}, max_train_episode_steps=2)
+    trainer = make_trainer("ppo", tiny_policy, env=envs, config=config)
+    episodes = trainer.collect().episodes
+    valued, last_values = [], []
+
+    def values(decisions):  # value i for the i-th decision asked for: shows which value each episode used
+        valued.extend(decisions)
+        return torch.arange(len(decisions), dtype=torch.float32) + 100.0
+
+    def recording_gae(rewards, values, last_value, gamma, lam):
+        last_values.append(last_value)
+        return real_gae(rewards, values, last_value, gamma, lam)
+
+    real_gae = ppo.gae
+    monkeypatch.setattr(trainer, "_values", values)
+    monkeypatch.setattr(ppo, "gae", recording_gae)
+    trainer.update(episodes)
+    decisions = sum(ep.length for ep in episodes)
+    cut = [ep for ep in episodes if ep.truncated]
+    assert cut and len(cut) < len(episodes)  # episodes of 1..5 steps, cut at 2
+    # the bootstrap decisions are valued after every played one, in episode order
+    assert valued[decisions:] == [ep.bootstrap for ep in cut]
+    expected, k = [], 0
+    for ep in episodes:
+        expected.append(100.0 + decisions + k if ep.truncated else 0.0)
+        k += ep.truncated
+    assert last_values == expected
+
+
+@pytest.mark.parametrize("mode, history", [("score", "full"), ("generate", None), ("generate", "full")])
+def test_ppo_with_cut_episodes_updates_in_every_mode(tiny_model_and_tokenizer, mode, history):
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode=mode, history=history, max_new_tokens=3, seed=0)
+    trainer = make_trainer("ppo", policy, env="textgym/CartPole-v1",
+                           config=PPOConfig(**SMALL, max_train_episode_steps=2))
+    rollout = trainer.collect()
+    cut = [ep for ep in rollout.episodes if ep.truncated]
+    assert cut and all(ep.bootstrap is not None for ep in cut)
+    if history:  # the bootstrap decision continues the episode's conversation
+        assert all(ep.bootstrap.continues(ep.steps[-1].decision) for ep in cut)
+    metrics = trainer.update(rollout.episodes, stats=rollout.stats)
+    assert math.isfinite(metrics["loss"]) and math.isfinite(metrics["value_loss"])

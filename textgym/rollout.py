@@ -27,7 +27,7 @@ import gymnasium as gym
 
 from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
-from textgym.wrappers.episode_stats import episode_stats
+from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
 __all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
            "decisions_of", "play"]
@@ -75,6 +75,10 @@ class Episode:
     system_prompt: str = ""
     info: dict[str, Any] = field(default_factory=dict)
     """The last step's info (with ``info["episode_stats"]`` from ``EpisodeStats``, unshaped return)."""
+    bootstrap: Decision | None = None
+    """A truncated episode's decision at the state after its last step, when the rollout was asked
+    for one (``collect(bootstrap=True)``): never played, it is what a value-based trainer (PPO)
+    bootstraps the unseen rest of the episode from. ``None`` for a terminated episode."""
 
     @property
     def return_(self) -> float:
@@ -91,6 +95,12 @@ class Episode:
     @property
     def length(self) -> int:
         return len(self.steps)
+
+    @property
+    def truncated(self) -> bool:
+        """Whether it ended by a step limit (the env's, or the rollout's ``max_episode_steps``)
+        rather than by reaching a terminal state."""
+        return bool(self.steps) and self.steps[-1].truncated and not self.steps[-1].terminated
 
     @property
     def invalid_count(self) -> int:
@@ -136,7 +146,9 @@ class Rollout:
     """``decisions``, ``episodes``, ``prompt_tokens`` (new prompt tokens run through the model: the
     cached prefix is not counted again), ``prompt_tokens_total`` (full prompt lengths),
     ``answer_tokens``, ``model_tokens`` (all real tokens run through the model), ``seconds``,
-    ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``."""
+    ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``,
+    and ``bootstrap_decisions`` (the decisions asked at truncated episodes' final states, not
+    played and not in ``decisions``) when there were any."""
     unfinished: list[Episode] = field(default_factory=list)
     """Episodes still running when a ``steps=`` budget was spent or ``stop=`` ended the rollout."""
 
@@ -157,6 +169,9 @@ class Request:
     valid_actions: list[str]
     conversation: Conversation | None = None
     """Conversation mode: the slot's episode so far (the observation becomes its next user turn)."""
+    bootstrap: bool = False
+    """The decision will not be played: it is asked for a truncated episode's final state, for
+    its value (:attr:`Episode.bootstrap`). Not counted in the rollout's ``decisions``."""
 
 
 class Slot(Protocol):
@@ -186,7 +201,8 @@ def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
         policy: a :class:`textgym.Policy` or anything with its ``act``.
         slots: the slots, asked in order (the first ones win when ``max_decisions`` cuts a step).
         greedy: act greedily (evaluation).
-        max_decisions: stop after exactly this many decisions.
+        max_decisions: stop after exactly this many played decisions (bootstrap requests,
+            :attr:`Request.bootstrap`, are answered but not counted).
         seed: reseed the policy's sampling first (when it has ``seed()``).
         stop: asked before each step; once it returns ``True``, play stops there, leaving the
             slots' episodes unfinished (a trainer's time cap).
@@ -196,31 +212,48 @@ def play(policy: SupportsAct, slots: Sequence[Slot], *, greedy: bool = False,
     counters = getattr(policy, "counters", {})
     start_counters = dict(counters)
     started = time.perf_counter()
-    decisions_made = 0
+    decisions_made = bootstraps = 0
     env_seconds = 0.0
     while True:
         pending = [(slot, request) for slot in slots if (request := slot.request()) is not None]
         if max_decisions is not None:
-            pending = pending[:max(0, max_decisions - decisions_made)]
+            pending = _within_budget(pending, max_decisions - decisions_made)
         if not pending or (stop is not None and stop()):
             break
         conversations = [r.conversation for _, r in pending]
         in_conversation = {"conversations": conversations} if any(c is not None for c in conversations) else {}
         decisions = policy.act([r.observation for _, r in pending], [r.system_prompt for _, r in pending],
                                [r.valid_actions for _, r in pending], greedy=greedy, **in_conversation)
-        decisions_made += len(pending)
+        asked = sum(r.bootstrap for _, r in pending)
+        decisions_made += len(pending) - asked
+        bootstraps += asked
         env_started = time.perf_counter()
         for (slot, _), decision in zip(pending, decisions):
             slot.answer(decision)
         env_seconds += time.perf_counter() - env_started
     seconds = time.perf_counter() - started
     stats: dict[str, float] = {"decisions": decisions_made}
+    if bootstraps:
+        stats["bootstrap_decisions"] = bootstraps
     for key in _COUNTED:
         if key in counters:
             stats[key] = counters[key] - start_counters.get(key, 0)
     stats.update(seconds=seconds, env_seconds=env_seconds,
                  decisions_per_s=decisions_made / seconds if seconds > 0 else 0.0)
     return stats
+
+
+def _within_budget(pending: list[tuple[Slot, Request]], room: int) -> list[tuple[Slot, Request]]:
+    """The first ``room`` played requests of ``pending`` (the first slots win), with every
+    bootstrap request: those are not played, so they spend no budget."""
+    kept = []
+    for slot, request in pending:
+        if not request.bootstrap:
+            if room <= 0:
+                continue
+            room -= 1
+        kept.append((slot, request))
+    return kept
 
 
 # --- sub-envs playing episodes ----------------------------------------------------------------------
@@ -256,14 +289,21 @@ class EnvSlot:
         finished: where completed episodes go, in order of completion.
         window: conversation mode: the policy reads each episode as a conversation with this
             window (``None``: each observation alone).
+        max_steps: cut an episode after this many steps, marking the last one truncated (``None``:
+            the env's own limit only).
+        bootstrap: after a truncated episode's last step, ask for one more decision at the state it
+            reached (:attr:`Request.bootstrap`), kept as :attr:`Episode.bootstrap`.
     """
 
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
-                 finished: list[Episode], window: ConversationWindow | None = None):
+                 finished: list[Episode], window: ConversationWindow | None = None, *,
+                 max_steps: int | None = None, bootstrap: bool = False):
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
         self.conversation = Conversation(window) if window is not None else None
+        self.max_steps, self.bootstrap = max_steps, bootstrap
         self.started = 0
         self.current: Episode | None = None
+        self.awaiting_bootstrap = False
         self.observation = ""
         self.system_prompt = ""
         self.info: dict[str, Any] = {}
@@ -291,11 +331,22 @@ class EnvSlot:
         if self.current is None:
             return None
         valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
-        return Request(self.observation, self.system_prompt, valid, self.conversation)
+        return Request(self.observation, self.system_prompt, valid, self.conversation,
+                       bootstrap=self.awaiting_bootstrap)
 
     def answer(self, decision: Decision) -> None:
-        obs, reward, terminated, truncated, info = self.env.step(decision.text)
         episode = self.current
+        if self.awaiting_bootstrap:
+            self.awaiting_bootstrap = False
+            episode.bootstrap = decision
+            self._finish(episode)
+            return
+        obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        cut = not (terminated or truncated) and self.max_steps is not None \
+            and len(episode.steps) + 1 >= self.max_steps
+        if cut:  # the episode ends here for the rollout; the env is reset by the next start()
+            truncated = True
+            info = _with_episode_stats(self.env, info)
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
                                   observation=self.observation, env_index=self.index))
@@ -304,8 +355,21 @@ class EnvSlot:
             self.system_prompt = info["system_prompt"]
         if terminated or truncated:
             episode.info = info
-            self.finished.append(episode)
-            self.start()
+            if self.bootstrap and episode.truncated:
+                self.awaiting_bootstrap = True  # the next request is at the state reached
+            else:
+                self._finish(episode)
+
+    def _finish(self, episode: Episode) -> None:
+        self.finished.append(episode)
+        self.start()
+
+
+def _with_episode_stats(env: gym.Env, info: dict[str, Any]) -> dict[str, Any]:
+    """``info`` with the ``EpisodeStats`` summary of the episode so far, for an episode the rollout
+    cuts before the env ends it (unchanged when the env has no ``EpisodeStats`` wrapper)."""
+    summary = _wrapper_attr(env, "episode_summary", None)
+    return {**info, EPISODE_STATS_KEY: summary()} if callable(summary) else info
 
 
 def _sub_envs(envs: Envs) -> list[gym.Env]:
@@ -319,7 +383,8 @@ def _sub_envs(envs: Envs) -> list[gym.Env]:
 def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps: int | None = None,
             seed: int | Sequence[int | None] | None = None, greedy: bool = False,
             schedule: Sequence[Sequence[int | None]] | None = None,
-            stop: Callable[[], bool] | None = None) -> Rollout:
+            stop: Callable[[], bool] | None = None, max_episode_steps: int | None = None,
+            bootstrap: bool = False) -> Rollout:
     """Play episodes with ``policy`` on the sub-envs of ``venv``; one ``policy.act`` call per vector step.
 
     ``episodes=N``: episode ``j`` is played by sub-env ``j % num_envs``, so every sub-env plays its
@@ -350,9 +415,16 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             ``steps`` and ``seed``); the policy's sampling is seeded with the first seed given.
         stop: asked before each vector step; once it returns ``True`` the rollout ends there, with
             fewer episodes than planned (the ones still running go to ``Rollout.unfinished``).
+        max_episode_steps: cut each episode after this many steps: its last step is marked
+            truncated (with the ``EpisodeStats`` summary so far in its info) and the env is reset
+            for the next one. A training cap: the envs' own limit stays for everything else.
+        bootstrap: for every truncated episode, one more decision at the state it reached, not
+            played (:attr:`Episode.bootstrap`: what PPO bootstraps its value from).
     """
     envs = _sub_envs(venv)
     n = len(envs)
+    if max_episode_steps is not None and max_episode_steps < 1:
+        raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
     if schedule is not None:
         if episodes is not None or steps is not None or seed is not None:
             raise ValueError("schedule= replaces episodes=, steps= and seed=")
@@ -386,7 +458,8 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     windows = [conversation_window(policy, env) for env in envs]
     if any(w is not None for w in windows):  # conversation mode; an env without a window: no earlier turns
         windows = [w if w is not None else ConversationWindow(turns=0) for w in windows]
-    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i]) for i, env in enumerate(envs)]
+    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i], max_steps=max_episode_steps,
+                     bootstrap=bootstrap) for i, env in enumerate(envs)]
     # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
     from textgym.vector import TextVectorEnv
 
@@ -398,6 +471,10 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
         for slot in slots:
             slot.start()
     stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed, stop=stop)
+    for slot in slots:  # stopped before a bootstrap decision: the episode itself is complete
+        if slot.awaiting_bootstrap:
+            finished.append(slot.current)
+            slot.current = None
     stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

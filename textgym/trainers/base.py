@@ -103,6 +103,9 @@ class Trainer:
     """
 
     algorithm = "base"
+    bootstraps_truncated = False
+    """Whether the algorithm bootstraps truncated episodes from a value: its rollouts then ask for
+    a decision at each truncated episode's final state (:attr:`textgym.rollout.Episode.bootstrap`)."""
 
     def __init__(self, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
@@ -266,7 +269,8 @@ class Trainer:
         self._need_env("collect")
         shard = self.episode_shard()
         return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
-                       stop=stop)
+                       stop=stop, max_episode_steps=self.config.max_train_episode_steps,
+                       bootstrap=self.bootstraps_truncated)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:

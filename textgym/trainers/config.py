@@ -58,6 +58,12 @@ class TrainConfig:
     data-parallel processes, of all of them together (each plays its share)."""
     gamma: float = 1.0
     """Discount factor of returns (and of GAE for PPO)."""
+    max_train_episode_steps: int | None = None
+    """Cut training episodes after this many steps (the last one is marked truncated), so that an
+    update of a policy that already plays long episodes does not wait for the longest ones.
+    Evaluation and greedy checks still play the env's own limit. PPO bootstraps a cut episode
+    from its value at the state it reached; REINFORCE and GRPO score it by the rewards it got,
+    which matters little when ``gamma`` is well below 1. ``None``: the env's own limit."""
 
     # --- regularisation -----------------------------------------------------------------
     kl_coef: float = 0.0
@@ -160,6 +166,8 @@ class TrainConfig:
                      "episodes_per_update"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_train_episode_steps is not None and self.max_train_episode_steps < 1:
+            raise ValueError(f"max_train_episode_steps must be >= 1 or None, got {self.max_train_episode_steps}")
         if self.max_chunk_answer_tokens is not None and self.max_chunk_answer_tokens < 1:
             raise ValueError(f"max_chunk_answer_tokens must be >= 1 or None, got {self.max_chunk_answer_tokens}")
         if not 0.0 <= self.gamma <= 1.0:

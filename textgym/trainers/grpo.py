@@ -80,7 +80,8 @@ class GRPOTrainer(Trainer):
         rounds = -(-groups // per_round)
         schedule = [[seeds[r * per_round + i // G] for r in range(rounds) if r * per_round + i // G < groups]
                     for i in range(n)]
-        rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop)
+        rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop,
+                          max_episode_steps=self.config.max_train_episode_steps)
         if len(rollout.episodes) < len(shard):  # cut short: the trainer drops it
             return rollout
         by_env: dict[int, list[Episode]] = {}

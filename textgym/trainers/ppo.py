@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from textgym.policy import Decision
 from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.base import Trainer, skipped_update
 from textgym.trainers.centering import evaluate_minibatch
@@ -43,6 +44,7 @@ class PPOTrainer(Trainer):
     """Proximal Policy Optimization over per-decision steps. See :class:`PPOConfig`."""
 
     algorithm = "ppo"
+    bootstraps_truncated = True
     config: PPOConfig
 
     def _init_algorithm(self) -> None:
@@ -57,25 +59,36 @@ class PPOTrainer(Trainer):
     def _value_head(self) -> torch.nn.Module:
         return self.value_head
 
+    def _values(self, decisions: list[Decision]) -> torch.Tensor:
+        """The value head's estimate at every decision's state, without grad, in minibatches."""
+        size = self.config.minibatch_size
+        with torch.no_grad():
+            return torch.cat([self.value_head(self.policy.evaluate(decisions[i:i + size]).hidden).float().cpu()
+                              for i in range(0, len(decisions), size)])
+
     def _update(self, episodes: list[Episode]) -> dict[str, float]:
         cfg = self.config
         decisions = decisions_of(episodes)
 
-        # 1. Values of every decision's state under the current value head (no grad), once.
-        with torch.no_grad():
-            values = torch.cat([
-                self.value_head(self.policy.evaluate(decisions[i:i + cfg.minibatch_size]).hidden).cpu()
-                for i in range(0, len(decisions), cfg.minibatch_size)
-            ])
+        # 1. Values of every decision's state under the current value head (no grad), once; then
+        #    those of the truncated episodes' final states (their bootstrap decisions).
+        bootstraps = [ep.bootstrap for ep in episodes if ep.truncated and ep.bootstrap is not None]
+        values, bootstrap_values = self._values(decisions + bootstraps).split([len(decisions), len(bootstraps)])
 
-        # 2. GAE per episode. A truncated episode bootstraps from its last state's value
-        #    (an estimate of the unseen next state); a terminated one from 0.
+        # 2. GAE per episode. A terminated episode bootstraps from 0, a truncated one from the value
+        #    of the state it reached (without a bootstrap decision: of its last state, an estimate).
         advantages, returns, start = [], [], 0
+        next_bootstrap = iter(bootstrap_values.tolist())
         for ep in episodes:
             T = len(ep.steps)
             ep_values = values[start:start + T]
             rewards = torch.tensor([s.reward for s in ep.steps], dtype=torch.float32)
-            last_value = 0.0 if ep.steps[-1].terminated else float(ep_values[-1])
+            if not ep.truncated:
+                last_value = 0.0
+            elif ep.bootstrap is not None:
+                last_value = next(next_bootstrap)
+            else:
+                last_value = float(ep_values[-1])
             adv, ret = gae(rewards, ep_values, last_value, cfg.gamma, cfg.gae_lambda)
             advantages.append(adv)
             returns.append(ret)

@@ -69,9 +69,11 @@ class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.episode_invalid_count += 1
         if terminated or truncated:
             info = dict(info)
-            info[EPISODE_STATS_KEY] = {
-                "return": self.episode_return,
-                "length": self.episode_length,
-                "invalid_count": self.episode_invalid_count,
-            }
+            info[EPISODE_STATS_KEY] = self.episode_summary()
         return obs, reward, terminated, truncated, info
+
+    def episode_summary(self) -> dict[str, Any]:
+        """The running episode's ``{"return", "length", "invalid_count"}`` so far (what the info at
+        its end will hold; a rollout that cuts the episode early records it from here)."""
+        return {"return": self.episode_return, "length": self.episode_length,
+                "invalid_count": self.episode_invalid_count}
