@@ -76,3 +76,24 @@ def test_agent_learns_the_bandit(tiny_model_and_tokenizer):
                 break
     after = greedy_reward(1_000_000)
     assert before <= 0.6 and after >= 0.9, f"agent: greedy reward {before:.2f} -> {after:.2f}"
+
+
+def test_ppo_learns_from_episodes_cut_short(tiny_model_and_tokenizer, countdown_env_cls):
+    """Training episodes capped at 3 steps (PPO bootstraps them from the value of the state they
+    reached); greedy play of the full episodes (up to 8 steps) says GOOD at every step."""
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
+    envs = [countdown_env_cls(max_length=8) for _ in range(8)]
+    config = dict(num_envs=8, episodes_per_update=16, minibatch_size=32, seed=1, lr=3e-3, epochs=2, gamma=0.9,
+                  max_train_episode_steps=3)
+    trainer = make_trainer("ppo", policy, env=envs, config=config)
+
+    def good_share():
+        result = trainer.evaluate(episodes=16)
+        return result["return_mean"] / result["length_mean"]
+
+    before = good_share()
+    history = trainer.train(updates=BUDGET_UPDATES, callback=lambda m: m["return_mean"] / m["length_mean"] < 0.9)
+    after = good_share()
+    assert max(m["length_mean"] for m in history) <= 3  # every training episode was cut at 3 steps
+    assert before <= 0.7 and after >= 0.95, f"GOOD share {before:.2f} -> {after:.2f} after {len(history)} updates"
