@@ -410,6 +410,9 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         seconds = update_seconds + float((stats or {}).get("seconds", 0.0))
+        if stats and "seconds" in stats:  # where the update's time went (the greedy check: check.seconds)
+            metrics["rollout_seconds"] = round(float(stats["seconds"]), 3)
+            metrics["update_seconds"] = round(update_seconds, 3)
         if stats and seconds > 0:
             metrics["decisions_per_s"] = float(stats.get("decisions", len(steps))) / seconds
             tokens = float(stats.get("prompt_tokens", 0)) + float(stats.get("answer_tokens", 0))
