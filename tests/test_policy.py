@@ -459,3 +459,23 @@ def test_the_candidate_token_cache_is_bounded(tiny_model_and_tokenizer):
     for d, actions in zip(decisions, commands):  # and every candidate was still tokenized right
         assert d.candidates == [tok(a, add_special_tokens=False)["input_ids"] for a in actions]
     assert policy.candidate_ids("take coin 0") == tok("take coin 0", add_special_tokens=False)["input_ids"]
+
+
+def test_the_output_head_reads_contiguous_hidden_states(tiny_policy):
+    """transformers hands the head a strided view (the last positions); torch multiplies such a
+    view by the vocabulary matrix far more slowly (kv_cache.contiguous_output_head)."""
+    from textgym.policy.kv_cache import contiguous_output_head
+
+    head = tiny_policy.model.get_output_embeddings()
+    seen = []
+    probe = head.register_forward_pre_hook(lambda module, args: seen.append(args[0].is_contiguous()))
+    try:
+        hidden = torch.randn(3, 5, head.in_features)
+        view = hidden[:, -1:]
+        assert not view.is_contiguous()
+        torch.testing.assert_close(head(view), hidden[:, -1:].contiguous() @ head.weight.T)
+        tiny_policy.act(["Color: red."], ["Name an animal."], [["cat", "dog"]])
+        assert seen and all(seen)
+        assert contiguous_output_head(tiny_policy.model) is None  # installed once per head
+    finally:
+        probe.remove()

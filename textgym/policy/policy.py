@@ -27,6 +27,7 @@ from textgym.policy.decision import Decision, Evaluation
 from textgym.policy.kv_cache import (
     BatchState,
     PrefixCache,
+    contiguous_output_head,
     run_prompts,
     shared_prefix_length,
     unique_rows,
@@ -94,6 +95,7 @@ class Policy:
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
+        contiguous_output_head(self.model)
         self._reference = ReferenceWeights()
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
         #: prefix-cache reuse), prompt_tokens_total (full prompt lengths), answer_tokens, model_tokens

@@ -1,0 +1,95 @@
+"""Acting and re-scoring with the output head on a strided view of the hidden states, and on a
+contiguous copy (``textgym.policy.kv_cache.contiguous_output_head``, what every Policy installs).
+
+One process, one model, CartPole's training settings (score mode, a LoRA adapter on the top 8
+layers): each round plays ``--decisions`` decisions with ``--num-envs`` envs (the rollout) and
+re-scores them with grad in minibatches of ``--minibatch`` (the update's forward and backward,
+without the optimizer step), once with the hook removed and once with it; rounds alternate so
+that drift on a shared machine hits both alike. Prints milliseconds per decision and the ratio.
+
+Usage:
+    OMP_NUM_THREADS=2 python bench/output_head.py --threads 2 --json bench/results/output_head.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import torch
+
+import textgym
+from textgym import models
+from textgym.policy.kv_cache import contiguous_output_head
+from textgym.registry import training_defaults
+from textgym.rollout import collect, decisions_of
+from textgym.trainers import make_trainer
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--env", default="textgym/CartPole-v1")
+    parser.add_argument("--num-envs", type=int, default=8)
+    parser.add_argument("--decisions", type=int, default=256)
+    parser.add_argument("--minibatch", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument("--json", type=Path, default=None)
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    defaults = training_defaults(args.env)
+    model, tokenizer = models.load(args.model)
+    hook = contiguous_output_head(model)  # installed here, so that this script can take it off
+    policy = textgym.Policy(model, tokenizer, mode="score", name=args.model)
+    trainer = make_trainer("reinforce", policy, env=args.env, env_kwargs=dict(defaults.env_kwargs),
+                           config={**defaults.trainer, "num_envs": args.num_envs})
+    venv = textgym.make_vec(args.env, num_envs=args.num_envs, seed=0, **defaults.env_kwargs)
+    collect(policy, venv, steps=args.num_envs, seed=1)  # warm-up: allocator, prefix cache
+
+    def measure() -> dict[str, float]:
+        started = time.perf_counter()
+        rollout = collect(policy, venv, steps=args.decisions, seed=0)
+        acting = time.perf_counter() - started
+        decisions = decisions_of(rollout.episodes + rollout.unfinished)
+        started = time.perf_counter()
+        for i in range(0, len(decisions), args.minibatch):
+            evaluation = policy.evaluate(decisions[i:i + args.minibatch])
+            evaluation.logprobs.sum().backward()
+        trainer.optimizer.zero_grad(set_to_none=True)
+        rescoring = time.perf_counter() - started
+        return {"act_ms": 1000 * acting / len(decisions), "rescore_ms": 1000 * rescoring / len(decisions)}
+
+    runs: dict[str, list[dict[str, float]]] = {"strided": [], "contiguous": []}
+    for _ in range(args.rounds):
+        for variant in ("strided", "contiguous"):
+            if variant == "strided":
+                hook.remove()
+            else:
+                hook = contiguous_output_head(policy.model)
+            runs[variant].append(measure())
+            print(f"{variant:10s} act {runs[variant][-1]['act_ms']:6.1f} ms/decision, "
+                  f"re-score {runs[variant][-1]['rescore_ms']:6.1f} ms/decision", flush=True)
+    mean = {v: {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]} for v, rs in runs.items()}
+    for key, label in (("act_ms", "acting"), ("rescore_ms", "re-scoring")):
+        print(f"{label}: {mean['strided'][key]:.1f} -> {mean['contiguous'][key]:.1f} ms/decision "
+              f"({mean['strided'][key] / mean['contiguous'][key]:.2f}x)")
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).resolve().parents[1], check=False).stdout.strip()
+    out = {"model": args.model, "env": args.env, "threads": torch.get_num_threads(), "commit": commit,
+           "argv": sys.argv[1:] if argv is None else argv, "runs": runs, "mean": mean}
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return out
+
+
+if __name__ == "__main__":
+    main()
