@@ -288,7 +288,8 @@ def test_sft_warm_start_teaches_the_demonstrated_answers(tiny_policy, tmp_path):
                            config=ReinforceConfig(**SMALL))
     from textgym.trainers import SFTConfig
 
-    losses = trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=30, batch_size=16))
+    # 60 epochs: the loss has settled (after 30 it had not, and float rounding decided the greedy answer)
+    losses = trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=60, batch_size=16))
     assert losses[-1] < losses[0] - 0.3  # NLL per answer token (the random tiny model starts near ln 49152)
     assert trainer.evaluate(episodes=32)["return_mean"] == 1.0  # red -> cat, green -> dog
 
