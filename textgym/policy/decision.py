@@ -3,11 +3,25 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-__all__ = ["Decision", "Evaluation"]
+__all__ = ["Decision", "Evaluation", "TrunkRecord"]
+
+
+@dataclass
+class TrunkRecord:
+    """What the frozen lower layers gave for a decision's prompt while acting: the hidden states
+    entering the first trained layer (:mod:`textgym.policy.frozen_trunk`), so that re-scoring can
+    run the trained top alone."""
+
+    layer: int
+    """Index of the first trained layer (the one these states enter)."""
+    start: int
+    """The first prompt position recorded (the tokens before it were a cached prefix)."""
+    hidden: torch.Tensor
+    """``[len(prompt_ids) - start, H]``, on the model's device, in its dtype."""
 
 
 @dataclass
@@ -31,6 +45,9 @@ class Decision:
     """Score mode: token ids of every valid action (as scored); ``None`` in generate mode."""
     action_index: int | None = None
     """Score mode: index of the chosen action in ``candidates``; ``None`` in generate mode."""
+    trunk: TrunkRecord | None = field(default=None, compare=False, repr=False)
+    """Set while training with an adapter on the top layers only: the frozen layers' output for
+    the prompt (re-scoring then runs the top layers alone). ``None`` otherwise."""
 
     def continues(self, earlier: Decision) -> bool:
         """Whether this decision's context starts with ``earlier``'s context and answer: a later

@@ -137,7 +137,7 @@ def contiguous_output_head(model: torch.nn.Module) -> HeadHook | None:
     view torch multiplies by the vocabulary matrix as a batched matmul with the matrix expanded
     per row. Measured on 1 CPU thread with SmolLM2's 49,152 x 576 head, for the last position of
     32 rows: 210 ms on the view, 25 ms on a contiguous copy, and the backward pass likewise; for 8
-    rows 52 ms against 20 ms (``bench/output_head.py`` measures acting and re-scoring). The logits
+    rows 52 ms against 20 ms (``bench/update_cost.py`` measures acting and re-scoring). The logits
     are the same.
 
     Returns:

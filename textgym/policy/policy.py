@@ -24,6 +24,7 @@ from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
 from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
 from textgym.policy.decision import Decision, Evaluation
+from textgym.policy.frozen_trunk import TopRescorer, Trunk, find_trunk, recording, trunk_records
 from textgym.policy.kv_cache import (
     BatchState,
     PrefixCache,
@@ -38,9 +39,11 @@ from textgym.policy.reference import ReferenceWeights
 from textgym.policy.rescoring import (
     conversation_chains,
     rescore_candidates,
+    rescore_candidates_from_trunk,
     rescore_conversation_candidates,
     rescore_conversation_tokens,
     rescore_tokens,
+    same_evaluation,
 )
 from textgym.policy.sampling import StopStrings, generate, sample_candidate
 from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
@@ -97,6 +100,7 @@ class Policy:
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
         contiguous_output_head(self.model)
         self._reference = ReferenceWeights()
+        self._top_rescorer = TopRescorer()
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
         #: prefix-cache reuse), prompt_tokens_total (full prompt lengths), answer_tokens, model_tokens
         #: (every real token run through the model), padded_tokens (padding slots run),
@@ -252,12 +256,19 @@ class Policy:
         keys = [(tuple(p), tuple(v)) if score else tuple(p)
                 for p, v in zip(prompts, valid_actions or [None] * n)]
         firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
+        # Training an adapter on the top layers only: keep what the frozen layers give (re-scoring
+        # then runs the top alone).
+        trunk = find_trunk(self.model) if score else None
         with torch.inference_mode():
-            batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
-                                   device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
-                                   version=self._weights_version())
+            with recording(trunk) as seen:
+                batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                                       device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
+                                       version=self._weights_version())
             if score:
                 decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
+                records = trunk_records(seen, trunk, row_of, [len(p) for p in prompts], prefix_length)
+                for decision, record in zip(decisions, records):
+                    decision.trunk = record
             else:
                 if len(firsts) < n:  # duplicates sample independently: give each its own KV row
                     batch = batch.select_rows(row_of)
@@ -351,6 +362,9 @@ class Policy:
             return rescore_conversation_tokens(self.model, decisions, chains, temperature=c.temperature,
                                                pad_id=self.pad_id, device=self.device, counters=self.counters)
         prefix_length = shared_prefix_length([d.prompt_ids for d in decisions])
+        trunk = self._top_rescorer.trunk_for(self.model, decisions, prefix_length) if score else None
+        if trunk is not None:
+            return self._rescore_top(trunk, decisions, prefix_length)
         if score:
             return rescore_candidates(self.model, decisions, prefix_length, temperature=c.temperature,
                                       normalization=c.normalization, tokenizer=self.tokenizer,
@@ -358,6 +372,24 @@ class Policy:
                                       chunk_bytes=c.score_chunk_bytes, counters=self.counters)
         return rescore_tokens(self.model, decisions, prefix_length, temperature=c.temperature,
                               pad_id=self.pad_id, device=self.device, counters=self.counters)
+
+    def _rescore_top(self, trunk: Trunk, decisions: Sequence[Decision], prefix_length: int) -> Evaluation:
+        """Score-mode re-scoring by the top layers alone (:mod:`.frozen_trunk`); the first time for
+        a model, checked against the full pass first."""
+        c = self._config
+        settings = {"temperature": c.temperature, "normalization": c.normalization, "tokenizer": self.tokenizer,
+                    "device": self.device}
+        if self._top_rescorer.needs_check(self.model):
+            sample = list(decisions[:8])
+            with torch.no_grad():
+                top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix_length, **settings)
+                full = rescore_candidates(self.model, sample, prefix_length, pad_id=self.pad_id,
+                                          chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
+            self._top_rescorer.record_check(self.model, same_evaluation(top, full))
+            if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
+                return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
+                                          chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
+        return rescore_candidates_from_trunk(self.model, trunk, decisions, prefix_length, **settings)
 
 
 # Every setting reads as an attribute: policy.temperature is policy.config.temperature (read-only;

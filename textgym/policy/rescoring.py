@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from textgym.policy.decision import Decision, Evaluation
+from textgym.policy.frozen_trunk import Trunk, rescore_top
 from textgym.policy.kv_cache import (
     Counters,
     run_prompts,
@@ -31,8 +32,8 @@ from textgym.policy.scoring import candidate_scores, score_candidates, score_poi
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["conversation_chains", "rescore_candidates", "rescore_conversation_candidates",
-           "rescore_conversation_tokens", "rescore_tokens"]
+__all__ = ["conversation_chains", "rescore_candidates", "rescore_candidates_from_trunk",
+           "rescore_conversation_candidates", "rescore_conversation_tokens", "rescore_tokens", "same_evaluation"]
 
 # Config entries of models whose logits are not the output embedding of the last hidden state:
 # the chain re-scoring applies the output embedding itself, so those models take the per-decision path.
@@ -90,6 +91,29 @@ def rescore_candidates(model: torch.nn.Module, decisions: Sequence[Decision], pr
                                   chunk_bytes=chunk_bytes, counters=counters)
     return _candidate_evaluation(decisions, firsts, row_of, per_unique, batch.hidden, temperature=temperature,
                                  normalization=normalization, tokenizer=tokenizer, device=device)
+
+
+def rescore_candidates_from_trunk(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision],
+                                  prefix_length: int, *, temperature: float, normalization: str,
+                                  tokenizer: PreTrainedTokenizerBase, device: torch.device) -> Evaluation:
+    """:func:`rescore_candidates` for decisions with one-token candidates and trunk records: the
+    top layers alone, from what the frozen layers gave while acting (:mod:`.frozen_trunk`)."""
+    firsts, row_of = unique_rows([(tuple(d.prompt_ids), tuple(map(tuple, d.candidates))) for d in decisions])
+    logits, hidden = rescore_top(model, trunk, [decisions[i] for i in firsts], prefix_length, device)
+    first = torch.log_softmax(logits.float(), dim=-1)
+    per_unique = [[first[u, cand[0]].reshape(1) for cand in decisions[i].candidates] for u, i in enumerate(firsts)]
+    return _candidate_evaluation(decisions, firsts, row_of, per_unique, hidden, temperature=temperature,
+                                 normalization=normalization, tokenizer=tokenizer, device=device)
+
+
+def same_evaluation(a: Evaluation, b: Evaluation) -> bool:
+    """Whether two evaluations of the same decisions agree to float noise (the candidates'
+    log-probs and the hidden states, with a tolerance that follows the hidden states' dtype)."""
+    tolerance = 1e-3 if a.hidden.dtype == torch.float32 else 5e-2
+    pairs = zip(a.candidate_logprobs or [], b.candidate_logprobs or [])
+    return (a.hidden.shape == b.hidden.shape
+            and torch.allclose(a.hidden.float(), b.hidden.float(), atol=tolerance * 10, rtol=tolerance)
+            and all(torch.allclose(x, y, atol=tolerance) for x, y in pairs))
 
 
 def _candidate_evaluation(decisions: Sequence[Decision], firsts: list[int], row_of: list[int],

@@ -1,14 +1,17 @@
-"""Acting and re-scoring with the output head on a strided view of the hidden states, and on a
-contiguous copy (``textgym.policy.kv_cache.contiguous_output_head``, what every Policy installs).
+"""What a decision costs in acting and in the update's re-scoring, with and without the two
+savings: the output head reading contiguous hidden states (``kv_cache.contiguous_output_head``)
+and re-scoring the adapted top layers alone (``textgym.policy.frozen_trunk``).
 
 One process, one model, CartPole's training settings (score mode, a LoRA adapter on the top 8
-layers): each round plays ``--decisions`` decisions with ``--num-envs`` envs (the rollout) and
-re-scores them with grad in minibatches of ``--minibatch`` (the update's forward and backward,
-without the optimizer step), once with the hook removed and once with it; rounds alternate so
-that drift on a shared machine hits both alike. Prints milliseconds per decision and the ratio.
+layers). Each round plays ``--decisions`` decisions with ``--num-envs`` envs and re-scores them
+with grad in minibatches of ``--minibatch`` (forward and backward, no optimizer step), in three
+variants: ``strided`` (the head on transformers' strided view, the full model re-scored),
+``contiguous`` (the head on a contiguous copy, the full model) and ``top`` (contiguous, the top
+layers alone from the acting pass's records). Rounds alternate the variants, so drift on a shared
+machine hits all alike. Prints milliseconds per decision and the ratios to ``strided``.
 
 Usage:
-    OMP_NUM_THREADS=2 python bench/output_head.py --threads 2 --json bench/results/output_head.json
+    OMP_NUM_THREADS=2 python bench/update_cost.py --threads 2 --json bench/results/update_cost.json
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from textgym.policy.kv_cache import contiguous_output_head
 from textgym.registry import training_defaults
 from textgym.rollout import collect, decisions_of
 from textgym.trainers import make_trainer
+
+VARIANTS = ("strided", "contiguous", "top")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -55,11 +60,14 @@ def main(argv: list[str] | None = None) -> dict:
     venv = textgym.make_vec(args.env, num_envs=args.num_envs, seed=0, **defaults.env_kwargs)
     collect(policy, venv, steps=args.num_envs, seed=1)  # warm-up: allocator, prefix cache
 
-    def measure() -> dict[str, float]:
+    def measure(variant: str) -> dict[str, float]:
         started = time.perf_counter()
         rollout = collect(policy, venv, steps=args.decisions, seed=0)
         acting = time.perf_counter() - started
         decisions = decisions_of(rollout.episodes + rollout.unfinished)
+        if variant != "top":
+            for decision in decisions:
+                decision.trunk = None  # no records: the whole model is re-scored
         started = time.perf_counter()
         for i in range(0, len(decisions), args.minibatch):
             evaluation = policy.evaluate(decisions[i:i + args.minibatch])
@@ -68,20 +76,25 @@ def main(argv: list[str] | None = None) -> dict:
         rescoring = time.perf_counter() - started
         return {"act_ms": 1000 * acting / len(decisions), "rescore_ms": 1000 * rescoring / len(decisions)}
 
-    runs: dict[str, list[dict[str, float]]] = {"strided": [], "contiguous": []}
+    measure("top")  # warm-up, and the top path's one check against the full pass
+    runs: dict[str, list[dict[str, float]]] = {v: [] for v in VARIANTS}
+    installed = True
     for _ in range(args.rounds):
-        for variant in ("strided", "contiguous"):
+        for variant in VARIANTS:
             if variant == "strided":
                 hook.remove()
-            else:
+            elif not installed:
                 hook = contiguous_output_head(policy.model)
-            runs[variant].append(measure())
+            installed = variant != "strided"
+            runs[variant].append(measure(variant))
             print(f"{variant:10s} act {runs[variant][-1]['act_ms']:6.1f} ms/decision, "
                   f"re-score {runs[variant][-1]['rescore_ms']:6.1f} ms/decision", flush=True)
     mean = {v: {k: sum(r[k] for r in rs) / len(rs) for k in rs[0]} for v, rs in runs.items()}
-    for key, label in (("act_ms", "acting"), ("rescore_ms", "re-scoring")):
-        print(f"{label}: {mean['strided'][key]:.1f} -> {mean['contiguous'][key]:.1f} ms/decision "
-              f"({mean['strided'][key] / mean['contiguous'][key]:.2f}x)")
+    base = mean["strided"]
+    for variant in VARIANTS:
+        total = mean[variant]["act_ms"] + mean[variant]["rescore_ms"]
+        print(f"{variant:10s} act {mean[variant]['act_ms']:6.1f} + re-score {mean[variant]['rescore_ms']:6.1f} "
+              f"= {total:6.1f} ms/decision ({(base['act_ms'] + base['rescore_ms']) / total:.2f}x strided)")
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                             cwd=Path(__file__).resolve().parents[1], check=False).stdout.strip()
     out = {"model": args.model, "env": args.env, "threads": torch.get_num_threads(), "commit": commit,

@@ -1,0 +1,129 @@
+"""Re-scoring the trained top layers alone from what the frozen layers gave while acting
+(textgym.policy.frozen_trunk): same log-probs, hidden states and gradients as the full pass,
+used only where it applies, and checked once per model."""
+
+import copy
+
+import pytest
+import torch
+
+import textgym
+from textgym.lora import LoraSettings, add_lora
+from textgym.policy import frozen_trunk, rescoring
+from textgym.rollout import collect, decisions_of
+
+OBSERVATIONS = ["Color: red.", "Color: green.", "Color: red.", "Color: blue."]
+
+
+def _policy(tiny_model_and_tokenizer, layers=1, mode="score", **settings):
+    model, tokenizer = tiny_model_and_tokenizer
+    adapted = add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8, layers=layers))
+    with torch.no_grad():  # a trained-looking adapter, so that the top layers' weights matter
+        generator = torch.Generator().manual_seed(0)
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    return textgym.Policy(adapted, tokenizer, mode=mode, seed=0, **settings)
+
+
+def _act(policy):
+    return policy.act(OBSERVATIONS, ["Name an animal."] * 4, [["cat", "dog"]] * 4)
+
+
+def _loss_and_grads(policy, decisions):
+    params = [p for p in policy.model.parameters() if p.requires_grad]
+    for p in params:
+        p.grad = None
+    evaluation = policy.evaluate(decisions)
+    (evaluation.logprobs.sum() + evaluation.hidden.square().mean()).backward()
+    return evaluation, [p.grad.clone() for p in params]
+
+
+def test_acting_records_the_frozen_layers_output(tiny_model_and_tokenizer):
+    policy = _policy(tiny_model_and_tokenizer)  # the tiny model has 2 layers: the adapter is on layer 1
+    decisions = _act(policy)
+    prefix = len(policy.prompts.system_prefix("Name an animal."))
+    for d in decisions:
+        assert d.trunk.layer == 1 and d.trunk.start == prefix
+        assert d.trunk.hidden.shape == (len(d.prompt_ids) - prefix, policy.model.config.hidden_size)
+    # rows 0 and 2 are the same prompt, run once
+    assert torch.equal(decisions[0].trunk.hidden, decisions[2].trunk.hidden)
+
+
+def test_the_top_layers_alone_give_the_full_passs_logprobs_hidden_states_and_gradients(tiny_model_and_tokenizer,
+                                                                                        monkeypatch):
+    policy = _policy(tiny_model_and_tokenizer)
+    decisions = _act(policy)
+    calls = []
+    real = frozen_trunk.rescore_top
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    top, top_grads = _loss_and_grads(policy, decisions)
+    assert calls  # the top path ran (after its one check against the full pass)
+    plain = [copy.copy(d) for d in decisions]
+    for d in plain:
+        d.trunk = None  # no records: the full pass
+    full, full_grads = _loss_and_grads(policy, plain)
+    torch.testing.assert_close(top.logprobs, full.logprobs)
+    torch.testing.assert_close(top.hidden, full.hidden)
+    torch.testing.assert_close(top.entropy, full.entropy)
+    for a, b in zip(top_grads, full_grads):
+        torch.testing.assert_close(a, b)
+    # and the acting policy's log-probs, as with the full pass
+    torch.testing.assert_close(top.logprobs[:, 0], torch.tensor([d.logprob for d in decisions]), atol=1e-5, rtol=0)
+
+
+def test_it_applies_only_where_it_can(tiny_model_and_tokenizer, monkeypatch):
+    assert all(d.trunk is None for d in _act(_policy(tiny_model_and_tokenizer, layers=None)))  # every layer adapted
+    model, tokenizer = tiny_model_and_tokenizer
+    assert all(d.trunk is None for d in _act(textgym.Policy(model, tokenizer, mode="score")))  # nothing trained
+    generate = _policy(tiny_model_and_tokenizer, mode="generate", max_new_tokens=2)
+    assert all(d.trunk is None for d in generate.act(OBSERVATIONS, ["Name an animal."] * 4))
+    conversation = _policy(tiny_model_and_tokenizer, history="full")
+    rollout = collect(conversation, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
+    assert all(d.trunk is None for d in decisions_of(rollout.episodes))
+    # candidates of several tokens: recorded, but re-scored by the full pass
+    policy = _policy(tiny_model_and_tokenizer)
+    decisions = policy.act(OBSERVATIONS[:2], ["Name an animal."] * 2, [["cat", "dog house"]] * 2)
+    assert any(len(c) > 1 for c in decisions[0].candidates)
+    calls = []
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1))
+    policy.evaluate(decisions)
+    assert not calls
+
+
+def test_a_model_whose_top_pass_differs_keeps_the_full_pass(tiny_model_and_tokenizer, monkeypatch, caplog):
+    policy = _policy(tiny_model_and_tokenizer)
+    decisions = _act(policy)
+    real = frozen_trunk.rescore_top
+
+    def off(*args, **kwargs):
+        logits, hidden = real(*args, **kwargs)
+        return logits + torch.arange(logits.shape[-1], dtype=logits.dtype) * 1e-2, hidden
+
+    monkeypatch.setattr(rescoring, "rescore_top", off)
+    with caplog.at_level("WARNING"):
+        evaluation = policy.evaluate(decisions)
+    assert "did not reproduce the full pass" in caplog.text
+    plain = [copy.copy(d) for d in decisions]
+    for d in plain:
+        d.trunk = None
+    torch.testing.assert_close(evaluation.logprobs, policy.evaluate(plain).logprobs)
+    calls = []
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1))
+    policy.evaluate(decisions)
+    assert not calls  # decided once for the model
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+def test_a_trainer_with_a_top_adapter_updates_from_the_records(tiny_model_and_tokenizer, algorithm, monkeypatch):
+    from textgym.trainers import make_trainer
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
+    trainer = make_trainer(algorithm, policy, env="textgym/CartPole-v1",
+                           config={"num_envs": 4, "episodes_per_update": 4, "lora_layers": 1, "kl_coef": 0.1})
+    calls = []
+    real = frozen_trunk.rescore_top
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    metrics = trainer.train(updates=1)[0]
+    assert calls and metrics["kl"] >= 0 and torch.isfinite(torch.tensor(metrics["loss"]))

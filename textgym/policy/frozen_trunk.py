@@ -1,0 +1,181 @@
+"""Re-scoring only the trained top of the model, from what the frozen layers gave while acting.
+
+With a LoRA adapter on the top layers only (``lora_layers``), the layers below it never change:
+the hidden state a prompt's tokens enter the first adapted layer with is the same while acting
+and in every minibatch and epoch of the update. :func:`recording` keeps it while acting (a forward
+pre-hook on that layer, :attr:`Decision.trunk`); :func:`rescore_top` then runs only the top
+layers, the final norm and the output head, with grad, instead of the whole model. The shared
+prompt prefix still goes through the top layers with grad once per minibatch (its lower-layer
+states are recomputed without grad, once), so the gradient is the same as a full pass's.
+
+It applies to score-mode decisions with one-token candidates, outside conversation mode, on
+models whose decoder follows transformers' layout (``layers``, ``rotary_emb``, ``norm``) with
+SDPA attention and no sliding-window layers; :func:`find_trunk` says whether a model does. The
+first use on a model compares the two paths on a few decisions and keeps to the full pass if they
+differ (:class:`TopRescorer`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from textgym.policy.decision import Decision, TrunkRecord
+
+__all__ = ["TopRescorer", "Trunk", "find_trunk", "recording", "rescore_top", "trunk_records"]
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Trunk:
+    """Where a model's trained top begins: ``layers[start:]`` have trainable weights, the ones
+    below have none."""
+
+    decoder: torch.nn.Module
+    """The decoder stack (``layers``, ``rotary_emb``, ``norm``)."""
+    start: int
+    """Index of the first layer with a trainable weight (> 0)."""
+
+    @property
+    def top(self) -> Sequence[torch.nn.Module]:
+        return self.decoder.layers[self.start:]
+
+
+def find_trunk(model: torch.nn.Module) -> Trunk | None:
+    """The model's frozen trunk, or ``None`` when re-scoring the top alone does not apply: no
+    layer below the first trainable one, a decoder without transformers' usual parts, attention
+    other than SDPA, or sliding-window layers."""
+    config = getattr(model, "config", None)
+    if config is None or getattr(config, "_attn_implementation", None) != "sdpa":
+        return None
+    if "sliding_attention" in (getattr(config, "layer_types", None) or ()):
+        return None
+    if getattr(config, "use_sliding_window", False) and getattr(config, "sliding_window", None):
+        return None
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    if decoder is None or not all(hasattr(decoder, name) for name in ("layers", "rotary_emb", "norm")):
+        return None
+    trained = [i for i, layer in enumerate(decoder.layers) if any(p.requires_grad for p in layer.parameters())]
+    if not trained or trained[0] == 0:
+        return None
+    if any(p.requires_grad for p in decoder.embed_tokens.parameters()) if hasattr(decoder, "embed_tokens") else False:
+        return None
+    return Trunk(decoder, trained[0])
+
+
+@contextlib.contextmanager
+def recording(trunk: Trunk | None) -> Iterator[list[torch.Tensor]]:
+    """Within this block, every forward pass appends the hidden states entering the trunk's first
+    trained layer (``[B, T, H]``) to the yielded list (nothing when ``trunk`` is ``None``)."""
+    seen: list[torch.Tensor] = []
+    if trunk is None:
+        yield seen
+        return
+
+    def keep(module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        seen.append(args[0] if args else kwargs["hidden_states"])
+
+    handle = trunk.decoder.layers[trunk.start].register_forward_pre_hook(keep, with_kwargs=True)
+    try:
+        yield seen
+    finally:
+        handle.remove()
+
+
+def _run_top(trunk: Trunk, hidden: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor,
+             cache: object) -> torch.Tensor:
+    """The top layers over ``hidden`` ``[B, T, H]`` (the trunk's output), attending to ``cache``
+    and themselves as ``mask`` ``[B, 1, T, past + T]`` (bool, True = attend) says."""
+    embeddings = trunk.decoder.rotary_emb(hidden, position_ids=positions)
+    for layer in trunk.top:
+        out = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+                    position_embeddings=embeddings)
+        hidden = out[0] if isinstance(out, tuple) else out
+    return hidden
+
+
+def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], prefix_length: int,
+                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logits, hidden)`` at every decision's last prompt position, ``[B, V]`` and ``[B, H]``,
+    computed by the top layers alone from the decisions' trunk records (see the module doc). The
+    decisions share their first ``prefix_length`` tokens, and every record starts at or before it."""
+    from transformers import DynamicCache
+
+    prefix = decisions[0].prompt_ids[:prefix_length]
+    with torch.no_grad(), recording(trunk) as seen:  # the prefix's trunk output: frozen layers, no grad
+        model(input_ids=torch.tensor([prefix], device=device), use_cache=False, logits_to_keep=1)
+    prefix_hidden = seen[-1]
+    rows = len(decisions)
+    cache = DynamicCache(config=model.config)
+    mask = torch.ones((1, 1, prefix_length, prefix_length), dtype=torch.bool, device=device).tril()
+    _run_top(trunk, prefix_hidden, mask, torch.arange(prefix_length, device=device)[None], cache)
+    suffixes = [d.trunk.hidden[prefix_length - d.trunk.start:] for d in decisions]
+    width = max(len(s) for s in suffixes)
+    size = prefix_hidden.shape[-1]
+    padded = prefix_hidden.new_zeros((rows, width, size))
+    positions = torch.full((rows, width), prefix_length, dtype=torch.long, device=device)
+    real = torch.zeros((rows, width), dtype=torch.bool, device=device)
+    for r, suffix in enumerate(suffixes):
+        n = len(suffix)
+        padded[r, width - n:] = suffix
+        positions[r, width - n:] = torch.arange(prefix_length, prefix_length + n, device=device)
+        real[r, width - n:] = True
+    # a row's own tokens see the prefix, and its real tokens up to themselves (padding sees the prefix only)
+    own = real[:, None, :] & torch.ones((width, width), dtype=torch.bool, device=device).tril()[None]
+    mask = torch.cat([torch.ones((rows, width, prefix_length), dtype=torch.bool, device=device), own], dim=-1)
+    rows_cache = DynamicCache(config=model.config)
+    for i in range(trunk.start, len(trunk.decoder.layers)):
+        keys, values = cache.layers[i].keys, cache.layers[i].values
+        rows_cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
+    hidden = _run_top(trunk, padded, mask[:, None], positions, rows_cache)
+    last = trunk.decoder.norm(hidden[:, -1])
+    return model.get_output_embeddings()(last), last
+
+
+class TopRescorer:
+    """Decides, per model, whether re-scoring runs the top layers alone (:func:`rescore_top`).
+
+    The first time a model's trunk applies, both paths score a few decisions without grad; if the
+    log-probs or hidden states differ by more than float noise, the full pass is kept for that
+    model (logged once).
+    """
+
+    def __init__(self) -> None:
+        self._verdicts: dict[int, bool] = {}
+
+    def trunk_for(self, model: torch.nn.Module, decisions: Sequence[Decision], prefix_length: int) -> Trunk | None:
+        """The trunk to re-score ``decisions`` from, or ``None`` for the full pass."""
+        if not decisions or any(d.trunk is None or d.candidates is None or d.trunk.start > prefix_length
+                                or any(len(c) != 1 for c in d.candidates) for d in decisions):
+            return None
+        trunk = find_trunk(model)
+        if trunk is None or any(d.trunk.layer != trunk.start for d in decisions):
+            return None
+        return trunk if self._verdicts.get(id(model), True) else None
+
+    def needs_check(self, model: torch.nn.Module) -> bool:
+        return id(model) not in self._verdicts
+
+    def record_check(self, model: torch.nn.Module, same: bool) -> None:
+        self._verdicts[id(model)] = same
+        if not same:
+            logger.warning("re-scoring the top layers alone did not reproduce the full pass for this model; "
+                           "the update runs the whole model")
+
+
+def trunk_records(seen: list[torch.Tensor], trunk: Trunk | None, rows: Sequence[int], lengths: Sequence[int],
+                  start: int) -> list[TrunkRecord | None]:
+    """Per decision, its :class:`TrunkRecord` from the batch's recorded trunk output (the last pass
+    in ``seen``, left-padded rows ending in the same column): decision ``i`` is batch row
+    ``rows[i]`` and its prompt has ``lengths[i]`` tokens, the first ``start`` of them run earlier."""
+    if trunk is None or not seen:
+        return [None] * len(rows)
+    batch = seen[-1]
+    return [TrunkRecord(layer=trunk.start, start=start, hidden=batch[r, batch.shape[1] - (n - start):])
+            for r, n in zip(rows, lengths)]
