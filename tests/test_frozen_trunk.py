@@ -88,6 +88,10 @@ def test_it_applies_only_where_it_can(tiny_model_and_tokenizer, monkeypatch):
     calls = []
     monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1))
     policy.evaluate(decisions)
+    # decisions acted on under other system prompts: their records start after the prefix they share
+    mixed = _act(policy)[:2] + policy.act(OBSERVATIONS[:2], ["Name a color."] * 2, [["cat", "dog"]] * 2)
+    assert all(d.trunk is not None for d in mixed)
+    policy.evaluate(mixed)
     assert not calls
 
 

@@ -151,7 +151,7 @@ class TopRescorer:
 
     def trunk_for(self, model: torch.nn.Module, decisions: Sequence[Decision], prefix_length: int) -> Trunk | None:
         """The trunk to re-score ``decisions`` from, or ``None`` for the full pass."""
-        if not decisions or any(d.trunk is None or d.candidates is None or d.trunk.start > prefix_length
+        if not decisions or prefix_length < 1 or any(d.trunk is None or d.candidates is None or d.trunk.start > prefix_length
                                 or any(len(c) != 1 for c in d.candidates) for d in decisions):
             return None
         trunk = find_trunk(model)
