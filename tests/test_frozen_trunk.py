@@ -131,3 +131,16 @@ def test_a_trainer_with_a_top_adapter_updates_from_the_records(tiny_model_and_to
     monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
     metrics = trainer.train(updates=1)[0]
     assert calls and metrics["kl"] >= 0 and torch.isfinite(torch.tensor(metrics["loss"]))
+
+
+def test_a_decoder_whose_layers_cannot_be_called_so_keeps_the_full_pass(tiny_model_and_tokenizer, monkeypatch):
+    policy = _policy(tiny_model_and_tokenizer)
+    decisions = _act(policy)
+
+    def unsupported(*args, **kwargs):
+        raise TypeError("forward() got an unexpected keyword argument 'position_embeddings'")
+
+    monkeypatch.setattr(rescoring, "rescore_top", unsupported)
+    evaluation = policy.evaluate(decisions)  # no error: the full pass
+    torch.testing.assert_close(evaluation.logprobs[:, 0], torch.tensor([d.logprob for d in decisions]),
+                               atol=1e-5, rtol=0)

@@ -64,8 +64,9 @@ def find_trunk(model: torch.nn.Module) -> Trunk | None:
     trained = [i for i, layer in enumerate(decoder.layers) if any(p.requires_grad for p in layer.parameters())]
     if not trained or trained[0] == 0:
         return None
-    if any(p.requires_grad for p in decoder.embed_tokens.parameters()) if hasattr(decoder, "embed_tokens") else False:
-        return None
+    embeddings = getattr(decoder, "embed_tokens", None)
+    if embeddings is not None and any(p.requires_grad for p in embeddings.parameters()):
+        return None  # trained embeddings change what the lower layers give
     return Trunk(decoder, trained[0])
 
 
