@@ -115,6 +115,11 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
     assert cartpole.trainer["gamma"] == 0.3 and cartpole.env_kwargs == {"shaping": 1.0, "word": "heading"}
     info = {i.id: i for i in textgym.list_envs()}["textgym/CartPole-v1"]
     assert info.training_defaults.trainer == cartpole.trainer
+    # a mode replaces what it names: Blackjack's KL penalty is for score mode only
+    blackjack, generate = training_defaults("blackjack"), training_defaults("blackjack", "generate")
+    assert (blackjack.updates, blackjack.trainer["kl_coef"], blackjack.trainer["entropy_coef"]) == (80, 0.2, 0.01)
+    assert (generate.updates, generate.trainer["kl_coef"], generate.trainer["entropy_coef"]) == (16, 0.0, 0.0)
+    assert generate.trainer["episodes_per_update"] == blackjack.trainer["episodes_per_update"] == 64
     # an env that registered none gets the generic settings
     assert training_defaults("acrobot") == GENERIC_TRAINING_DEFAULTS
     assert {i.id for i in textgym.list_envs() if i.training_defaults is not None} >= {
