@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -101,17 +102,15 @@ def _run_top(trunk: Trunk, hidden: torch.Tensor, mask: torch.Tensor, positions: 
     return hidden
 
 
-def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], prefix_length: int,
+def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], prefix_hidden: torch.Tensor,
                 device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logits, hidden)`` at every decision's last prompt position, ``[B, V]`` and ``[B, H]``,
     computed by the top layers alone from the decisions' trunk records (see the module doc). The
-    decisions share their first ``prefix_length`` tokens, and every record starts at or before it."""
+    decisions share a prefix whose trunk output is ``prefix_hidden`` ``[1, P, H]``
+    (:meth:`TopRescorer.prefix_output`), and every record starts at or before its end."""
     from transformers import DynamicCache
 
-    prefix = decisions[0].prompt_ids[:prefix_length]
-    with torch.no_grad(), recording(trunk) as seen:  # the prefix's trunk output: frozen layers, no grad
-        model(input_ids=torch.tensor([prefix], device=device), use_cache=False, logits_to_keep=1)
-    prefix_hidden = seen[-1]
+    prefix_length = prefix_hidden.shape[1]
     rows = len(decisions)
     cache = DynamicCache(config=model.config)
     mask = torch.ones((1, 1, prefix_length, prefix_length), dtype=torch.bool, device=device).tril()
@@ -147,8 +146,25 @@ class TopRescorer:
     model (logged once).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefixes: int = 4) -> None:
         self._verdicts: dict[int, bool] = {}
+        self._prefixes: OrderedDict[tuple[int, tuple[int, ...]], torch.Tensor] = OrderedDict()
+        self._prefix_slots = prefixes
+
+    def prefix_output(self, model: torch.nn.Module, trunk: Trunk, prefix: Sequence[int],
+                      device: torch.device) -> torch.Tensor:
+        """The trunk's output for ``prefix`` (``[1, P, H]``, no grad). The frozen layers never
+        change, so it is computed once per model and prefix (the latest few are kept)."""
+        key = (id(model), tuple(prefix))
+        if key in self._prefixes:
+            self._prefixes.move_to_end(key)
+            return self._prefixes[key]
+        with torch.no_grad(), recording(trunk) as seen:
+            model(input_ids=torch.tensor([list(prefix)], device=device), use_cache=False, logits_to_keep=1)
+        self._prefixes[key] = seen[-1]
+        while len(self._prefixes) > self._prefix_slots:
+            self._prefixes.popitem(last=False)
+        return seen[-1]
 
     def trunk_for(self, model: torch.nn.Module, decisions: Sequence[Decision], prefix_length: int) -> Trunk | None:
         """The trunk to re-score ``decisions`` from, or ``None`` for the full pass."""

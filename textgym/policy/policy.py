@@ -379,20 +379,22 @@ class Policy:
         c = self._config
         settings = {"temperature": c.temperature, "normalization": c.normalization, "tokenizer": self.tokenizer,
                     "device": self.device}
+        prefix = self._top_rescorer.prefix_output(self.model, trunk, decisions[0].prompt_ids[:prefix_length],
+                                                  self.device)
         if self._top_rescorer.needs_check(self.model):
             sample = list(decisions[:8])
             with torch.no_grad():
                 full = rescore_candidates(self.model, sample, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
                 try:
-                    top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix_length, **settings)
+                    top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
                 except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
                     top = None  # a decoder whose layers are called otherwise: the full pass it is
             self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
             if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
                 return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
-        return rescore_candidates_from_trunk(self.model, trunk, decisions, prefix_length, **settings)
+        return rescore_candidates_from_trunk(self.model, trunk, decisions, prefix, **settings)
 
 
 # Every setting reads as an attribute: policy.temperature is policy.config.temperature (read-only;
