@@ -118,19 +118,25 @@ def test_a_model_whose_top_pass_differs_keeps_the_full_pass(tiny_model_and_token
     assert not calls  # decided once for the model
 
 
-@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
 def test_a_trainer_with_a_top_adapter_updates_from_the_records(tiny_model_and_tokenizer, algorithm, monkeypatch):
     from textgym.trainers import make_trainer
 
     model, tokenizer = tiny_model_and_tokenizer
     policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
     trainer = make_trainer(algorithm, policy, env="textgym/CartPole-v1",
-                           config={"num_envs": 4, "episodes_per_update": 4, "lora_layers": 1, "kl_coef": 0.1})
+                           config={"num_envs": 4, "episodes_per_update": 4, "lora_layers": 1, "kl_coef": 0.1,
+                                   "max_train_episode_steps": 5})
     calls = []
     real = frozen_trunk.rescore_top
     monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
-    metrics = trainer.train(updates=1)[0]
+    rollout = trainer.collect()
+    assert all(d.trunk is not None for d in decisions_of(rollout.episodes))
+    metrics = trainer.update(rollout.episodes, stats=rollout.stats)
     assert calls and metrics["kl"] >= 0 and torch.isfinite(torch.tensor(metrics["loss"]))
+    # the records served that update and are not kept (a replay buffer would pile them up)
+    assert all(d.trunk is None for d in decisions_of(rollout.episodes))
+    assert all(ep.bootstrap.trunk is None for ep in rollout.episodes if ep.bootstrap is not None)
 
 
 def test_a_decoder_whose_layers_cannot_be_called_so_keeps_the_full_pass(tiny_model_and_tokenizer, monkeypatch):

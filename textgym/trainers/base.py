@@ -42,7 +42,7 @@ from textgym import distributed, lora
 from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Decision, Policy
-from textgym.rollout import Envs, Episode, Rollout, Step, collect
+from textgym.rollout import Envs, Episode, Rollout, Step, collect, decisions_of
 from textgym.trainers import alarms
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import SFTConfig, TrainConfig, config_for
@@ -378,6 +378,8 @@ class Trainer:
             group["lr"] = group["base_lr"] * factor
 
         losses = self._update(episodes)
+        for decision in decisions_of(episodes) + [ep.bootstrap for ep in episodes if ep.bootstrap is not None]:
+            decision.trunk = None  # the frozen layers' records served this update: kept, they would pile up
 
         if losses.get("nonfinite"):
             self.nonfinite_updates += 1
