@@ -150,3 +150,19 @@ def test_a_decoder_whose_layers_cannot_be_called_so_keeps_the_full_pass(tiny_mod
     evaluation = policy.evaluate(decisions)  # no error: the full pass
     torch.testing.assert_close(evaluation.logprobs[:, 0], torch.tensor([d.logprob for d in decisions]),
                                atol=1e-5, rtol=0)
+
+
+def test_bfloat16_models_take_the_top_path_too(tiny_model_and_tokenizer, monkeypatch):
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = _policy((copy.deepcopy(model).to(torch.bfloat16), tokenizer))
+    decisions = _act(policy)
+    assert decisions[0].trunk.hidden.dtype == torch.bfloat16
+    calls = []
+    real = frozen_trunk.rescore_top
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    top = policy.evaluate(decisions)
+    plain = [copy.copy(d) for d in decisions]
+    for d in plain:
+        d.trunk = None
+    assert calls
+    torch.testing.assert_close(top.logprobs, policy.evaluate(plain).logprobs)
