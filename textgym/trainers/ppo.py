@@ -72,18 +72,18 @@ class PPOTrainer(Trainer):
 
         # 1. Values of every decision's state under the current value head (no grad), once; then
         #    those of the truncated episodes' final states (their bootstrap decisions).
-        bootstraps = [ep.bootstrap for ep in episodes if ep.truncated and ep.bootstrap is not None]
+        bootstraps = [ep.bootstrap for ep in episodes if ep.bootstrap is not None]
         values, bootstrap_values = self._values(decisions + bootstraps).split([len(decisions), len(bootstraps)])
 
-        # 2. GAE per episode. A terminated episode bootstraps from 0, a truncated one from the value
-        #    of the state it reached (without a bootstrap decision: of its last state, an estimate).
+        # 2. GAE per episode. A terminated episode bootstraps from 0; any other (truncated, or a part
+        #    of an episode) from the value of the state it reached, else of its last state (an estimate).
         advantages, returns, start = [], [], 0
         next_bootstrap = iter(bootstrap_values.tolist())
         for ep in episodes:
             T = len(ep.steps)
             ep_values = values[start:start + T]
             rewards = torch.tensor([s.reward for s in ep.steps], dtype=torch.float32)
-            if not ep.truncated:
+            if ep.steps[-1].terminated:
                 last_value = 0.0
             elif ep.bootstrap is not None:
                 last_value = next(next_bootstrap)
