@@ -127,14 +127,38 @@ def trainers(ctx, report: dict) -> None:
     base, tokenizer = textgym.models.load("tiny")
 
     def make(algorithm, config, process):
-        """A trainer from the same start weights, recording each optimizer step's gradient."""
+        """A trainer from the same start weights, recording what each optimizer step received:
+        every group's gradients (after the average and the clipping) and learning rate."""
         policy = textgym.Policy(copy.deepcopy(base), tokenizer, mode="score", seed=0)
         trainer = make_trainer(algorithm, policy, env=None, config=config, process=process)
-        grads: list = []
-        trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: grads.append(torch.cat([
-            p.grad.reshape(-1) if p.grad is not None else torch.zeros(p.numel())
-            for g in optimizer.param_groups for p in g["params"]])))
-        return trainer, grads
+        steps: list = []
+        trainer.optimizer.register_step_pre_hook(lambda optimizer, args, kwargs: steps.append([
+            ([None if p.grad is None else p.grad.detach().clone() for p in g["params"]], g["lr"])
+            for g in optimizer.param_groups]))
+        return trainer, steps
+
+    def flat(tensors):
+        return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+    def step_grads(steps):
+        return [flat(g if g is not None else torch.zeros(p.numel())
+                     for (grads, _), group in zip(step, start.optimizer.param_groups)
+                     for g, p in zip(grads, group["params"])) for step in steps]
+
+    def replay(steps):
+        """The trainer's start weights stepped by a fresh AdamW of the same settings on the
+        recorded gradients and learning rates: what the update must have produced."""
+        groups = [{**{k: v for k, v in g.items() if k != "params"},
+                   "params": [torch.nn.Parameter(p.detach().clone()) for p in g["params"]]}
+                  for g in start.optimizer.param_groups]
+        optimizer = torch.optim.AdamW(groups)
+        for step in steps:
+            for (grads, lr), group in zip(step, optimizer.param_groups):
+                group["lr"] = lr
+                for p, g in zip(group["params"], grads):
+                    p.grad = g
+            optimizer.step()
+        return flat(p for g in optimizer.param_groups for p in g["params"])
 
     common = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 6, "epochs": 2, "seed": 3,
               "lr": 1e-2, "max_grad_norm": 0.5}
@@ -151,16 +175,18 @@ def trainers(ctx, report: dict) -> None:
         shard = distributed.episode_shard(8, ctx.world_size, ctx.rank, group)
 
         config = {**common, **extra}
-        data_parallel, dp_grads = make(algorithm, config, ctx)
-        single, single_grads = make(algorithm, config, ProcessContext())
+        data_parallel, dp_steps = make(algorithm, config, ctx)
+        single, single_steps = make(algorithm, config, ProcessContext())
+        start, _ = make(algorithm, config, ProcessContext())  # never updated
         params = data_parallel.optimized_parameters()
         start_equal = distributed.checksum(params) == distributed.checksum(single.optimized_parameters())
         torch.manual_seed(11)  # the minibatch permutation (rank 0's, in the data-parallel trainer)
         dp_metrics = data_parallel.update(episodes[shard.start:shard.stop])
         torch.manual_seed(11)
         single_metrics = single.update(episodes)
-        weights = torch.cat([p.detach().reshape(-1) for p in params])
-        single_weights = torch.cat([p.detach().reshape(-1) for p in single.optimized_parameters()])
+        weights = flat(params)
+        single_weights = flat(single.optimized_parameters())
+        dp_grads, single_grads = step_grads(dp_steps), step_grads(single_steps)
         keys = ("loss", "policy_loss", "value_loss", "kl", "entropy", "advantage_std", "return_mean",
                 "episodes", "decisions", "optimizer_steps", "epochs", "groups_with_signal", "explained_variance")
         report[algorithm] = {
@@ -170,9 +196,10 @@ def trainers(ctx, report: dict) -> None:
             "grad_diffs": [float((a - b).abs().max()) for a, b in zip(dp_grads, single_grads)],
             "grad_max": [float(b.abs().max()) for b in single_grads],
             "weights_checksum": distributed.checksum(params),
+            "replayed_equal": [torch.equal(weights, replay(dp_steps)),
+                               torch.equal(single_weights, replay(single_steps))],
             "weights_diff": float((weights - single_weights).abs().max()),
-            "weights_moved": float((single_weights - torch.cat([p.detach().reshape(-1) for p in make(
-                algorithm, config, ProcessContext())[0].optimized_parameters()])).abs().max()),
+            "weights_moved": float((single_weights - flat(start.optimized_parameters())).abs().max()),
             "metrics": [{k: m[k] for k in keys if k in m} for m in (dp_metrics, single_metrics)],
             "world_size_metric": dp_metrics.get("world_size"),
         }
@@ -234,7 +261,9 @@ def wait_for_signal(rank: int, report: dict, out: Path) -> None:
 
 def main() -> None:
     scenario, out = sys.argv[1], Path(sys.argv[2])
-    if scenario == "exit":  # rank r exits with 3 * r, before any set-up
+    if scenario == "exit":  # rank 1 exits with 3 before any set-up; rank 0 runs until stopped
+        if os.environ["RANK"] == "0":
+            time.sleep(120)
         sys.exit(3 * int(os.environ["RANK"]))
     if scenario == "signal":  # no process group needed (and no torch import: a quicker test)
         report = {"rank": int(os.environ["RANK"])}
@@ -244,6 +273,12 @@ def main() -> None:
     from textgym import distributed
 
     ctx = distributed.init()
+    if scenario == "exit_process":  # after a collective, rank r ends with exit_process(4 * r)
+        import atexit
+
+        atexit.register(lambda: (out / f"exit_handler{ctx.rank}").write_text(str(ctx.rank)))
+        ctx.agree_to_stop(False)
+        distributed.exit_process(4 * ctx.rank)
     report: dict = {"rank": ctx.rank}
     if scenario == "collectives":
         collectives(ctx, report)
@@ -256,6 +291,7 @@ def main() -> None:
     else:
         raise SystemExit(f"unknown scenario {scenario!r}")
     (out / f"rank{ctx.rank}.json").write_text(json.dumps(report))
+    distributed.exit_process(0)
 
 
 if __name__ == "__main__":

@@ -94,7 +94,7 @@ import signal
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 if TYPE_CHECKING:  # torch is imported where it is used: the launcher and the CLI's top level need none
     import torch
@@ -106,6 +106,7 @@ __all__ = [
     "checksum",
     "configure_threads",
     "episode_shard",
+    "exit_process",
     "init",
     "is_launched",
     "launch",
@@ -519,10 +520,45 @@ def init(cpu: bool | None = None, timeout_seconds: float | None = None) -> Proce
     _context = ProcessContext(rank=state.process_index, world_size=state.num_processes,
                               local_rank=state.local_process_index,
                               local_world_size=local_world_size, device=state.device)
-    # Without this, gloo's threads are torn down by the interpreter's exit and now and then abort
-    # the process ("terminate called without an active exception", exit code -6) after a clean run.
     atexit.register(state.destroy_process_group)
     return _context
+
+
+def exit_process(code: int | str | None = 0) -> NoReturn:
+    """End this process with ``code`` (as ``sys.exit`` takes it) once its work is done.
+
+    In a process that joined a process group, the exit handlers (the group's teardown among them)
+    run while the interpreter is whole, the output is flushed, and the process ends without
+    finalizing the interpreter. Finalizing it with gloo's threads alive can abort a process that
+    finished its work: a gloo thread that frees the last collective's tensors late (a starved
+    thread on a busy CPU) needs the GIL to drop their Python objects, the finalizing interpreter
+    ends that thread instead, and its unwinding through a ``noexcept`` destructor calls
+    ``std::terminate`` ("terminate called without an active exception", exit code -6). The
+    process group's teardown cannot prevent this: ``destroy_process_group`` only shuts the group
+    down, its threads are joined when its last reference goes, and importing
+    ``torch.distributed.checkpoint`` (peft does) keeps references to it until the interpreter's
+    end (torch 2.13). ``textgym train --processes N`` ends each process this way; a script of
+    your own started by ``torchrun`` can end with ``distributed.exit_process(0)``.
+
+    Without a process group this is ``sys.exit(code)``.
+    """
+    if _context is None or not _context.is_distributed:
+        sys.exit(code)
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:  # sys.exit("message"): the message to stderr, status 1
+        print(code, file=sys.stderr)
+        status = 1
+    import gc
+
+    atexit._run_exitfuncs()
+    gc.collect()  # close unreachable files (their buffers flushed) while the interpreter can
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 @contextlib.contextmanager
@@ -558,8 +594,8 @@ def launch(command: Sequence[str], processes: int, shutdown_timeout: int = SHUTD
 
     Returns:
         0 if every process exited with 0; else the exit code of the lowest rank that failed
-        (``128 + N`` for one killed by signal N), or ``128 + N`` when this launcher was stopped by
-        signal N.
+        (``128 + N`` for one killed by signal N; not the ranks the launcher itself then stopped),
+        or ``128 + N`` when this launcher was stopped by signal N.
     """
     if processes < 1:
         raise ValueError(f"processes must be >= 1, got {processes}")
@@ -585,7 +621,10 @@ def launch(command: Sequence[str], processes: int, shutdown_timeout: int = SHUTD
             run(args)  # the elastic agent installs its own SIGINT/SIGTERM handlers: it forwards them
         return 0
     except ChildFailedError as failed:
-        code = failed.failures[min(failed.failures)].exitcode
+        # Once one process fails the agent stops the others with SIGTERM: those are not the cause.
+        causes = {rank: failure for rank, failure in failed.failures.items()
+                  if failure.exitcode != -signal.SIGTERM} or failed.failures
+        code = causes[min(causes)].exitcode
         return 128 - code if code < 0 else code
     except SignalException as stopped:
         return 128 + int(stopped.sigval)
