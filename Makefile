@@ -2,6 +2,8 @@
 #   make train   set up .venv if needed, then run `textgym train cartpole`
 #   make test    set up .venv if needed, then run the test suite
 # and, not in CI:
+#   make test-repeat   the tests that start processes, servers or threads, REPEAT times in a row,
+#                      each time in a new random order (a test that can fail by chance is a defect)
 #   make test-oldest   the fast tests in .venv-oldest, at pyproject.toml's lower bounds
 # Set-up order matters: the CPU torch pin goes in first, so that no dependency pulls a CUDA build.
 
@@ -11,7 +13,15 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.textgym-installed
 OLDEST ?= .venv-oldest
 
-.PHONY: setup train test test-oldest bench clean-venv
+# The suite runs in a shuffled order (pytest-randomly) whose seed is the test folder's git tree
+# hash: every change to the suite is tested in a new order, and the same suite always runs in the
+# same one (a failure reproduces with the seed pytest prints).
+SUITE_SEED := $(shell git rev-parse HEAD:tests 2>/dev/null | cut -c1-8)
+ORDER := $(if $(SUITE_SEED),--randomly-seed=$(shell printf "%d" 0x$(SUITE_SEED)))
+REPEAT ?= 20
+REPEAT_TESTS ?= tests/test_distributed.py tests/test_cli_processes.py tests/test_trl_adapter.py
+
+.PHONY: setup train test test-repeat test-oldest bench clean-venv
 
 setup: $(STAMP)
 
@@ -27,7 +37,11 @@ train: $(STAMP)
 	$(VENV)/bin/textgym train cartpole $(ARGS)
 
 test: $(STAMP)
-	$(PY) -m pytest $(ARGS)
+	$(PY) -m pytest $(ORDER) $(ARGS)
+
+test-repeat: $(STAMP)
+	for i in $$(seq $(REPEAT)); do echo "== run $$i of $(REPEAT)"; \
+		$(PY) -m pytest -q $(REPEAT_TESTS) $(ARGS) || exit 1; done
 
 bench: $(STAMP)
 	$(PY) bench/throughput.py
