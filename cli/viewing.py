@@ -18,6 +18,7 @@ from __future__ import annotations
 import html
 import json
 import math
+import re
 import webbrowser
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,9 +39,10 @@ CURVES = (
 SYMLOG = {"kl": 1e-4}
 #: At most this many points per curve (evenly strided): a 1,000-update run stays a light page.
 MAX_POINTS = 400
-#: About this many transcript lines at most embedded per run: those of the first and last updates
-#: and of updates evenly spread between them.
-MAX_TRANSCRIPTS = 3000
+#: About this many characters of transcripts at most embedded per run: those of the first and last
+#: updates and of updates evenly spread between them (a page of ~10 MB opens in a second).
+MAX_TRANSCRIPT_BYTES = 8_000_000
+_UPDATE = re.compile(r'"update":\s*(\d+)')
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2")
 
 
@@ -133,16 +135,26 @@ def curve_svg(key: str, title: str, runs: Sequence[tuple[str, list[dict[str, Any
 
 
 def _transcripts(run: Path) -> tuple[list[dict[str, Any]], int]:
-    """The run's transcript lines to embed (at most :data:`MAX_TRANSCRIPTS`) and how many it has."""
-    from textgym.transcripts import read_transcripts  # torch-free
+    """The run's transcript lines to embed (about :data:`MAX_TRANSCRIPT_BYTES` at most) and how
+    many well-formed ones it has. Only the lines embedded are parsed in full."""
+    from textgym.transcripts import transcript_lines, well_formed  # torch-free
 
-    records = read_transcripts(run)
-    if len(records) <= MAX_TRANSCRIPTS:
-        return records, len(records)
-    updates = sorted({r["update"] for r in records})
-    keep = max(2, MAX_TRANSCRIPTS // math.ceil(len(records) / len(updates)))
-    kept = {updates[round(i * (len(updates) - 1) / (keep - 1))] for i in range(keep)}
-    return [r for r in records if r["update"] in kept], len(records)
+    lines = transcript_lines(run)
+    if lines and well_formed(lines[-1]) is None:  # being written: torn lines elsewhere fail later
+        lines.pop()
+    by_update: dict[int, list[str]] = {}
+    for line in lines:
+        found = _UPDATE.search(line, 0, 200)
+        if found is not None:
+            by_update.setdefault(int(found.group(1)), []).append(line)
+    total_bytes = sum(len(line) for lines in by_update.values() for line in lines)
+    updates = sorted(by_update)
+    if total_bytes > MAX_TRANSCRIPT_BYTES and len(updates) > 2:
+        keep = max(2, int(len(updates) * MAX_TRANSCRIPT_BYTES / total_bytes))
+        updates = sorted({updates[round(i * (len(updates) - 1) / (keep - 1))] for i in range(keep)})
+    records = [record for update in updates for line in by_update[update]
+               if (record := well_formed(line)) is not None]
+    return records, sum(len(lines) for lines in by_update.values())
 
 
 def _read_text(path: Path) -> str:
@@ -167,17 +179,6 @@ def _json_for_script(data: Any) -> str:
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
 
 
-def _clean(value: Any) -> Any:
-    """``value`` with non-finite floats as strings (strict JSON)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
-    if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
-    return value
-
-
 def _names(runs: Sequence[Path]) -> list[str]:
     """Display names of the runs: folder names, made unique with their parents when they clash."""
     names = [run.resolve().name for run in runs]
@@ -196,7 +197,7 @@ def build_report(runs: Sequence[str | Path]) -> str:
     for i, ((name, records), folder) in enumerate(zip(loaded, folders)):
         transcripts, total = _transcripts(folder)
         summary = _summary(folder)
-        data.append({"name": name, "color": COLORS[i % len(COLORS)], "transcripts": _clean(transcripts),
+        data.append({"name": name, "color": COLORS[i % len(COLORS)], "transcripts": transcripts,
                      "total": total})
         outcome = ", ".join(f"{k}: {summary[k]}" for k in ("status", "env", "algo", "model", "updates",
                                                            "first_return_mean", "last_return_mean")

@@ -127,3 +127,23 @@ def test_the_page_in_a_real_browser_shows_curves_and_transcripts(tmp_path):
             assert errors == []
         finally:
             browser.close()
+
+
+def test_a_long_run_is_embedded_thinned_first_and_last_updates_kept(tmp_path, monkeypatch):
+    from textgym.cli import viewing
+
+    run = make_run(tmp_path / "run", updates=3)
+    lines = (run / TRANSCRIPTS_FILE).read_text().splitlines()
+    (run / TRANSCRIPTS_FILE).write_text("\n".join(lines[:-1]) + "\n")  # the torn line goes to the end again
+    episodes = collect(Scripted(["dog"]), textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=4, seed=0).episodes
+    writer = TranscriptWriter(run, per_update=4)
+    for update in range(4, 40):
+        writer.write(episodes, update=update, source="train")
+    with open(run / TRANSCRIPTS_FILE, "a") as f:
+        f.write(lines[-1])
+    line_bytes = len(lines[-2])
+    monkeypatch.setattr(viewing, "MAX_TRANSCRIPT_BYTES", 10 * 4 * line_bytes)  # about 10 updates' lines
+    (data,) = embedded_data(viewing.build_report([run]))
+    updates = sorted({t["update"] for t in data["transcripts"]})
+    assert updates[0] == 1 and updates[-1] == 39 and 5 <= len(updates) <= 11
+    assert data["total"] == 4 * 38  # updates 1, 3 and 4..39; the torn line is not counted

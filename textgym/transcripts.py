@@ -44,7 +44,8 @@ from textgym.outcomes import outcome_of
 if TYPE_CHECKING:  # the reading side stays torch-free (textgym view)
     from textgym.rollout import Episode, Step
 
-__all__ = ["MAX_TEXT", "TRANSCRIPTS_FILE", "TranscriptWriter", "episode_record", "pick", "read_transcripts"]
+__all__ = ["MAX_TEXT", "TRANSCRIPTS_FILE", "TranscriptWriter", "episode_record", "pick", "read_transcripts",
+           "transcript_lines", "well_formed"]
 
 logger = logging.getLogger("textgym")
 
@@ -113,9 +114,10 @@ def pick(count: int, wanted: int) -> list[int]:
 
 
 def well_formed(line: str) -> dict[str, Any] | None:
-    """The object of a transcript line, or ``None`` when it is torn or not a transcript line."""
+    """The object of a transcript line, or ``None`` when it is torn or not a transcript line
+    (a bare NaN or infinity, which only another writer would put there, is read as a string)."""
     try:
-        record = json.loads(line)
+        record = json.loads(line, parse_constant=str)
     except json.JSONDecodeError:
         return None
     if not isinstance(record, dict) or not isinstance(record.get("update"), int):
@@ -123,9 +125,8 @@ def well_formed(line: str) -> dict[str, Any] | None:
     return record
 
 
-def read_transcripts(path: str | Path) -> list[dict[str, Any]]:
-    """The well-formed lines of a ``transcripts.jsonl`` (or of the run folder holding it); a line
-    still being written (a run in progress) is skipped."""
+def transcript_lines(path: str | Path) -> list[str]:
+    """The non-empty lines of a ``transcripts.jsonl`` (or of the run folder holding it), unparsed."""
     path = Path(path)
     if path.is_dir():
         path = path / TRANSCRIPTS_FILE
@@ -133,7 +134,13 @@ def read_transcripts(path: str | Path) -> list[dict[str, Any]]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
-    return [record for line in text.splitlines() if line.strip() and (record := well_formed(line)) is not None]
+    return [line for line in text.splitlines() if line.strip()]
+
+
+def read_transcripts(path: str | Path) -> list[dict[str, Any]]:
+    """The well-formed lines of a ``transcripts.jsonl`` (or of the run folder holding it); a line
+    still being written (a run in progress) is skipped."""
+    return [record for line in transcript_lines(path) if (record := well_formed(line)) is not None]
 
 
 class TranscriptWriter:
