@@ -199,7 +199,7 @@ def build_report(runs: Sequence[str | Path]) -> str:
         summary = _summary(folder)
         data.append({"name": name, "color": COLORS[i % len(COLORS)], "transcripts": transcripts,
                      "total": total})
-        outcome = ", ".join(f"{k}: {summary[k]}" for k in ("status", "env", "algo", "model", "updates",
+        outcome = ", ".join(f"{k}: {summary[k]}" for k in ("status", "env", "algo", "model", "mode", "updates",
                                                            "first_return_mean", "last_return_mean")
                             if k in summary)
         last = records[-1] if records else {}
