@@ -186,12 +186,15 @@ def _names(runs: Sequence[Path]) -> list[str]:
 
 
 def build_report(runs: Sequence[str | Path]) -> str:
-    """The HTML page of ``runs`` (run folders). Raises CLIError for a folder with no metrics."""
+    """The HTML page of ``runs`` (run folders). Raises CLIError for a folder that is not a run
+    (no ``metrics.jsonl``, and no ``config.toml`` of a run just started)."""
     folders = [Path(run) for run in runs]
     for folder in folders:
         if not folder.is_dir():
             raise CLIError(f"no run folder at {folder}")
-    loaded = [(name, read_metrics(folder)) for name, folder in zip(_names(folders), folders)]
+    # A run whose first update is still going has its config.toml only: its page waits for data.
+    loaded = [(name, [] if not (folder / "metrics.jsonl").exists() and (folder / "config.toml").is_file()
+               else read_metrics(folder)) for name, folder in zip(_names(folders), folders)]
     panels = [svg for key, title in CURVES if (svg := curve_svg(key, title, loaded)) is not None]
     data, sections = [], []
     for i, ((name, records), folder) in enumerate(zip(loaded, folders)):

@@ -80,6 +80,9 @@ def test_a_missing_run_is_one_error_line_and_writes_nothing(tmp_path, cli):
     (tmp_path / "empty").mkdir()
     result = cli("view", tmp_path / "empty", "--out", out)
     assert result.exit_code != 0 and "no metrics" in result.stderr and not out.exists()
+    (tmp_path / "empty" / "config.toml").write_text(CONFIG)  # a run whose first update is going
+    result = cli("view", tmp_path / "empty", "--out", out)
+    assert result.exit_code == 0 and "No metrics yet." in out.read_text(), result.output
 
 
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
