@@ -21,9 +21,16 @@ ORDER := $(if $(SUITE_SEED),--randomly-seed=$(shell printf "%d" 0x$(SUITE_SEED))
 REPEAT ?= 20
 REPEAT_TESTS ?= tests/test_distributed.py tests/test_cli_processes.py tests/test_trl_adapter.py
 
-.PHONY: setup train test test-repeat test-oldest bench clean-venv
+.PHONY: setup browser train test test-repeat test-oldest bench clean-venv
 
-setup: $(STAMP)
+setup: browser $(STAMP)
+
+# The page test of `textgym view` drives Debian's Chromium (through playwright, of the dev extra):
+# installed with apt where it is missing and apt works (CI runs as root); elsewhere the test skips.
+browser:
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	  (command -v apt-get >/dev/null 2>&1 && apt-get update -qq && apt-get install -y -qq chromium) || \
+	  echo "chromium not installed: the browser test of textgym view will skip"
 
 $(STAMP): pyproject.toml Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -36,7 +43,7 @@ $(STAMP): pyproject.toml Makefile
 train: $(STAMP)
 	$(VENV)/bin/textgym train cartpole $(ARGS)
 
-test: $(STAMP)
+test: browser $(STAMP)
 	$(PY) -m pytest $(ORDER) $(ARGS)
 
 test-repeat: $(STAMP)

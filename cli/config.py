@@ -142,6 +142,18 @@ def policy_flags(flags: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "policy": {**(flags.get("policy") or {}), **settings}} if settings else rest
 
 
+#: ``train`` flags that set a field of the algorithm's config: the values go to the ``trainer``
+#: table (where the config dataclass checks them).
+TRAINER_FLAGS = ("transcripts", "report_to")
+
+
+def trainer_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with the :data:`TRAINER_FLAGS` given moved into a ``trainer`` table."""
+    settings = {name: flags[name] for name in TRAINER_FLAGS if flags.get(name) is not None}
+    rest = {k: v for k, v in flags.items() if k not in TRAINER_FLAGS}
+    return {**rest, "trainer": {**(flags.get("trainer") or {}), **settings}} if settings else rest
+
+
 def read_chat_template(path: str | Path) -> str:
     """The text of a Jinja chat template file, checked for syntax errors (CLIError)."""
     path = Path(path)

@@ -5,6 +5,7 @@
     textgym envs                           # every registered text env, plugins included
     textgym play blackjack                 # play the text env yourself, through the same parser
     textgym plot runs/a runs/b             # learning curves of several runs, overlaid
+    textgym view runs/a runs/b             # an HTML page: curves, settings, episode transcripts
     textgym export runs/a --out my-agent --merge   # a model folder any Hugging Face tool loads
 
 This module stays cheap to import (``textgym --help`` is instant): torch, transformers,
@@ -176,6 +177,12 @@ def train(
     out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>"
     ),
+    transcripts: int | None = typer.Option(
+        None, min=0, help="Episodes per update written whole to transcripts.jsonl (0: none).",
+        show_default="4"),
+    report_to: str | None = typer.Option(
+        None, "--report-to", help="Trackers, comma-separated: tensorboard, trackio, wandb, or none.",
+        show_default="tensorboard"),
     config: Path | None = typer.Option(
         None, "--config", help="TOML config file; flags override it."
     ),
@@ -223,6 +230,8 @@ def train(
         "normalization": normalization,
         "chat_template": str(chat_template) if chat_template else None,
         "sft": str(sft) if sft else None,
+        "transcripts": transcripts,
+        "report_to": report_to,
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
@@ -340,6 +349,18 @@ def plot(
 
     path = plotting.plot_runs(runs, out)
     say(f"wrote {path}")
+
+
+@app.command()
+def view(
+    runs: list[Path] = typer.Argument(..., help="Run folders (several: curves overlaid).", show_default=False),
+    out: Path = typer.Option(Path("report.html"), help="Output HTML file."),
+    open_page: bool = typer.Option(False, "--open", help="Open the page in a browser."),
+) -> None:
+    """One self-contained HTML page: learning curves, settings and episode transcripts."""
+    from textgym.cli import viewing
+
+    viewing.run(runs, out, open_page=open_page)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -232,7 +232,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     process = _join_processes(processes) if distributed.is_launched() else None
     main = process is None or process.is_main
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
-    layer = run_config.policy_flags(flags)  # the policy flags as a [policy] table
+    layer = run_config.trainer_flags(run_config.policy_flags(flags))  # as [policy] and [trainer] tables
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
@@ -554,6 +554,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
     summary = _write_summary(run_dir, cfg, status, started, trainer=trainer, display=display,
                              stopped_by=reason, processes=processes, planned=total)
+    trainer.writer.close()  # the trackers' runs end (wandb and trackio flush)
     where = (f"after update {summary.get('updates')} of {total} ({summary.get('episodes')} "
              f"episodes); checkpoint saved. Continue with: textgym train --resume {run_dir}")
     if status == "interrupted":

@@ -40,7 +40,7 @@ def run_script(*args: str, input: str | None = None, timeout: float = 60):
 def test_help_lists_every_command():
     result = run_script("--help")
     assert result.returncode == 0, result.stderr
-    for command in ("train", "eval", "envs", "play", "plot", "export"):
+    for command in ("train", "eval", "envs", "play", "plot", "view", "export"):
         assert command in result.stdout
     for option in ("--version", "--install-completion", "--show-completion"):
         assert option in result.stdout

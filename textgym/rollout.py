@@ -63,6 +63,8 @@ class Step:
     """The observation the decision was made on."""
     env_index: int
     """Which sub-env played it."""
+    reward_terms: dict[str, float] | None = None
+    """The env's ``info["reward_terms"]`` (``ShapeReward``'s weighted terms; ``None`` without it)."""
 
 
 @dataclass
@@ -349,7 +351,8 @@ class EnvSlot:
             info = _with_episode_stats(self.env, info)
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
-                                  observation=self.observation, env_index=self.index))
+                                  observation=self.observation, env_index=self.index,
+                                  reward_terms=info.get("reward_terms")))
         self.observation, self.info = self._observation(obs, info), info
         if "system_prompt" in info:  # an env may change its instructions mid-episode
             self.system_prompt = info["system_prompt"]

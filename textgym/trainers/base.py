@@ -51,6 +51,8 @@ from textgym.trainers.evaluation import evaluate_greedy
 from textgym.trainers.metrics import METRICS_FILE, MetricsWriter
 from textgym.trainers.optimization import LossFn, lr_factor, run_minibatches
 from textgym.trainers.sft import Demonstration, OnlineSFT, sft
+from textgym.trainers.trackers import parse_report_to
+from textgym.transcripts import Source, TranscriptWriter
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -128,7 +130,13 @@ class Trainer:
             self.env_id = env.spec.id if getattr(env, "spec", None) is not None else None
             self.venv = env
         self.out_dir = Path(out_dir) if out_dir is not None else None
-        self.writer = MetricsWriter(self.out_dir if self.process.is_main else None)
+        trackers = parse_report_to(self.config.report_to)
+        self.writer = MetricsWriter(self.out_dir if self.process.is_main else None,
+                                    tensorboard="tensorboard" in trackers, trackers=trackers,
+                                    run_config=self.config.to_dict())
+        self.transcripts = TranscriptWriter(self.out_dir if self.process.is_main else None,
+                                            per_update=self.config.transcripts,
+                                            max_bytes=int(self.config.transcripts_max_mb * 1e6))
 
         self.update_count = 0
         self.episodes_seen = 0
@@ -435,7 +443,13 @@ class Trainer:
             for s in steps[: self.config.log_samples]
         ]
         self.writer.write(metrics)
+        self.write_transcripts(episodes, "train")
         return metrics
+
+    def write_transcripts(self, episodes: Sequence[Episode], source: Source) -> None:
+        """A few of ``episodes`` to ``transcripts.jsonl`` and the trackers' tables (main process)."""
+        self.writer.log_transcripts(self.transcripts.write(episodes, update=self.update_count, source=source),
+                                    self.update_count)
 
     def _answer_metrics(self, steps: Sequence[Step]) -> dict[str, Any]:
         """The update's most common answer and its share of every process's decisions, when the
@@ -516,7 +530,8 @@ class Trainer:
             venv = textgym.make_vec(self.env_id, num_envs=n, seed=seed, **self.env_kwargs)
         else:
             venv = self.venv
-        return evaluate_greedy(self.policy, venv, episodes=episodes, seed=seed, process=self.process)
+        return evaluate_greedy(self.policy, venv, episodes=episodes, seed=seed, process=self.process,
+                               on_episodes=lambda played: self.write_transcripts(played, "eval"))
 
     def greedy_check(self, early_stop: EarlyStop) -> CheckResult:
         """Play the early stop's held-out episodes greedily, all together and capped at its
@@ -540,7 +555,8 @@ class Trainer:
                 self._check_envs[key] = textgym.make_vec(self.env_id, num_envs=key[0], seed=early_stop.seed, **kwargs)
             venv = self._check_envs[key]
         result = evaluate_greedy(self.policy, venv, episodes=early_stop.episodes, seed=early_stop.seed,
-                                 process=self.process)
+                                 process=self.process,
+                                 on_episodes=lambda played: self.write_transcripts(played, "check"))
         return CheckResult(update=self.update_count, return_mean=result["return_mean"], episodes=result["episodes"],
                            max_steps=cap, until=float(early_stop.until),
                            solved=result["return_mean"] >= early_stop.until,
@@ -617,6 +633,7 @@ class Trainer:
         self.alarm_history = [alarms.UpdateStats.from_metrics(stats) for stats in state.get("alarm_history", [])]
         self._load_algorithm_state(state.get("algorithm_state", {}))
         self.writer.resume(ckpt.checkpoint_dir(path), self.update_count)  # metrics.jsonl, tb/
+        self.transcripts.resume(self.update_count)
         return state
 
     @classmethod

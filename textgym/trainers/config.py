@@ -123,6 +123,14 @@ class TrainConfig:
     """(prompt, answer, reward) samples written with each update's metrics."""
     checkpoint_every: int = 0
     """Write ``<out_dir>/checkpoint`` every this many updates (0: only when asked)."""
+    transcripts: int = 4
+    """Episodes of each update, greedy check and evaluation written whole to
+    ``<out_dir>/transcripts.jsonl`` (:mod:`~textgym.transcripts`; 0: none)."""
+    transcripts_max_mb: float = 50.0
+    """Size cap of ``transcripts.jsonl`` in MB: nothing more is written once it is reached."""
+    report_to: str = "tensorboard"
+    """Trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
+    installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.trackers`), or ``none``."""
 
     algorithm = "base"  # not a field: the name make_trainer knows this config by
 
@@ -175,6 +183,12 @@ class TrainConfig:
         if not 0.0 <= self.state_centering <= 1.0:
             raise ValueError(f"state_centering must be in [0, 1], got {self.state_centering}")
         self.lora_settings()  # validates the lora_* fields
+        if self.transcripts < 0 or not self.transcripts_max_mb > 0:
+            raise ValueError(f"transcripts must be >= 0 and transcripts_max_mb > 0, got {self.transcripts} "
+                             f"and {self.transcripts_max_mb}")
+        from textgym.trainers.trackers import check_report_to
+
+        check_report_to(self.report_to)
 
 
 @dataclass

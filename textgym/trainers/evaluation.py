@@ -12,12 +12,13 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
-from textgym.rollout import Envs, SupportsAct, collect
+from textgym.rollout import Envs, Episode, SupportsAct, collect
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
@@ -26,19 +27,23 @@ __all__ = ["evaluate_greedy"]
 
 
 def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
-                    process: ProcessContext | None = None) -> dict[str, Any]:
+                    process: ProcessContext | None = None,
+                    on_episodes: Callable[[list[Episode]], Any] | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes greedily from seeds ``seed, seed + 1, ...``: mean return (the
     env's own, unshaped), its std, mean length, invalid answers per decision, and win/draw/loss
     rates when the env reports outcomes (games).
 
     With several data-parallel processes (``process``), each plays its consecutive share of the
     episodes (episode ``j`` still from seed ``seed + j``) and every one returns the result over all.
+    ``on_episodes`` is handed this process's played episodes (their transcripts).
     """
     shard = process.shard(episodes) if process is not None else range(episodes)
     played = []
     if len(shard):
         rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
         played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in rollout.episodes[:len(shard)]]
+        if on_episodes is not None:
+            on_episodes(rollout.episodes[:len(shard)])
     if process is not None:
         played = process.gather(played)
     returns = np.array([r[0] for r in played])

@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -91,13 +92,20 @@ class MetricsWriter:
     Args:
         out_dir: the run's folder (created if missing). ``None`` writes nothing.
         tensorboard: also write TensorBoard scalars if the ``tensorboard`` package is installed.
+        trackers: other trackers to report to, ``"trackio"`` and ``"wandb"``
+            (:mod:`~textgym.trainers.trackers`), started at the first :meth:`write`.
+        run_config: the settings the trackers record with the run.
     """
 
-    def __init__(self, out_dir: str | Path | None, tensorboard: bool = True):
+    def __init__(self, out_dir: str | Path | None, tensorboard: bool = True, trackers: Sequence[str] = (),
+                 run_config: dict[str, Any] | None = None):
         self.out_dir = Path(out_dir) if out_dir is not None else None
         self.path = self.out_dir / METRICS_FILE if self.out_dir is not None else None
         self.tensorboard = tensorboard
         self._tb: Any = None
+        self._tracker_names = tuple(trackers)
+        self._run_config = dict(run_config or {})
+        self._trackers: list[Any] | None = None
         self._purge_step: int | None = None
         self.repair: MetricsRepair | None = None
         """What the last :meth:`resume` did (``None`` before one)."""
@@ -120,13 +128,32 @@ class MetricsWriter:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(metrics)) + "\n")
+        step = int(metrics.get("update", 0))
+        scalars = {key: value for key, value in metrics.items()
+                   if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "update"}
         tb = self._tensorboard()
         if tb is not None:
-            step = int(metrics.get("update", 0))
-            for key, value in metrics.items():
-                if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "update":
-                    tb.add_scalar(key, value, step)
+            for key, value in scalars.items():
+                tb.add_scalar(key, value, step)
             tb.flush()
+        for tracker in self._open_trackers():
+            tracker.log(scalars, step)
+
+    def _open_trackers(self) -> list[Any]:
+        """The trackers besides TensorBoard, started at the first use."""
+        if self._trackers is None:
+            from textgym.trainers.trackers import make_trackers
+
+            self._trackers = (make_trackers(self._tracker_names, self.out_dir, self._run_config)
+                              if self.out_dir is not None and self._tracker_names else [])
+        return self._trackers
+
+    def log_transcripts(self, records: Sequence[dict[str, Any]], step: int) -> None:
+        """Send transcript lines (:mod:`~textgym.transcripts`) to the trackers that show
+        tables (trackio, wandb)."""
+        if records and self.path is not None:
+            for tracker in self._open_trackers():
+                tracker.log_transcripts(records, step)
 
     def lines_up_to(self, update: int) -> str:
         """The metrics lines of updates ``1..update``, one per update, in order (what a
@@ -171,6 +198,9 @@ class MetricsWriter:
         if self._tb is not None:
             self._tb.close()
             self._tb = None
+        for tracker in self._trackers or []:
+            tracker.close()
+        self._trackers = None
 
     def __enter__(self) -> MetricsWriter:  # noqa: PYI034 (typing.Self needs Python 3.11)
         return self
