@@ -27,7 +27,7 @@ import typer
 
 from textgym import distributed
 from textgym.cli import config as run_config
-from textgym.cli import runs, stopping
+from textgym.cli import resuming, runs, stopping
 from textgym.cli.display import LiveDisplay, plan_line
 from textgym.cli.envtools import (
     check_env_kwargs,
@@ -38,14 +38,10 @@ from textgym.cli.envtools import (
 from textgym.cli.errors import EXIT_ERROR, CLIError
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_model
+from textgym.cli.resuming import CHANGEABLE_ON_RESUME as _CHANGEABLE_ON_RESUME
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
-# What a resumed run may change: its budget and when it stops, how it reports, and where and in
-# which precision the model runs. Everything else (env, model, quantization, algorithm and its
-# settings) comes from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("updates", "episodes", "minutes", "until", "check_every", "check_episodes",
-                         "check_max_steps", "plot_every", "sample_every", "eval_episodes", "device", "dtype")
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
@@ -236,7 +232,9 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
-        env_kwargs = _checkpoint_env_kwargs(run_dir)
+        state = _checkpoint_state(run_dir)
+        resuming.check_identity(run_dir, cfg, state)
+        env_kwargs = _checkpoint_env_kwargs(run_dir, state)
     else:
         cfg = _new_config(file_layer, layer, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
@@ -245,9 +243,14 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
     _check_policy_table(cfg)
-    _fill_from_policy(cfg, policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy))
+    policy_settings = policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)
+    _fill_from_policy(cfg, policy_settings)
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
+    if resume is not None:  # config.toml must still describe what the checkpoint trained
+        resuming.check_settings(
+            run_dir, state, trainer_config.to_dict(),
+            {**policy_settings.to_dict(), "history": run_config.history_setting(cfg.history)})
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
     check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
@@ -392,16 +395,20 @@ def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessConte
         yield
 
 
-def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
-    """The env settings a resumed run's checkpoint makes its envs with (CLIError: none yet)."""
+def _checkpoint_state(run_dir: Path) -> dict[str, Any]:
+    """The JSON state of a resumed run's checkpoint (CLIError: none yet, unreadable)."""
     from textgym.trainers.checkpoint import read_state
 
     try:
-        state = read_state(run_dir / CHECKPOINT)
+        return read_state(run_dir / CHECKPOINT)
     except FileNotFoundError:
         raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
     except (OSError, ValueError) as exc:
         raise CLIError(f"cannot resume: unreadable checkpoint in {run_dir}: {exc}") from exc
+
+
+def _checkpoint_env_kwargs(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """The env settings a resumed run's checkpoint makes its envs with."""
     env_kwargs = state.get("env_kwargs") or {}
     if not isinstance(env_kwargs, dict):
         raise CLIError(f"cannot resume: the checkpoint in {run_dir} has malformed env_kwargs")
@@ -443,7 +450,13 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
     resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
     if process.is_main and resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+        before = run_config.load_toml(run_dir / CONFIG_FILE)
+        changes = resuming.record_changes(run_dir, before, cfg.to_dict(), trainer.update_count)
         (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
+        if changes and not quiet:
+            say("textgym: this session changes " + ", ".join(
+                f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+                + f" (recorded in {resuming.RESUMES_FILE})")
     repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
     if repair is not None and not quiet:
         if repair.past_checkpoint:

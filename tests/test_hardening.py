@@ -1,0 +1,66 @@
+"""Hardening 2 (issue #34): what a fault sweep and a newcomer found, one test (or more) per item.
+
+Most tests start from one finished tiny Bandit run (one update of 8 episodes, made once for the
+module) copied into the test's folder, so each costs milliseconds unless it trains again."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from test_cli_runs import FAST, lines_of, one_error_line, snapshot
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished tiny Bandit run (1 update, 8 episodes): copy it before changing it."""
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    folder = tmp_path_factory.mktemp("finished")
+    config = folder / "fast.toml"
+    config.write_text(FAST)
+    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
+                                      "--check-every", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    """A private copy of :func:`finished_run`."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+def edit_config(run: Path, old: str, new: str) -> None:
+    path = run / "config.toml"
+    text = path.read_text()
+    assert old in text, text
+    path.write_text(text.replace(old, new))
+
+
+# --- 2. resume keeps what the checkpoint trained -------------------------------------------------
+
+@pytest.mark.parametrize("old, new, named", [
+    ('env = "textgym/Bandit-v0"', 'env = "textgym/CartPole-v1"', "env 'textgym/CartPole-v1'"),
+    ('algo = "reinforce"', 'algo = "grpo"', "algo 'grpo'"),
+    ('mode = "score"', 'mode = "generate"', "mode 'generate'"),
+    ('lr = 0.0003', 'lr = 0.5', "lr=0.5"),
+    ('temperature = 1.0', 'temperature = 0.3', "temperature=0.3"),
+])
+def test_resume_refuses_a_config_toml_edited_away_from_the_checkpoint(cli, run, old, new, named):
+    edit_config(run, old, new)
+    before = snapshot(run)
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert "cannot resume" in line and named in line and "checkpoint was trained with" in line, line
+    assert snapshot(run) == before
+
+
+def test_resume_records_what_a_session_changed(cli, run):
+    result = cli("train", "--resume", run, "--episodes", 16)
+    assert result.exit_code == 0, result.output
+    assert "this session changes episodes 8 -> 16" in result.stdout
+    assert [line["changed"] for line in lines_of(run / "resumes.jsonl")] == [{"episodes": [8, 16]}]
+    assert lines_of(run / "resumes.jsonl")[0]["resumed_at_update"] == 1
+    assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
