@@ -510,6 +510,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     done = trainer.update_count
     early_stop = run_config.early_stop(cfg)
     updates_this_session = 0
+    written = done  # the last update whose metrics are written
     started = time.monotonic()
     status = "complete"
     processes = process.gather([{"host": socket.gethostname(), "pid": os.getpid()}])
@@ -534,8 +535,9 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
-            nonlocal updates_this_session
+            nonlocal updates_this_session, written
             updates_this_session += 1
+            written = metrics["update"]
             display.update(metrics)
             if (updates_this_session % cfg.plot_every == 0
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
@@ -551,10 +553,15 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 trainer.train(updates=total - done, seconds=cfg.minutes * 60 if cfg.minutes else None,
                               callback=callback, early_stop=early_stop)
             except Exception as exc:
-                # The last periodic checkpoint stays; say so in the summary, then fail.
+                # An env that raised in a rollout left the trainer at its last complete update:
+                # that is saved; otherwise the last periodic checkpoint stays. The summary says which.
+                saved = _save_completed_updates(trainer, exc, written, run_dir)
                 if process.is_main:
                     _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started,
                                    planned=total)
+                if saved is not None:
+                    raise CLIError(f"{exc}; updates 1-{saved} are saved: fix the env, then continue with: "
+                                   f"textgym train --resume {run_dir}") from exc
                 raise
             status = _STATUS[trainer.stopped_by]
         else:
@@ -590,6 +597,20 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                     f"{check['episodes']} held-out episodes")
         say(f"textgym: {head}: {updates} update{'' if updates == 1 else 's'}, "
             f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
+
+
+def _save_completed_updates(trainer: Any, exc: Exception, written: int, run_dir: Path) -> int | None:
+    """After an env raised during an update's rollout (:class:`textgym.rollout.EnvError`), save a
+    checkpoint of the updates completed so far and return its update; ``None`` when nothing is
+    saved: another error, one past the rollout (the update's weights may be half-changed), or
+    several processes (the others are not here to save with this one)."""
+    from textgym.rollout import EnvError
+
+    if (not isinstance(exc, EnvError) or trainer.process.is_distributed or trainer.update_count == 0
+            or trainer.update_count != written):
+        return None
+    trainer.save_checkpoint(run_dir / CHECKPOINT)
+    return trainer.update_count
 
 
 def _agreed_stop_reason(reason: str | None, process: distributed.ProcessContext) -> str | None:
@@ -633,10 +654,21 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         "until": cfg.until if cfg.check_every != 0 else None,
         **runs.summarize_metrics(records),
         "session_seconds": round(time.monotonic() - started, 3),
-        "checkpoint": str(run_dir / CHECKPOINT),
+        **_checkpoint_summary(run_dir / CHECKPOINT),
         **({"processes": processes} if processes is not None else {}),
     }
     if evaluation is not None:
         summary["eval"] = evaluation
     runs.write_json(run_dir / "summary.json", summary)
     return summary
+
+
+def _checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
+    """summary.json's ``checkpoint`` (``None`` when the run has none yet) and
+    ``checkpoint_update``, the update it holds."""
+    from textgym.trainers.checkpoint import read_state
+
+    try:
+        return {"checkpoint": str(checkpoint), "checkpoint_update": read_state(checkpoint)["update_count"]}
+    except (OSError, ValueError, KeyError):
+        return {"checkpoint": None}

@@ -5,6 +5,7 @@ module) copied into the test's folder, so each costs milliseconds unless it trai
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -64,3 +65,23 @@ def test_resume_records_what_a_session_changed(cli, run):
     assert [line["changed"] for line in lines_of(run / "resumes.jsonl")] == [{"episodes": [8, 16]}]
     assert lines_of(run / "resumes.jsonl")[0]["resumed_at_update"] == 1
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
+
+
+# --- 3. an env that raises mid-run -----------------------------------------------------------------
+
+def test_an_env_that_raises_mid_run_keeps_the_completed_updates_and_names_env_and_seed(cli, tmp_path):
+    config = tmp_path / "fast.toml"
+    config.write_text(FAST.replace("episodes = 8", "episodes = 40") + "[env_kwargs]\nraise_at = 5\n")
+    run = tmp_path / "run"
+    # 8 sub-envs play one 2-step episode each per update: each raises at its 5th step, in update 3
+    result = cli("train", "faultenvs:fault/Raise-v0", "--config", config, "--out", run, "--check-every", "0",
+                 "--quiet")
+    line = one_error_line(result)
+    assert "env fault/Raise-v0 raised RuntimeError: the simulator crashed" in line, line
+    assert "with seed 10020000, sub-env 0" in line and "at step 1 of the episode" in line, line   # update 3's first seed
+    assert "updates 1-2 are saved" in line and f"textgym train --resume {run}" in line, line
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["update_count"] == 2
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"].startswith("failed: EnvError") and summary["updates"] == 2
+    assert summary["checkpoint"] == str(run / "checkpoint") and summary["checkpoint_update"] == 2

@@ -29,8 +29,32 @@ from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
-__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
-           "decisions_of", "play"]
+__all__ = ["EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
+           "conversation_runs", "decisions_of", "play"]
+
+
+class EnvError(RuntimeError):
+    """An env raised in ``reset`` or ``step`` during a rollout (the original error is its
+    ``__cause__``): the message names the env id, the sub-env, the episode's seed and the step,
+    so the failure can be replayed with ``env.reset(seed=...)``.
+
+    Attributes:
+        env_id: the env's registered id (its class name when it has no spec).
+        seed: the seed its episode was reset with (``None``: the env's generator continued).
+        step: how many steps of the episode were played before it raised (``None``: at reset).
+    """
+
+    def __init__(self, env_id: str, index: int, seed: int | None, step: int | None, error: BaseException):
+        self.env_id, self.index, self.seed, self.step = env_id, index, seed, step
+        where = "at reset" if step is None else f"at step {step + 1}"
+        super().__init__(f"env {env_id} raised {type(error).__name__}: {error} ({where} of the episode "
+                         f"with seed {seed}, sub-env {index})")
+
+
+def env_name(env: gym.Env) -> str:
+    """The id an env was made with (its class name when it has no spec)."""
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(getattr(env, "unwrapped", env)).__name__
 
 
 @runtime_checkable
@@ -315,7 +339,10 @@ class EnvSlot:
             return
         seed = self.seeds(self.started)
         self.started += 1
-        obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        try:
+            obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        except Exception as exc:  # a misbehaving env (or one whose reset returns no (obs, info))
+            raise EnvError(env_name(self.env), self.index, seed, None, exc) from exc
         self.observation = self._observation(obs, self.info)
         self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
@@ -341,7 +368,10 @@ class EnvSlot:
             episode.bootstrap = decision
             self._finish(episode)
             return
-        obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        except Exception as exc:
+            raise EnvError(env_name(self.env), self.index, episode.seed, len(episode.steps), exc) from exc
         cut = not (terminated or truncated) and self.max_steps is not None \
             and len(episode.steps) + 1 >= self.max_steps
         if cut:  # the episode ends here for the rollout; the env is reset by the next start()
@@ -464,7 +494,10 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     from textgym.vector import TextVectorEnv
 
     if isinstance(venv, TextVectorEnv) and schedule is None and seed is None:
-        first_obs, first_infos = venv.reset()
+        try:
+            first_obs, first_infos = venv.reset()
+        except Exception as exc:
+            raise EnvError(env_name(envs[0]), 0, getattr(venv, "initial_seed", None), None, exc) from exc
         for slot, obs, info in zip(slots, first_obs, first_infos):
             slot.start((obs, info))
     else:
