@@ -85,3 +85,19 @@ def test_an_env_that_raises_mid_run_keeps_the_completed_updates_and_names_env_an
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"].startswith("failed: EnvError") and summary["updates"] == 2
     assert summary["checkpoint"] == str(run / "checkpoint") and summary["checkpoint_update"] == 2
+
+
+# --- 4. export never writes into a run folder ------------------------------------------------------
+
+def test_export_refuses_to_write_into_another_run_folder(cli, finished_run, run, tmp_path):
+    starting = tmp_path / "starting"           # a run before its first checkpoint: only its lock
+    starting.mkdir()
+    (starting / ".textgym.lock").write_text("")
+    for out, where in ((run / "checkpoint", f"inside the run folder {run.resolve()}"),
+                       (run / "exports" / "mine", f"inside the run folder {run.resolve()}"),
+                       (run, f"is the run folder {run.resolve()}"),
+                       (starting / "export", "inside the run folder")):
+        before = snapshot(out.parent if out != run else run)
+        line = one_error_line(cli("export", finished_run, "--out", out, "--force"))
+        assert where in line and "export to a folder of its own" in line, line
+        assert snapshot(out.parent if out != run else run) == before
