@@ -161,6 +161,12 @@ def read_chat_template(path: str | Path) -> str:
         jinja2.Environment().parse(text)
     except jinja2.TemplateSyntaxError as exc:
         raise CLIError(f"chat template {path}, line {exc.lineno}: {exc.message}") from None
+    from textgym.policy.prompts import check_chat_template
+
+    try:
+        check_chat_template(text)
+    except ValueError as exc:
+        raise CLIError(f"chat template {path}: {exc}") from None
     return text
 
 

@@ -101,3 +101,26 @@ def test_export_refuses_to_write_into_another_run_folder(cli, finished_run, run,
         line = one_error_line(cli("export", finished_run, "--out", out, "--force"))
         assert where in line and "export to a folder of its own" in line, line
         assert snapshot(out.parent if out != run else run) == before
+
+
+# --- 5. a chat template that does not render the messages ----------------------------------------
+
+@pytest.mark.parametrize("template, reason", [
+    ("You are a helpful assistant. Answer LEFT.", "does not render the messages"),
+    ("{% for m in messages %}{{ m['role'] }}: {% endfor %}", "does not render the messages"),
+    ("{{ messages[5]['content'] }}", "fails to render a user message"),
+])
+def test_a_chat_template_that_does_not_render_the_messages_is_refused(cli, tmp_path, template, reason):
+    from textgym.policy import PolicyConfig
+
+    path = tmp_path / "template.jinja"
+    path.write_text(template)
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--chat-template", path, "--out",
+                              tmp_path / "run"))
+    assert f"chat template {path}: the chat template {reason}" in line, line
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(ValueError, match=reason):   # a config.toml's [policy] table, the Python API
+        PolicyConfig(chat_template=template)
+    # a template that renders the messages, also one refusing the system role, is fine
+    PolicyConfig(chat_template="{% for m in messages %}{% if m['role'] == 'system' %}"
+                               "{{ raise_exception('no system role') }}{% endif %}{{ m['content'] }}{% endfor %}")
