@@ -442,7 +442,11 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     number of processes wrote it)."""
     from textgym.trainers import Trainer
 
+    from textgym.trainers.checkpoint import remove_stale_temporary
+
     checkpoint = run_dir / CHECKPOINT
+    if process.is_main and remove_stale_temporary(checkpoint) and not quiet:  # a failed or killed save's
+        say(f"textgym: removed {CHECKPOINT}.tmp, a half-written checkpoint an earlier session left")
     try:
         # env: the id checked by _resume_config, never the one trainer_state.json names.
         trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process)

@@ -124,3 +124,37 @@ def test_a_chat_template_that_does_not_render_the_messages_is_refused(cli, tmp_p
     # a template that renders the messages, also one refusing the system role, is fine
     PolicyConfig(chat_template="{% for m in messages %}{% if m['role'] == 'system' %}"
                                "{{ raise_exception('no system role') }}{% endif %}{{ m['content'] }}{% endfor %}")
+
+
+# --- 6. a failed save leaves no checkpoint.tmp; a stale one is removed --------------------------
+
+def test_a_checkpoint_save_that_fails_leaves_no_temporary_and_names_the_file(tiny_policy, tmp_path, monkeypatch):
+    import errno
+
+    import torch
+
+    from textgym.trainers import checkpoint as ckpt
+
+    optimizer = torch.optim.AdamW([p for p in tiny_policy.model.parameters()][:1], lr=0.1)
+    path = tmp_path / "checkpoint"
+    ckpt.save_checkpoint(path, policy=tiny_policy, optimizers={"policy": optimizer}, state={"update_count": 1})
+
+    def disk_full(tensors, filename, *args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(ckpt, "save_file", disk_full)
+    with pytest.raises(OSError, match="No space left on device") as error:
+        ckpt.save_checkpoint(path, policy=tiny_policy, optimizers={"policy": optimizer}, state={"update_count": 2})
+    assert error.value.errno == errno.ENOSPC and str(path) in str(error.value)
+    assert not (tmp_path / "checkpoint.tmp").exists()          # no half-written folder fills the disk
+    assert ckpt.read_state(path)["update_count"] == 1           # the previous checkpoint stays
+
+
+def test_resume_removes_a_stale_checkpoint_tmp(cli, run):
+    (run / "checkpoint.tmp").mkdir()
+    (run / "checkpoint.tmp" / "optimizer.safetensors").write_bytes(b"\0" * 1000)
+    result = cli("train", "--resume", run, "--episodes", 16)
+    assert result.exit_code == 0, result.output
+    assert "removed checkpoint.tmp" in result.stdout
+    assert not (run / "checkpoint.tmp").exists()
+    assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["update_count"] == 2
