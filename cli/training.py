@@ -566,6 +566,11 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 if saved is not None:
                     raise CLIError(f"{exc}; updates 1-{saved} are saved: fix the env, then continue with: "
                                    f"textgym train --resume {run_dir}") from exc
+                if type(exc).__name__ == "NonFiniteWeightsError":
+                    kept = _checkpoint_summary(run_dir / CHECKPOINT).get("checkpoint_update")
+                    raise CLIError(f"training diverged at update {trainer.update_count} (is lr too high?): "
+                                   f"{exc}; " + (f"the checkpoint of update {kept} stays" if kept else
+                                                 "no checkpoint was saved")) from exc
                 raise
             status = _STATUS[trainer.stopped_by]
         else:

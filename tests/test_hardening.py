@@ -158,3 +158,38 @@ def test_resume_removes_a_stale_checkpoint_tmp(cli, run):
     assert "removed checkpoint.tmp" in result.stdout
     assert not (run / "checkpoint.tmp").exists()
     assert json.loads((run / "checkpoint" / "trainer_state.json").read_text())["update_count"] == 2
+
+
+# --- 7. never save non-finite weights ------------------------------------------------------------
+
+def test_blown_up_weights_are_never_saved(tiny_policy, tmp_path):
+    import torch
+
+    from textgym.trainers import checkpoint as ckpt
+
+    trainer_free = {"policy": torch.optim.AdamW([next(tiny_policy.model.parameters())], lr=0.1)}
+    path = tmp_path / "checkpoint"
+    ckpt.save_checkpoint(path, policy=tiny_policy, optimizers=trainer_free, state={"update_count": 1})
+    layer = tiny_policy.model.model.layers[0].self_attn
+    with torch.no_grad():   # finite, but its products overflow: what --lr 1e30 does to a LoRA B
+        layer.q_proj.weight.fill_(1e30)
+        layer.k_proj.weight.fill_(1e30)
+    with pytest.raises(ckpt.NonFiniteWeightsError, match="outputs are NaN or inf"):
+        ckpt.save_checkpoint(path, policy=tiny_policy, optimizers=trainer_free, state={"update_count": 2})
+    with torch.no_grad():
+        layer.q_proj.weight.fill_(float("nan"))
+    with pytest.raises(ckpt.NonFiniteWeightsError, match="q_proj.weight holds NaN or inf"):
+        ckpt.save_checkpoint(path, policy=tiny_policy, optimizers=trainer_free, state={"update_count": 2})
+    assert ckpt.read_state(path)["update_count"] == 1 and not (tmp_path / "checkpoint.tmp").exists()
+
+
+def test_a_run_whose_weights_blow_up_says_so_and_saves_no_poisoned_checkpoint(cli, tmp_path):
+    config = tmp_path / "poison.toml"
+    config.write_text(FAST.replace("episodes = 8", "episodes = 24\ncheckpoint_every = 1"))
+    run = tmp_path / "run"
+    line = one_error_line(cli("train", "bandit", "--config", config, "--out", run, "--lr", "1e30",
+                              "--check-every", "0", "--quiet"))
+    assert "training diverged at update 1 (is lr too high?)" in line and "no checkpoint was saved" in line, line
+    assert not (run / "checkpoint").exists()
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"].startswith("failed: NonFiniteWeightsError") and summary["checkpoint"] is None

@@ -42,7 +42,7 @@ from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
 
-__all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
+__all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
            "policy_from_record", "policy_record", "read_state", "remove_stale_temporary", "save_checkpoint",
            "save_model_weights",
            "set_rng_states", "unflatten_optimizer"]
@@ -174,6 +174,7 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
+    check_finite(policy.model if policy is not None else model, policy, path)
     remove_stale_temporary(path)
     try:
         _write_folder(tmp, path, optimizers=optimizers, state=state, model=model, policy=policy,
@@ -188,6 +189,37 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
         raise
     _swap_in(tmp, path)
     return path
+
+
+class NonFiniteWeightsError(ValueError):
+    """The weights to save are not finite, or the model's outputs on a probe are not: saving them
+    would make every resume fail ("probability tensor contains inf/nan"). The last checkpoint stays."""
+
+
+def check_finite(model: torch.nn.Module | None, policy: Policy | None = None, path: str | Path = "") -> None:
+    """Raise :class:`NonFiniteWeightsError` when a trainable parameter of ``model`` holds NaN or
+    inf, or (with ``policy``) when its logits on a probe prompt do: weights blown up by a huge
+    learning rate can be finite (1e30) while their products overflow."""
+    if model is None:
+        return
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and not bool(torch.isfinite(parameter.detach()).all()):
+            raise NonFiniteWeightsError(f"not saving checkpoint {path}: parameter {name} holds NaN or inf")
+    if policy is None:
+        return
+    # A prompt as the policy renders them (blown-up weights can stay finite on a short input).
+    system, observation = ("You play a game. Answer with one action name: LEFT or RIGHT.",
+                           "The pole leans left by 0.02 and the cart moves right at 0.5.")
+    try:
+        ids = policy.prompts.prompt_ids(system, observation)
+    except ValueError:  # no chat template: the plain text
+        ids = policy.tokenizer(f"{system}\n{observation}")["input_ids"]
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteWeightsError(f"not saving checkpoint {path}: the model's outputs are NaN or inf "
+                                    "(the weights blew up)")
 
 
 def remove_stale_temporary(path: str | Path) -> bool:
