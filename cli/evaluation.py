@@ -45,7 +45,7 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
                       episodes: int, num_envs: int, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
-                      overrides: dict[str, Any] | None = None,
+                      overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
     ``overrides``: policy settings given as flags, over the checkpoint's own."""
@@ -80,6 +80,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
         registered = training_defaults(env_id, mode)
         settings, env_kwargs = dict(registered.policy), dict(registered.env_kwargs)
+    if max_episode_steps is not None:  # the env's own step limit, over the run's
+        env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
     overrides = overrides or {}
     if checkpoint is not None:
         _say_settings(settings, overrides)
@@ -117,7 +119,7 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
 def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
         baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
-        policy_flags: dict[str, Any] | None = None) -> None:
+        policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> None:
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -134,11 +136,13 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     if checkpoint is not None or model is not None:
         label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
-                                                      overrides)
+                                                      overrides, max_episode_steps)
         results[label] = result
     if baselines:
         from textgym.baselines import evaluate_baseline
 
+        if max_episode_steps is not None:
+            env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
         game = make_env(env_id, **env_kwargs)  # the same env settings as the run
         try:
             for kind in dict.fromkeys(baselines):

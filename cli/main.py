@@ -68,6 +68,8 @@ _NORMALIZATION_HELP = ("Score mode: a candidate's score is the sum of its token 
                        "their mean (token) or the sum per word (word).")
 _CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the tokenizer's (its text is saved with the run)."
 _EVAL_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the checkpoint's or the tokenizer's."
+_MAX_EPISODE_STEPS_HELP = ("Cut episodes after N steps, marked truncated (the env's max_episode_steps); "
+                           "an env without a limit of its own is cut at 1000.")
 
 
 def _print_version(value: bool) -> None:
@@ -173,6 +175,9 @@ def train(
     sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
+    max_episode_steps: int | None = typer.Option(
+        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
+        show_default="the env's"),
     out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>"
     ),
@@ -223,6 +228,7 @@ def train(
         "normalization": normalization,
         "chat_template": str(chat_template) if chat_template else None,
         "sft": str(sft) if sft else None,
+        "max_episode_steps": max_episode_steps,
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
@@ -262,6 +268,9 @@ def evaluate(
         1_000_000, help="First seed of the held-out episodes (training uses small seeds)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    max_episode_steps: int | None = typer.Option(
+        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
+        show_default="the run's"),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
@@ -273,7 +282,7 @@ def evaluate(
         env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
         baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,
         json_out=json_out, device=device, dtype=dtype, quantize=quantize,
-        policy_flags=policy_flags,
+        policy_flags=policy_flags, max_episode_steps=max_episode_steps,
     )
 
 

@@ -34,6 +34,13 @@ def run(finished_run, tmp_path):
     return Path(shutil.copytree(finished_run, tmp_path / "run"))
 
 
+def write_fast(folder: Path, extra: str = "") -> Path:
+    """The fast config (1 update of 8 one-step episodes of the tiny model) in ``folder``."""
+    path = folder / "fast.toml"
+    path.write_text(FAST + extra)
+    return path
+
+
 def edit_config(run: Path, old: str, new: str) -> None:
     path = run / "config.toml"
     text = path.read_text()
@@ -193,3 +200,35 @@ def test_a_run_whose_weights_blow_up_says_so_and_saves_no_poisoned_checkpoint(cl
     assert not (run / "checkpoint").exists()
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"].startswith("failed: NonFiniteWeightsError") and summary["checkpoint"] is None
+
+
+# --- 8. an env that never ends ------------------------------------------------------------------
+
+def test_an_endless_env_is_cut_at_the_default_cap_in_train_and_eval(cli, tmp_path, monkeypatch, caplog):
+    from textgym import rollout
+
+    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 3)  # 1000 in real runs: the same code path
+    run = tmp_path / "run"
+    result = cli("train", "faultenvs:fault/Endless-v0", "--config", write_fast(tmp_path), "--out", run,
+                 "--check-every", "0", "--quiet")
+    assert result.exit_code == 0, result.output
+    [metrics] = lines_of(run / "metrics.jsonl")
+    assert metrics["cut_episodes"] == 8 and metrics["length_mean"] == 3
+    assert "8 episode(s) of fault/Endless-v0 cut at 3 steps" in caplog.text
+    result = cli("eval", "faultenvs:fault/Endless-v0", "--checkpoint", run, "--episodes", 4, "--json")
+    assert result.exit_code == 0, result.output
+    evaluation = json.loads(result.stdout)["results"]["checkpoint"]
+    assert evaluation["cut_episodes"] == 4 and evaluation["length_mean"] == 3
+
+
+def test_max_episode_steps_flag_is_the_envs_limit_and_is_saved(cli, tmp_path):
+    run = tmp_path / "run"
+    result = cli("train", "faultenvs:fault/Endless-v0", "--config", write_fast(tmp_path), "--out", run,
+                 "--check-every", "0", "--max-episode-steps", 2, "--quiet")
+    assert result.exit_code == 0, result.output
+    assert "[env_kwargs]\nmax_episode_steps = 2" in (run / "config.toml").read_text()
+    [metrics] = lines_of(run / "metrics.jsonl")
+    assert metrics["length_mean"] == 2 and "cut_episodes" not in metrics   # the env's own limit ended them
+    result = cli("eval", "faultenvs:fault/Endless-v0", "--checkpoint", run, "--episodes", 2,
+                 "--max-episode-steps", 4, "--json")
+    assert json.loads(result.stdout)["results"]["checkpoint"]["length_mean"] == 4

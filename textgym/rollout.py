@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -29,7 +30,18 @@ from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
-__all__ = ["EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
+logger = logging.getLogger("textgym.rollout")
+
+#: The steps after which :func:`collect` cuts an episode (its last step marked truncated) when the
+#: caller gives no ``max_episode_steps``: a safety cap, so that an env that never ends (a plugin
+#: without a time limit) cannot hang a training update or an evaluation. It is far above every
+#: built-in env's own limit (the longest, CartPole's and Acrobot's, is 500 steps); an env that
+#: needs longer episodes says so with its own limit, ``textgym train/eval --max-episode-steps N``
+#: or ``collect(max_episode_steps=N)``. Cut episodes are counted in the rollout's stats
+#: (``cut_episodes``) and in the trainer's metrics.
+DEFAULT_MAX_EPISODE_STEPS = 1000
+
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
            "conversation_runs", "decisions_of", "play"]
 
 
@@ -326,6 +338,7 @@ class EnvSlot:
         self.conversation = Conversation(window) if window is not None else None
         self.max_steps, self.bootstrap = max_steps, bootstrap
         self.started = 0
+        self.cut = 0  # episodes ended by max_steps
         self.current: Episode | None = None
         self.awaiting_bootstrap = False
         self.observation = ""
@@ -376,6 +389,7 @@ class EnvSlot:
             and len(episode.steps) + 1 >= self.max_steps
         if cut:  # the episode ends here for the rollout; the env is reset by the next start()
             truncated = True
+            self.cut += 1
             info = _with_episode_stats(self.env, info)
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
@@ -447,7 +461,9 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             fewer episodes than planned (the ones still running go to ``Rollout.unfinished``).
         max_episode_steps: cut each episode after this many steps: its last step is marked
             truncated (with the ``EpisodeStats`` summary so far in its info) and the env is reset
-            for the next one. A training cap: the envs' own limit stays for everything else.
+            for the next one. ``None``: :data:`DEFAULT_MAX_EPISODE_STEPS` (with a warning when
+            it cuts an episode: the env has no limit of its own). Cut episodes are counted in
+            ``stats["cut_episodes"]``.
         bootstrap: for every truncated episode, one more decision at the state it reached, not
             played (:attr:`Episode.bootstrap`: what PPO bootstraps its value from).
     """
@@ -455,6 +471,9 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     n = len(envs)
     if max_episode_steps is not None and max_episode_steps < 1:
         raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+    default_cap = max_episode_steps is None
+    if default_cap:
+        max_episode_steps = DEFAULT_MAX_EPISODE_STEPS
     if schedule is not None:
         if episodes is not None or steps is not None or seed is not None:
             raise ValueError("schedule= replaces episodes=, steps= and seed=")
@@ -509,5 +528,12 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             finished.append(slot.current)
             slot.current = None
     stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
+    cut = sum(slot.cut for slot in slots)
+    if cut:
+        stats["cut_episodes"] = cut
+        if default_cap:
+            logger.warning("%d episode(s) of %s cut at %d steps: the env has no step limit of its own "
+                           "(give one: max_episode_steps, textgym --max-episode-steps N)", cut,
+                           env_name(envs[0]), max_episode_steps)
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

@@ -412,6 +412,8 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         seconds = update_seconds + float((stats or {}).get("seconds", 0.0))
+        if stats and stats.get("cut_episodes"):  # episodes the rollout's step cap ended (this process's)
+            metrics["cut_episodes"] = int(stats["cut_episodes"])
         if stats and "seconds" in stats:  # where the update's time went (the greedy check: check.seconds)
             metrics["rollout_seconds"] = round(float(stats["seconds"]), 3)
             metrics["update_seconds"] = round(update_seconds, 3)
