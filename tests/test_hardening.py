@@ -232,3 +232,61 @@ def test_max_episode_steps_flag_is_the_envs_limit_and_is_saved(cli, tmp_path):
     result = cli("eval", "faultenvs:fault/Endless-v0", "--checkpoint", run, "--episodes", 2,
                  "--max-episode-steps", 4, "--json")
     assert json.loads(result.stdout)["results"]["checkpoint"]["length_mean"] == 4
+
+
+# --- misbehaving plugin envs (tests/faultenvs.py): each one fails clearly or is survived ----------
+
+@pytest.fixture
+def fault_envs():
+    import faultenvs
+
+    return faultenvs
+
+
+def small_trainer(policy, env_id, **env_kwargs):
+    from textgym.trainers import make_trainer
+
+    config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
+    return make_trainer("reinforce", policy, env=env_id, config=config, env_kwargs=env_kwargs)
+
+
+def test_an_env_whose_reset_returns_the_wrong_type_is_named(fault_envs, tiny_policy):
+    from textgym.rollout import EnvError
+
+    trainer = small_trainer(tiny_policy, "fault/WrongReset-v0")
+    with pytest.raises(EnvError, match=r"env fault/WrongReset-v0 raised ValueError: .*\(at reset of the episode "
+                                       r"with seed 10000000, sub-env 0\)"):
+        trainer.train(updates=1)
+    assert trainer.update_count == 0
+
+
+@pytest.mark.parametrize("reward", ["nan", "inf"])
+def test_non_finite_rewards_skip_the_update_and_leave_the_weights(fault_envs, tiny_policy, reward):
+    import torch
+
+    trainer = small_trainer(tiny_policy, "fault/NaN-v0", reward=reward)
+    before = [p.detach().clone() for p in trainer.trainable_parameters()]
+    [metrics] = trainer.train(updates=1)
+    assert metrics["nonfinite"] is True and trainer.nonfinite_updates == 1
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.trainable_parameters()))
+
+
+def test_a_huge_observation_is_cut_before_the_policy_reads_it(fault_envs, tiny_policy, caplog):
+    from textgym.rollout import MAX_OBSERVATION_CHARS, collect
+
+    venv = __import__("textgym").make_vec("fault/Huge-v0", num_envs=2, size=1_000_000)
+    rollout = collect(tiny_policy, venv, episodes=2, seed=0)
+    assert {len(step.observation) for step in rollout.steps} == {MAX_OBSERVATION_CHARS}
+    assert "has 1000000 characters: cut to 8192" in caplog.text
+    assert rollout.stats["prompt_tokens_total"] < 4 * 4 * MAX_OBSERVATION_CHARS  # not a 250k-token prompt
+
+
+def test_slow_steps_are_timed_as_env_time_and_a_stop_ends_the_rollout(fault_envs, tiny_policy):
+    from textgym.rollout import collect
+
+    venv = __import__("textgym").make_vec("fault/Slow-v0", num_envs=2, delay=0.05)
+    rollout = collect(tiny_policy, venv, episodes=2, seed=0)
+    assert rollout.stats["env_seconds"] >= 4 * 0.05          # 2 envs x 2 steps, each sleeping 0.05 s
+    asked = []
+    rollout = collect(tiny_policy, venv, episodes=4, seed=0, stop=lambda: asked.append(1) or len(asked) > 1)
+    assert rollout.stats["decisions"] == 2 and not rollout.episodes and len(rollout.unfinished) == 2

@@ -41,7 +41,13 @@ logger = logging.getLogger("textgym.rollout")
 #: (``cut_episodes``) and in the trainer's metrics.
 DEFAULT_MAX_EPISODE_STEPS = 1000
 
-__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
+#: The longest observation (in characters) a rollout hands the policy; longer ones are cut, with
+#: a warning. An env made with :func:`textgym.wrap` cuts its texts at its ``max_length`` (the
+#: same 8192 by default); this guards the policy against a text env that does not (a plugin's
+#: 1 MB observation would be a prompt of a quarter of a million tokens).
+MAX_OBSERVATION_CHARS = 8192
+
+__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "MAX_OBSERVATION_CHARS", "EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
            "conversation_runs", "decisions_of", "play"]
 
 
@@ -356,16 +362,26 @@ class EnvSlot:
             obs, self.info = first if first is not None else self.env.reset(seed=seed)
         except Exception as exc:  # a misbehaving env (or one whose reset returns no (obs, info))
             raise EnvError(env_name(self.env), self.index, seed, None, exc) from exc
-        self.observation = self._observation(obs, self.info)
+        if not isinstance(self.info, dict):
+            raise EnvError(env_name(self.env), self.index, seed, None,
+                           TypeError(f"reset must return (observation, info dict), got info {type(self.info).__name__}"))
+        self.observation = self._observation(obs, self.info, seed, None)
         self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
         if self.conversation is not None:
             self.conversation.restart()
 
-    def _observation(self, obs: str, info: dict[str, Any]) -> str:
+    def _observation(self, obs: str, info: dict[str, Any], seed: int | None, step: int | None) -> str:
         # In a conversation the earlier turns are chat turns: the newest observation alone
         # (History's rendered text is for reading by hand).
-        return info.get("newest_observation", obs) if self.conversation is not None else obs
+        text = info.get("newest_observation", obs) if self.conversation is not None else obs
+        if not isinstance(text, str):
+            raise EnvError(env_name(self.env), self.index, seed, step, TypeError(f"a text env's observation must be a str, got {type(text).__name__}"))
+        if len(text) > MAX_OBSERVATION_CHARS:
+            logger.warning("an observation of %s has %d characters: cut to %d (textgym.rollout."
+                           "MAX_OBSERVATION_CHARS)", env_name(self.env), len(text), MAX_OBSERVATION_CHARS)
+            text = text[:MAX_OBSERVATION_CHARS]
+        return text
 
     def request(self) -> Request | None:
         if self.current is None:
@@ -394,7 +410,7 @@ class EnvSlot:
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
                                   observation=self.observation, env_index=self.index))
-        self.observation, self.info = self._observation(obs, info), info
+        self.observation, self.info = self._observation(obs, info, episode.seed, len(episode.steps) - 1), info
         if "system_prompt" in info:  # an env may change its instructions mid-episode
             self.system_prompt = info["system_prompt"]
         if terminated or truncated:
