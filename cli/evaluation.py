@@ -99,7 +99,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
         except (ValueError, FileNotFoundError, KeyError) as exc:
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
     label = "checkpoint" if checkpoint is not None else model
-    result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+    from textgym.cli.display import evaluation_progress
+
+    with evaluation_progress():
+        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
     return label, with_stderr(result), dict(env_kwargs or {})
 
 

@@ -535,7 +535,12 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
-    with display, StopSignals(display.log) as stop:
+    from textgym.rollout import watch
+
+    def rollout_progress(progress: Any) -> None:  # inside an update: its episodes, optimisation, check
+        display.progress(progress, trainer.update_count + (0 if progress.greedy else 1))
+
+    with display, StopSignals(display.log) as stop, watch(rollout_progress):
         display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
                               early_stop.until if early_stop else None,
                               early_stop.every if early_stop else None,

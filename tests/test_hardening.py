@@ -290,3 +290,23 @@ def test_slow_steps_are_timed_as_env_time_and_a_stop_ends_the_rollout(fault_envs
     asked = []
     rollout = collect(tiny_policy, venv, episodes=4, seed=0, stop=lambda: asked.append(1) or len(asked) > 1)
     assert rollout.stats["decisions"] == 2 and not rollout.episodes and len(rollout.unfinished) == 2
+
+
+# --- 9. progress inside an update and during eval ------------------------------------------------
+
+def test_train_and_eval_show_progress_inside_an_update(cli, tmp_path, monkeypatch):
+    from textgym.cli import display
+
+    monkeypatch.setattr(display, "PLAIN_REPORT_SECONDS", 0.0)  # off a terminal: a line at every report
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", write_fast(tmp_path), "--out", run, "--check-every", "1",
+                 "--check-episodes", 4)
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "update 1: playing episodes 0/8, 0 decisions" in out
+    assert "update 1: optimising on 8 decisions" in out
+    assert "update 1: greedy check, episodes 0/4" in out and "eta" in out
+    assert out.index("playing") < out.index("optimising") < out.index("greedy check") < out.index("update 1/1")
+    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", 4, "--num-envs", 2)
+    assert result.exit_code == 0, result.output
+    assert "evaluating, episodes 2/4, 2 decisions, eta" in result.stderr

@@ -18,9 +18,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
@@ -47,8 +48,67 @@ DEFAULT_MAX_EPISODE_STEPS = 1000
 #: 1 MB observation would be a prompt of a quarter of a million tokens).
 MAX_OBSERVATION_CHARS = 8192
 
-__all__ = ["DEFAULT_MAX_EPISODE_STEPS", "MAX_OBSERVATION_CHARS", "EnvError", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
-           "conversation_runs", "decisions_of", "play"]
+@dataclass(frozen=True)
+class RolloutProgress:
+    """Where a :func:`collect` call is, for a progress display (:func:`watch`)."""
+
+    greedy: bool
+    """An evaluation or greedy check (``True``) or a training rollout."""
+    episodes: int
+    """Episodes finished so far."""
+    planned: int | None
+    """Episodes planned (``None``: a ``steps=`` budget)."""
+    decisions: int
+    """Decisions played so far."""
+    seconds: float
+    """Since the rollout started."""
+    finished: bool = False
+    """The rollout is over (a training rollout: its update's optimisation comes next)."""
+
+
+_watchers: list[Callable[[RolloutProgress], None]] = []
+
+
+@contextlib.contextmanager
+def watch(observer: Callable[[RolloutProgress], None]) -> Iterator[None]:
+    """Within the block, every :func:`collect` call reports its progress to ``observer`` before
+    each vector step and once at its end (the CLI's live display and ``eval``'s progress line).
+
+    Example:
+        >>> import textgym
+        >>> from textgym.policy import Policy
+        >>> seen = []
+        >>> with watch(seen.append):
+        ...     _ = collect(Policy(*textgym.models.load("tiny"), mode="score"),
+        ...                 textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
+        >>> seen[0].episodes, seen[-1].episodes, seen[-1].finished
+        (0, 2, True)
+    """
+    _watchers.append(observer)
+    try:
+        yield
+    finally:
+        _watchers.remove(observer)
+
+
+__all__ = [
+    "DEFAULT_MAX_EPISODE_STEPS",
+    "MAX_OBSERVATION_CHARS",
+    "EnvError",
+    "Envs",
+    "Episode",
+    "Request",
+    "Rollout",
+    "RolloutProgress",
+    "Slot",
+    "Step",
+    "SupportsAct",
+    "collect",
+    "conversation_runs",
+    "decisions_of",
+    "play",
+    "watch",
+]
 
 
 class EnvError(RuntimeError):
@@ -538,7 +598,23 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     else:
         for slot in slots:
             slot.start()
+    planned = sum(counts) if all(c is not None for c in counts) else None
+    started = time.perf_counter()
+
+    def report(finished_rollout: bool = False) -> None:
+        decisions = sum(ep.length for ep in finished) + sum(
+            slot.current.length for slot in slots if slot.current is not None)
+        progress = RolloutProgress(greedy, len(finished), planned, decisions, time.perf_counter() - started,
+                                   finished_rollout)
+        for observer in _watchers:
+            observer(progress)
+
+    if _watchers:  # asked before each vector step: report there too
+        asked = stop
+        stop = lambda: report() or (asked is not None and asked())
     stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed, stop=stop)
+    if _watchers:
+        report(finished_rollout=True)
     for slot in slots:  # stopped before a bootstrap decision: the episode itself is complete
         if slot.awaiting_bootstrap:
             finished.append(slot.current)
