@@ -119,7 +119,7 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
         err=True)
 
 
-def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
+def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode: str | None,
         baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> None:
@@ -130,17 +130,18 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     if overrides:
         policy_config(None, mode, None, overrides)  # bad values fail here, before any model loads
     env_id = resolve_env(env)
-    if checkpoint is None and model is None and not baselines:
+    checkpoints = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint or [])
+    if not checkpoints and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
-    if checkpoint is not None:
-        find_checkpoint(checkpoint)  # fail before loading a model
+    if len({find_checkpoint(c)[0].resolve() for c in checkpoints}) < len(checkpoints):  # before any model loads
+        raise CLIError("the same checkpoint is given twice")
     results: dict[str, dict[str, Any] | None] = {}
     env_kwargs: dict[str, Any] = {}
-    if checkpoint is not None or model is not None:
-        label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
+    for one in checkpoints or ([None] if model is not None else []):
+        label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
                                                       overrides, max_episode_steps)
-        results[label] = result
+        results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline
 

@@ -240,8 +240,8 @@ def train(
 def evaluate(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
                               autocompletion=_complete_env),
-    checkpoint: Path | None = typer.Option(
-        None, help="Checkpoint folder, or a run folder (its latest checkpoint)."
+    checkpoint: list[Path] = typer.Option(
+        [], help="Checkpoint folder, or a run folder (its latest checkpoint); repeat to compare several."
     ),
     model: str | None = typer.Option(
         None, help="Model to evaluate without a checkpoint, or the base model of an adapter."
@@ -284,6 +284,17 @@ def evaluate(
         json_out=json_out, device=device, dtype=dtype, quantize=quantize,
         policy_flags=policy_flags, max_episode_steps=max_episode_steps,
     )
+
+
+@app.command("runs")
+def list_runs(
+    folder: Path = typer.Argument(Path("runs"), help="The folder holding the run folders."),
+    json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List the runs in a folder, newest first: env, algorithm, status, progress, checkpoint."""
+    from textgym.cli import runlist
+
+    runlist.run(folder, json_out=json_out)
 
 
 @app.command()

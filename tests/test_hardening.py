@@ -310,3 +310,28 @@ def test_train_and_eval_show_progress_inside_an_update(cli, tmp_path, monkeypatc
     result = cli("eval", "bandit", "--checkpoint", run, "--episodes", 4, "--num-envs", 2)
     assert result.exit_code == 0, result.output
     assert "evaluating, episodes 2/4, 2 decisions, eta" in result.stderr
+
+
+# --- 16. eval of several checkpoints; textgym runs -----------------------------------------------
+
+def test_eval_of_two_checkpoints_evaluates_both(cli, finished_run, run, tmp_path):
+    result = cli("eval", "bandit", "--checkpoint", finished_run, "--checkpoint", run, "--episodes", 2, "--json")
+    assert result.exit_code == 0, result.output
+    assert sorted(json.loads(result.stdout)["results"]) == sorted([str(finished_run), str(run)])
+    line = one_error_line(cli("eval", "bandit", "--checkpoint", run, "--checkpoint", run / "checkpoint"))
+    assert "the same checkpoint is given twice" in line
+
+
+def test_runs_lists_the_run_folders(cli, finished_run, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(finished_run, root / "bandit-a")
+    (root / "notes").mkdir()                        # not a run folder
+    result = cli("runs", root, "--json")
+    assert result.exit_code == 0, result.output
+    [row] = json.loads(result.stdout)
+    assert row["run"] == str(root / "bandit-a") and row["env"] == "textgym/Bandit-v0" and row["algo"] == "reinforce"
+    assert row["status"] == "complete" and row["updates"] == 1 and row["episodes"] == 8
+    assert row["checkpoint_update"] == 1
+    table = cli("runs", root)
+    assert "bandit-a" in table.stdout and "update 1" in table.stdout and "1 runs in" in table.stdout
+    assert "is not a folder" in one_error_line(cli("runs", tmp_path / "nowhere"))
