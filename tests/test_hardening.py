@@ -335,3 +335,35 @@ def test_runs_lists_the_run_folders(cli, finished_run, tmp_path):
     table = cli("runs", root)
     assert "bandit-a" in table.stdout and "update 1" in table.stdout and "1 runs in" in table.stdout
     assert "is not a folder" in one_error_line(cli("runs", tmp_path / "nowhere"))
+
+
+# --- 15. bounded alarm history ------------------------------------------------------------------
+
+def test_the_bounded_alarm_history_raises_what_the_whole_one_raises():
+    import random
+
+    from textgym.trainers import alarms
+
+    rng = random.Random(0)
+    history, kept = [], []
+    reference = alarms.Reference(solved=1.0)
+    for update in range(1, 300):
+        stats = alarms.UpdateStats(update=update, return_mean=rng.random() * 0.5,
+                                   entropy=None if update < 5 else rng.random(), invalid_rate=rng.random() * 0.5,
+                                   kl=rng.random() * 0.2, top_answer_share=rng.random(), answer_choices=2)
+        history.append(stats)
+        kept.append(stats)
+        assert alarms.raised(kept, reference) == alarms.raised(history, reference), update
+        kept = alarms.bounded(kept)
+    assert len(kept) <= alarms.HISTORY_KEPT + 2
+
+
+def test_a_long_run_keeps_a_bounded_alarm_history(tiny_policy, tmp_path):
+    from textgym.trainers import alarms, make_trainer
+
+    config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path)
+    trainer.train(updates=alarms.HISTORY_KEPT + 8)
+    assert len(trainer.alarm_history) <= alarms.HISTORY_KEPT + 2
+    state = json.loads((trainer.save_checkpoint() / "trainer_state.json").read_text())
+    assert len(state["alarm_history"]) <= alarms.HISTORY_KEPT + 2

@@ -429,6 +429,7 @@ class Trainer:
             metrics["check"] = self.greedy_check(check).to_dict()
         self.alarm_history.append(alarms.UpdateStats.from_metrics(metrics))
         raised = alarms.raised(self.alarm_history, self.alarm_reference)
+        self.alarm_history = alarms.bounded(self.alarm_history)  # bounded in memory and in checkpoints
         for alarm in raised:
             logger.info(alarm.line())
         metrics["alarms"] = [alarm.to_dict() for alarm in raised]
