@@ -367,3 +367,35 @@ def test_a_long_run_keeps_a_bounded_alarm_history(tiny_policy, tmp_path):
     assert len(trainer.alarm_history) <= alarms.HISTORY_KEPT + 2
     state = json.loads((trainer.save_checkpoint() / "trainer_state.json").read_text())
     assert len(state["alarm_history"]) <= alarms.HISTORY_KEPT + 2
+
+
+# --- 12. the greedy checks in the saved results ----------------------------------------------------
+
+def test_greedy_checks_are_in_tensorboard_the_plot_and_the_wall_time(fault_envs, tiny_policy, tmp_path, cli,
+                                                                     finished_run):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from textgym.trainers import make_trainer
+    from textgym.trainers.early_stop import EarlyStop
+
+    config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
+    trainer = make_trainer("reinforce", tiny_policy, env="fault/Slow-v0", config=config, out_dir=tmp_path / "slow",
+                           env_kwargs={"delay": 0.1})
+    history = trainer.train(updates=2, early_stop=EarlyStop(until=100.0, every=1, episodes=2))
+    trainer.writer.close()
+    spent = sum(m["rollout_seconds"] + m["update_seconds"] + m["check"]["seconds"] for m in history)
+    assert history[-1]["wall_time"] >= spent   # the checks (0.4 s of sleeping each) are in the run's time
+    events = EventAccumulator(str(tmp_path / "slow" / "tb"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("check/return_mean")] == [1, 2]
+    assert [e.value for e in events.Scalars("check/solved")] == [0.0, 0.0]
+
+    (tmp_path / "slow" / "config.toml").write_text('env = "fault/Slow-v0"\n')
+    from textgym.cli.plotting import figure_of, with_checks, read_metrics
+
+    figure = figure_of([("slow", with_checks(read_metrics(tmp_path / "slow")))])
+    lines = figure.axes[0].get_lines()
+    assert [list(line.get_ydata()) for line in lines][1] == [m["check"]["return_mean"] for m in history]
+    result = cli("plot", finished_run, tmp_path / "slow", "--out", tmp_path / "both.png")
+    assert result.exit_code == 0, result.output
+    assert "trained on different envs (textgym/Bandit-v0, fault/Slow-v0)" in result.stderr

@@ -427,6 +427,7 @@ class Trainer:
         metrics.update(self._answer_metrics(steps))
         if check is not None:
             metrics["check"] = self.greedy_check(check).to_dict()
+            metrics["wall_time"] = round(self.wall_time(), 3)  # the check is part of the run's time
         self.alarm_history.append(alarms.UpdateStats.from_metrics(metrics))
         raised = alarms.raised(self.alarm_history, self.alarm_reference)
         self.alarm_history = alarms.bounded(self.alarm_history)  # bounded in memory and in checkpoints
