@@ -1,6 +1,6 @@
 """Learning curves from ``metrics.jsonl`` files (one JSON object per update).
 
-Up to five quantities (mean return, win/loss rates of games, mean episode length,
+Up to five quantities (mean return with the greedy checks dashed, win/loss rates of games, mean episode length,
 invalid-answer rate, KL) against two x axes (episodes and wall time); several runs are
 overlaid. A panel no run has data for is left out. The KL axis is symmetric-log: a policy that
 collapses can log a KL of 1e15 once, and a linear axis would flatten every other point of
@@ -22,7 +22,7 @@ from textgym.cli.errors import CLIError
 # has a KL penalty, is the KL to the reference policy (dashed). Game outcomes (two-player
 # games) come second.
 PANELS = (
-    (("return_mean", "check_return_mean"), "mean return; greedy checks (dashed)"),
+    (("return_mean", "check_return_mean"), "mean return"),  # dashed: the greedy checks
     (("win_rate", "loss_rate"), "win rate (solid), loss rate (dashed)"),
     (("length_mean",), "mean episode length"),
     (("invalid_rate",), "invalid-answer rate"),

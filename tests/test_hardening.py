@@ -391,7 +391,7 @@ def test_greedy_checks_are_in_tensorboard_the_plot_and_the_wall_time(fault_envs,
     assert [e.value for e in events.Scalars("check/solved")] == [0.0, 0.0]
 
     (tmp_path / "slow" / "config.toml").write_text('env = "fault/Slow-v0"\n')
-    from textgym.cli.plotting import figure_of, with_checks, read_metrics
+    from textgym.cli.plotting import figure_of, read_metrics, with_checks
 
     figure = figure_of([("slow", with_checks(read_metrics(tmp_path / "slow")))])
     lines = figure.axes[0].get_lines()
