@@ -279,6 +279,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a run config file; unknown keys and wrong types are errors (CLIError)."""
     path = Path(path)
     if not path.is_file():
+        if path.is_dir():
+            raise CLIError(f"config file {path} is a folder, not a TOML file")
+        if path.exists():  # /dev/zero, a pipe: reading it could never end
+            raise CLIError(f"config file {path} is not a regular file")
         raise CLIError(f"config file {path} does not exist")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))

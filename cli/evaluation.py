@@ -98,6 +98,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             trainer.load_state(folder)
         except (ValueError, FileNotFoundError, KeyError) as exc:
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
+        except RuntimeError as exc:  # torch's size-mismatch report runs to kilobytes
+            base = recorded.get("name")
+            raise CLIError(f"cannot load checkpoint {checkpoint} into model {model!r}: its weights do not fit"
+                           + (f" (it fine-tunes {base!r}; drop --model)" if base and base != model else "")) from exc
     label = "checkpoint" if checkpoint is not None else model
     from textgym.cli.display import evaluation_progress
 

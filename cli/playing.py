@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from textgym.cli.envtools import make_env, resolve_env
+from textgym.cli.errors import CLIError
 
 
 def _rule(title: str) -> str:
@@ -31,6 +32,8 @@ def _read_answer() -> str | None:
 
 
 def run(env: str, seed: int | None = None, episodes: int = 1) -> None:
+    if sys.stdin is None or sys.stdin.closed:
+        raise CLIError("textgym play reads your answers from stdin, which is closed")
     env_id = resolve_env(env)
     game = make_env(env_id)
     print(f"Playing {env_id}. Type an answer per step; Ctrl-D quits.")

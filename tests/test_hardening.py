@@ -399,3 +399,37 @@ def test_greedy_checks_are_in_tensorboard_the_plot_and_the_wall_time(fault_envs,
     result = cli("plot", finished_run, tmp_path / "slow", "--out", tmp_path / "both.png")
     assert result.exit_code == 0, result.output
     assert "trained on different envs (textgym/Bandit-v0, fault/Slow-v0)" in result.stderr
+
+
+# --- 10. one clear line for each bad input the sweep found -----------------------------------------
+
+def test_eval_with_another_base_model_is_one_short_line(cli, finished_run):
+    result = cli("eval", "bandit", "--checkpoint", finished_run, "--model", "smollm2-135m", "--episodes", 1)
+    assert result.exit_code == 1 and "Traceback" not in result.output and len(result.stderr) < 600
+    line = result.stderr.splitlines()[-1]
+    assert "weights do not fit (it fine-tunes 'tiny'; drop --model)" in line and len(line) < 400, line
+
+
+def test_bad_paths_and_env_ids_are_one_short_line(cli, tmp_path):
+    line = one_error_line(cli("train", "bandit", "--config", tmp_path))
+    assert "is a folder, not a TOML file" in line
+    line = one_error_line(cli("train", "bandit", "--config", "/dev/zero"))
+    assert "/dev/zero is not a regular file" in line
+    line = one_error_line(cli("train", "../../etc/passwd:Foo-v0"))
+    assert "'../../etc/passwd' is not a Python module name" in line
+    line = one_error_line(cli("train", "nosuchmodule_xyz:Foo-v0"))
+    assert "cannot import module 'nosuchmodule_xyz'" in line
+    line = one_error_line(cli("train", "bandit", "--out", tmp_path / ("x" * 300) / ("y" * 100_000)))
+    assert len(line) < 1000 and "characters ...]" in line, len(line)
+
+
+def test_warnings_lose_their_colour_codes_and_play_without_stdin_is_one_line(cli, monkeypatch):
+    from textgym.cli import errors
+
+    text = errors._one_line_warning("\x1b[33mWARN: the env checker found a problem\x1b[0m", UserWarning)
+    assert text == "textgym: warning: WARN: the env checker found a problem\n"
+    from textgym.cli import playing
+
+    monkeypatch.setattr("sys.stdin", None)      # `textgym play cartpole <&-`
+    with pytest.raises(errors.CLIError, match="reads your answers from stdin, which is closed"):
+        playing.run("cartpole")
