@@ -313,11 +313,13 @@ def play(
                               autocompletion=_complete_env),
     seed: int | None = typer.Option(None, help="Seed of the first episode."),
     episodes: int = typer.Option(1, min=1, help="Episodes to play."),
+    checkpoint: Path | None = typer.Option(
+        None, help="Watch this run's (or checkpoint's) agent play greedily, with the run's env settings."),
 ) -> None:
     """Play a text env yourself: see the exact prompt, type answers (Ctrl-D quits)."""
     from textgym.cli import playing
 
-    playing.run(env, seed=seed, episodes=episodes)
+    playing.run(env, seed=seed, episodes=episodes, checkpoint=checkpoint)
 
 
 @app.command("export")

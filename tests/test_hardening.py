@@ -433,3 +433,22 @@ def test_warnings_lose_their_colour_codes_and_play_without_stdin_is_one_line(cli
     monkeypatch.setattr("sys.stdin", None)      # `textgym play cartpole <&-`
     with pytest.raises(errors.CLIError, match="reads your answers from stdin, which is closed"):
         playing.run("cartpole")
+
+
+# --- 11. play as training sees it; watch a trained agent ---------------------------------------------
+
+def test_play_uses_the_training_wording_and_plays_a_checkpoint(cli, finished_run):
+    from textgym.registry import training_defaults
+
+    word = training_defaults("textgym/CartPole-v1", "score").env_kwargs["word"]
+    result = cli("play", "cartpole", "--seed", 0, input="LEFT\n")
+    assert result.exit_code == 0, result.output
+    observation = result.stdout.split("observation")[1]
+    assert word == "heading" and f"word={word!r}" in result.stdout
+    assert ", falling " in observation and " turning " not in observation   # the heading wording
+    result = cli("play", "bandit", "--checkpoint", finished_run, "--seed", 5, "--episodes", 2)
+    assert result.exit_code == 0, result.output
+    assert "Watching the agent of" in result.stdout and result.stdout.count("(the agent)") == 2
+    assert result.stdout.count("episode over") == 2
+    line = one_error_line(cli("play", "cartpole", "--checkpoint", finished_run))
+    assert "was trained on textgym/Bandit-v0, not textgym/CartPole-v1" in line
