@@ -452,3 +452,34 @@ def test_play_uses_the_training_wording_and_plays_a_checkpoint(cli, finished_run
     assert result.stdout.count("episode over") == 2
     line = one_error_line(cli("play", "cartpole", "--checkpoint", finished_run))
     assert "was trained on textgym/Bandit-v0, not textgym/CartPole-v1" in line
+
+
+# --- 13. an exported adapter loads offline with plain PEFT -------------------------------------------
+
+def test_the_model_card_says_how_to_load_the_adapter_offline_and_get_an_action(tmp_path, unreachable_hub,
+                                                                                 monkeypatch):
+    import torch
+
+    from textgym import lora, models
+    from textgym.policy import Policy
+    from textgym.policy.persistence import model_card, read_record, save
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    policy = Policy.from_pretrained("smollm2-135m", device="cpu")
+    policy.model = lora.add_lora(policy.model, lora.LoraSettings(r=2, alpha=4, layers=1), model_name="smollm2-135m")
+    with torch.no_grad():   # a trained adapter: B is not zero
+        for name, parameter in policy.model.named_parameters():
+            if "lora_B" in name:
+                parameter.fill_(0.01)
+    folder = save(policy, tmp_path / "saved")
+    card = model_card(read_record(folder), str(folder / "adapter"), training={"env": "textgym/Bandit-v0"}).text
+    assert "`AutoPeftModelForCausalLM` would try to download" in card and str(models.local_copy("smollm2-135m")) in card
+    assert 'env = textgym.make("textgym/Bandit-v0")' in card and "policy.act([obs]" in card
+    offline = card.split("and add the adapter:")[1].split("```python\n")[1].split("```")[0]
+    offline = offline.replace(f'AutoTokenizer.from_pretrained("{folder / "adapter"}")',
+                              f'AutoTokenizer.from_pretrained("{folder / "tokenizer"}")')  # a save keeps it there
+    namespace: dict = {}
+    exec(offline, namespace)  # the card's code, with the hub unreachable
+    ids = torch.tensor([[1, 2, 3, 4]])
+    with torch.no_grad():
+        assert torch.allclose(namespace["model"](ids).logits, policy.model(ids).logits, atol=1e-4)
