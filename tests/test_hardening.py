@@ -479,7 +479,7 @@ def test_the_model_card_says_how_to_load_the_adapter_offline_and_get_an_action(t
     offline = offline.replace(f'AutoTokenizer.from_pretrained("{folder / "adapter"}")',
                               f'AutoTokenizer.from_pretrained("{folder / "tokenizer"}")')  # a save keeps it there
     namespace: dict = {}
-    exec(offline, namespace)  # the card's code, with the hub unreachable
+    exec(offline, namespace)  # noqa: S102 - the card's own code, with the hub unreachable
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.allclose(namespace["model"](ids).logits, policy.model(ids).logits, atol=1e-4)
