@@ -483,3 +483,34 @@ def test_the_model_card_says_how_to_load_the_adapter_offline_and_get_an_action(t
     ids = torch.tensor([[1, 2, 3, 4]])
     with torch.no_grad():
         assert torch.allclose(namespace["model"](ids).logits, policy.model(ids).logits, atol=1e-4)
+
+
+def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_policy, monkeypatch):
+    import os
+    import signal
+
+    import gymnasium as gym
+
+    import textgym
+    from textgym import rollout
+    from textgym.cli.stopping import StopSignals
+
+    class SignalsAtSteps(gym.Wrapper):
+        """Ctrl-C pressed at the 3rd and the 6th step (the process signals itself)."""
+
+        steps = 0
+
+        def step(self, action):
+            SignalsAtSteps.steps += 1
+            if SignalsAtSteps.steps in (3, 6):
+                os.kill(os.getpid(), signal.SIGINT)
+            return super().step(action)
+
+    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
+    env = SignalsAtSteps(textgym.make("fault/Endless-v0"))
+    messages = []
+    with StopSignals(lambda message, style=None: messages.append(message)) as stop:
+        with pytest.raises(KeyboardInterrupt):
+            rollout.collect(tiny_policy, env, episodes=1, seed=0)
+    assert stop.reason == "Ctrl-C" and "stopping after this update" in messages[0]
+    assert SignalsAtSteps.steps == 6
