@@ -490,10 +490,10 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
     import signal
 
     import gymnasium as gym
+    from textgym.cli.stopping import StopSignals
 
     import textgym
     from textgym import rollout
-    from textgym.cli.stopping import StopSignals
 
     class SignalsAtSteps(gym.Wrapper):
         """Ctrl-C pressed at the 3rd and the 6th step (the process signals itself)."""
