@@ -509,8 +509,8 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
     monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
     env = SignalsAtSteps(textgym.make("fault/Endless-v0"))
     messages = []
-    with StopSignals(lambda message, style=None: messages.append(message)) as stop:
-        with pytest.raises(KeyboardInterrupt):
-            rollout.collect(tiny_policy, env, episodes=1, seed=0)
+    with StopSignals(lambda message, style=None: messages.append(message)) as stop, \
+            pytest.raises(KeyboardInterrupt):
+        rollout.collect(tiny_policy, env, episodes=1, seed=0)
     assert stop.reason == "Ctrl-C" and "stopping after this update" in messages[0]
     assert SignalsAtSteps.steps == 6
