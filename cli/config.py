@@ -173,6 +173,12 @@ def read_chat_template(path: str | Path) -> str:
         jinja2.Environment().parse(text)
     except jinja2.TemplateSyntaxError as exc:
         raise CLIError(f"chat template {path}, line {exc.lineno}: {exc.message}") from None
+    from textgym.policy.prompts import check_chat_template
+
+    try:
+        check_chat_template(text)
+    except ValueError as exc:
+        raise CLIError(f"chat template {path}: {exc}") from None
     return text
 
 
@@ -285,6 +291,10 @@ def load_toml(path: str | Path) -> dict[str, Any]:
     """Read a run config file; unknown keys and wrong types are errors (CLIError)."""
     path = Path(path)
     if not path.is_file():
+        if path.is_dir():
+            raise CLIError(f"config file {path} is a folder, not a TOML file")
+        if path.exists():  # /dev/zero, a pipe: reading it could never end
+            raise CLIError(f"config file {path} is not a regular file")
         raise CLIError(f"config file {path} does not exist")
     try:
         raw = tomllib.loads(path.read_text(encoding="utf-8"))

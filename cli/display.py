@@ -12,10 +12,11 @@ instead; with ``quiet`` it prints nothing. Messages go through :func:`textgym.cl
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rich.console import Console, RenderableType
@@ -103,6 +104,31 @@ def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = Non
     return f"{head}; stops {', '.join(stops[:-1])} or {stops[-1]}, whichever comes first"
 
 
+def progress_line(progress: Any, update: int | None = None) -> str:
+    """What a rollout in progress is doing (a :class:`textgym.rollout.RolloutProgress`), one line:
+    ``update 3: playing episodes 5/16, 40 decisions, eta 12s`` (``update``: the update it belongs
+    to; ``None``: an evaluation).
+
+    Example:
+        >>> from textgym.rollout import RolloutProgress
+        >>> progress_line(RolloutProgress(False, 4, 16, 40, 10.0), update=3)
+        'update 3: playing episodes 4/16, 40 decisions, eta 30s'
+        >>> progress_line(RolloutProgress(False, 16, 16, 160, 40.0, finished=True), update=3)
+        'update 3: optimising on 160 decisions (the episodes took 40s)'
+        >>> progress_line(RolloutProgress(True, 2, 8, 30, 5.0), update=3)
+        'update 3: greedy check, episodes 2/8, 30 decisions, eta 15s'
+    """
+    if progress.finished and not progress.greedy:
+        return f"update {update}: optimising on {progress.decisions} decisions (the episodes took {progress.seconds:.0f}s)"
+    phase = ("evaluating" if update is None else "greedy check") if progress.greedy else "playing"
+    head = f"{phase}," if progress.greedy else phase
+    line = f"{head} episodes {progress.episodes}/{progress.planned or '?'}, {progress.decisions} decisions"
+    if progress.episodes and progress.planned:
+        left = progress.seconds / progress.episodes * (progress.planned - progress.episodes)
+        line += f", eta {left:.0f}s"
+    return line if update is None else f"update {update}: {line}"
+
+
 def check_line(check: dict[str, Any]) -> str:
     """``update 4 check: greedy return 132 on 8 held-out episodes (target 195)`` from a metrics
     line's ``check``."""
@@ -183,6 +209,20 @@ class LiveDisplay:
         console = self._progress.console if self._progress is not None else self.console
         say(message, style=style, console=console)
 
+    def progress(self, progress: Any, update: int) -> None:
+        """Show what the update ``update`` is doing (a rollout's :class:`textgym.rollout.RolloutProgress`:
+        playing its episodes, optimising, its greedy check) under the bar; off a terminal, a plain
+        line when no line came for :data:`PLAIN_REPORT_SECONDS`."""
+        if self.quiet:
+            return
+        line = progress_line(progress, update)
+        if self._progress is not None:
+            self._progress.stats = Text(line, no_wrap=True, overflow="ellipsis")
+            self._progress.refresh()
+        elif time.monotonic() - self._last_report >= PLAIN_REPORT_SECONDS:
+            self._last_report = time.monotonic()
+            say(line, console=self.console)
+
     def update(self, metrics: dict[str, Any]) -> None:
         """Advance to the update of ``metrics``, show its statistics, and a line for its greedy
         check and for each alarm it raised (an alarm is raised once, when it starts)."""
@@ -211,3 +251,27 @@ class LiveDisplay:
             self.log(check_line(metrics["check"]), style="green" if metrics["check"].get("solved") else None)
         for alarm in metrics.get("alarms") or []:
             self.log(alarm_line(alarm), style="yellow")
+
+
+@contextlib.contextmanager
+def evaluation_progress(console: Console | None = None) -> Iterator[None]:
+    """While the block evaluates (``textgym eval``), show its progress on stderr: on a terminal a
+    status line (:func:`progress_line`: episodes done, decisions, ETA), elsewhere a plain line
+    when none came for :data:`PLAIN_REPORT_SECONDS`."""
+    from textgym.rollout import watch
+
+    console = console or Console(file=sys.stderr)
+    last = time.monotonic()
+    with contextlib.ExitStack() as stack:
+        status = stack.enter_context(console.status("evaluating...")) if console.is_terminal else None
+
+        def show(progress: Any) -> None:
+            nonlocal last
+            if status is not None:
+                status.update(progress_line(progress))
+            elif time.monotonic() - last >= PLAIN_REPORT_SECONDS:
+                last = time.monotonic()
+                say(progress_line(progress), console=console)
+
+        stack.enter_context(watch(show))
+        yield

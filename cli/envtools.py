@@ -21,8 +21,14 @@ def resolve_env(name: str) -> str:
     """
     from textgym import registry
 
+    module = name.split(":", 1)[0] if ":" in name else None
+    if module is not None and not all(part.isidentifier() for part in module.split(".")):
+        raise CLIError(f"{name!r}: {module[:200]!r} is not a Python module name (module:Env-v0 imports "
+                       "the module, e.g. mygames.envs:Maze-v0)")
     try:
         env_id = registry.resolve_id(name)
+    except ImportError as exc:
+        raise CLIError(f"cannot import module {module!r} for the env {name!r}: {type(exc).__name__}: {exc}") from None
     except registry.UnknownEnvError as exc:
         message = str(exc).replace("textgym.list_envs() lists", "`textgym envs` lists")
         raise CLIError(message) from exc

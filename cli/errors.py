@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import traceback
 import warnings
@@ -61,8 +62,19 @@ def os_error_reason(exc: OSError) -> str:
     return _OS_ERROR_REASONS.get(exc.errno, exc.strerror or str(exc))
 
 
+#: An error line longer than this keeps its start and end (an over-long path would print kilobytes).
+MAX_LINE = 600
+
+_ANSI_CODES = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+
+
 def _one_line(message: str) -> str:
-    return " ".join(str(message).split())
+    """``message`` on one line, without terminal colour codes (Gymnasium colours its warnings),
+    its middle cut when it is longer than :data:`MAX_LINE`."""
+    text = " ".join(_ANSI_CODES.sub("", str(message)).split())
+    if len(text) > MAX_LINE:
+        text = f"{text[:MAX_LINE // 2]} [... {len(text) - MAX_LINE} characters ...] {text[-MAX_LINE // 2:]}"
+    return text
 
 
 def _one_line_warning(message: Warning | str, category: type[Warning], *args: Any,

@@ -45,7 +45,7 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
                       episodes: int, num_envs: int, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
-                      overrides: dict[str, Any] | None = None,
+                      overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
     ``overrides``: policy settings given as flags, over the checkpoint's own."""
@@ -80,6 +80,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
         registered = training_defaults(env_id, mode)
         settings, env_kwargs = dict(registered.policy), dict(registered.env_kwargs)
+    if max_episode_steps is not None:  # the env's own step limit, over the run's
+        env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
     overrides = overrides or {}
     if checkpoint is not None:
         _say_settings(settings, overrides)
@@ -96,8 +98,15 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             trainer.load_state(folder)
         except (ValueError, FileNotFoundError, KeyError) as exc:
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
+        except RuntimeError as exc:  # torch's size-mismatch report runs to kilobytes
+            base = recorded.get("name")
+            raise CLIError(f"cannot load checkpoint {checkpoint} into model {model!r}: its weights do not fit"
+                           + (f" (it fine-tunes {base!r}; drop --model)" if base and base != model else "")) from exc
     label = "checkpoint" if checkpoint is not None else model
-    result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+    from textgym.cli.display import evaluation_progress
+
+    with evaluation_progress():
+        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
     return label, with_stderr(result), dict(env_kwargs or {})
 
 
@@ -114,10 +123,10 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
         err=True)
 
 
-def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
+def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode: str | None,
         baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
-        policy_flags: dict[str, Any] | None = None) -> None:
+        policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> None:
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -125,20 +134,23 @@ def run(env: str, checkpoint: Path | None, model: str | None, mode: str | None,
     if overrides:
         policy_config(None, mode, None, overrides)  # bad values fail here, before any model loads
     env_id = resolve_env(env)
-    if checkpoint is None and model is None and not baselines:
+    checkpoints = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint or [])
+    if not checkpoints and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
-    if checkpoint is not None:
-        find_checkpoint(checkpoint)  # fail before loading a model
+    if len({find_checkpoint(c)[0].resolve() for c in checkpoints}) < len(checkpoints):  # before any model loads
+        raise CLIError("the same checkpoint is given twice")
     results: dict[str, dict[str, Any] | None] = {}
     env_kwargs: dict[str, Any] = {}
-    if checkpoint is not None or model is not None:
-        label, result, env_kwargs = _model_evaluation(env_id, checkpoint, model, mode, episodes,
+    for one in checkpoints or ([None] if model is not None else []):
+        label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
-                                                      overrides)
-        results[label] = result
+                                                      overrides, max_episode_steps)
+        results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline
 
+        if max_episode_steps is not None:
+            env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
         game = make_env(env_id, **env_kwargs)  # the same env settings as the run
         try:
             for kind in dict.fromkeys(baselines):

@@ -105,6 +105,12 @@ def _check_out(out: Path, force: bool, checkpoint: Path, run_dir: Path | None) -
         if target == protected or target in protected.parents or protected in target.parents:
             raise CLIError(f"--out {out} is inside or around {protected}: export to a folder of "
                            "its own")
+    from textgym.cli.runs import is_run_folder
+
+    for folder in (target, *target.parents):  # a run's next save would replace what is written there
+        if folder.is_dir() and is_run_folder(folder):
+            raise CLIError(f"--out {out} is {'' if folder == target else 'inside '}the run folder {folder}: "
+                           "export to a folder of its own")
     if out.exists() and not out.is_dir():
         raise CLIError(f"--out {out} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):

@@ -69,6 +69,8 @@ _NORMALIZATION_HELP = ("Score mode: a candidate's score is the sum of its token 
                        "their mean (token) or the sum per word (word).")
 _CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the tokenizer's (its text is saved with the run)."
 _EVAL_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the checkpoint's or the tokenizer's."
+_MAX_EPISODE_STEPS_HELP = ("Cut episodes after N steps, marked truncated (the env's max_episode_steps); "
+                           "an env without a limit of its own is cut at 1000.")
 
 
 def _print_version(value: bool) -> None:
@@ -174,6 +176,9 @@ def train(
     sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
+    max_episode_steps: int | None = typer.Option(
+        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
+        show_default="the env's"),
     out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>"
     ),
@@ -232,6 +237,7 @@ def train(
         "sft": str(sft) if sft else None,
         "transcripts": transcripts,
         "report_to": report_to,
+        "max_episode_steps": max_episode_steps,
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
@@ -243,8 +249,8 @@ def train(
 def evaluate(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
                               autocompletion=_complete_env),
-    checkpoint: Path | None = typer.Option(
-        None, help="Checkpoint folder, or a run folder (its latest checkpoint)."
+    checkpoint: list[Path] = typer.Option(
+        [], help="Checkpoint folder, or a run folder (its latest checkpoint); repeat to compare several."
     ),
     model: str | None = typer.Option(
         None, help="Model to evaluate without a checkpoint, or the base model of an adapter."
@@ -271,6 +277,9 @@ def evaluate(
         1_000_000, help="First seed of the held-out episodes (training uses small seeds)."
     ),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    max_episode_steps: int | None = typer.Option(
+        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
+        show_default="the run's"),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
@@ -282,8 +291,19 @@ def evaluate(
         env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
         baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,
         json_out=json_out, device=device, dtype=dtype, quantize=quantize,
-        policy_flags=policy_flags,
+        policy_flags=policy_flags, max_episode_steps=max_episode_steps,
     )
+
+
+@app.command("runs")
+def list_runs(
+    folder: Path = typer.Argument(Path("runs"), help="The folder holding the run folders."),
+    json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List the runs in a folder, newest first: env, algorithm, status, progress, checkpoint."""
+    from textgym.cli import runlist
+
+    runlist.run(folder, json_out=json_out)
 
 
 @app.command()
@@ -302,11 +322,13 @@ def play(
                               autocompletion=_complete_env),
     seed: int | None = typer.Option(None, help="Seed of the first episode."),
     episodes: int = typer.Option(1, min=1, help="Episodes to play."),
+    checkpoint: Path | None = typer.Option(
+        None, help="Watch this run's (or checkpoint's) agent play greedily, with the run's env settings."),
 ) -> None:
     """Play a text env yourself: see the exact prompt, type answers (Ctrl-D quits)."""
     from textgym.cli import playing
 
-    playing.run(env, seed=seed, episodes=episodes)
+    playing.run(env, seed=seed, episodes=episodes, checkpoint=checkpoint)
 
 
 @app.command("export")

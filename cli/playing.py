@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 from textgym.cli.envtools import make_env, resolve_env
+from textgym.cli.errors import CLIError
 
 
 def _rule(title: str) -> str:
@@ -30,10 +32,46 @@ def _read_answer() -> str | None:
     return line.rstrip("\n")
 
 
-def run(env: str, seed: int | None = None, episodes: int = 1) -> None:
+def _trained_agent(checkpoint: Path, env_id: str) -> tuple[Any, dict[str, Any]]:
+    """The policy of a run's checkpoint and the env settings it trained with (CLIError: not a
+    checkpoint, another env's, or unloadable)."""
+    from textgym.cli.evaluation import find_checkpoint
+
+    from textgym.trainers.checkpoint import read_state
+
+    folder, _ = find_checkpoint(checkpoint)
+    state = read_state(folder)
+    trained_on = str(state.get("env_id") or "").split(":")[-1]
+    if trained_on and trained_on != env_id:
+        raise CLIError(f"checkpoint {checkpoint} was trained on {trained_on}, not {env_id}")
+    from textgym.policy import Policy
+
+    try:
+        policy = Policy.load(folder)
+    except Exception as exc:
+        raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
+    return policy, dict(state.get("env_kwargs") or {})
+
+
+def run(env: str, seed: int | None = None, episodes: int = 1, checkpoint: Path | None = None) -> None:
+    """Play ``env`` with the settings ``textgym train ENV`` uses (its registered training
+    defaults' env settings: the same prompt wording), or with ``checkpoint`` watch that run's
+    agent play greedily, with the run's own env settings."""
+    if checkpoint is None and (sys.stdin is None or sys.stdin.closed):
+        raise CLIError("textgym play reads your answers from stdin, which is closed")
     env_id = resolve_env(env)
-    game = make_env(env_id)
-    print(f"Playing {env_id}. Type an answer per step; Ctrl-D quits.")
+    if checkpoint is not None:
+        policy, env_kwargs = _trained_agent(Path(checkpoint), env_id)
+    else:
+        from textgym.registry import training_defaults
+
+        policy, env_kwargs = None, dict(training_defaults(env_id, "score").env_kwargs)
+    game = make_env(env_id, **env_kwargs)
+    settings = f" with {', '.join(f'{k}={v!r}' for k, v in env_kwargs.items())}" if env_kwargs else ""
+    if policy is not None:
+        print(f"Watching the agent of {checkpoint} play {env_id}{settings} (greedy).")
+    else:
+        print(f"Playing {env_id}{settings}, as training sees it. Type an answer per step; Ctrl-D quits.")
     try:
         for episode in range(episodes):
             obs, info = game.reset(seed=None if seed is None else seed + episode)
@@ -44,7 +82,7 @@ def run(env: str, seed: int | None = None, episodes: int = 1) -> None:
                 print(_rule(f"step {steps + 1}: observation"))
                 print(obs)
                 print(f"(valid actions: {', '.join(info.get('valid_actions', []))})")
-                answer = _read_answer()
+                answer = _read_answer() if policy is None else _agent_answer(policy, obs, info)
                 if answer is None:
                     print("end of input: stopped.")
                     return
@@ -61,6 +99,14 @@ def run(env: str, seed: int | None = None, episodes: int = 1) -> None:
                   f"invalid answers {int(stats.get('invalid_count', 0))}")
     finally:
         game.close()
+
+
+def _agent_answer(policy: Any, observation: str, info: dict[str, Any]) -> str:
+    """The agent's greedy answer to one observation, printed like a typed one."""
+    [decision] = policy.act([observation], [info.get("system_prompt", "")], [info.get("valid_actions") or []],
+                            greedy=True)
+    print(f"> {decision.text}  (the agent)")
+    return decision.text
 
 
 def _plain(record: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """Learning curves from ``metrics.jsonl`` files (one JSON object per update).
 
-Up to five quantities (mean return, win/loss rates of games, mean episode length,
+Up to five quantities (mean return with the greedy checks dashed, win/loss rates of games, mean episode length,
 invalid-answer rate, KL) against two x axes (episodes and wall time); several runs are
 overlaid. A panel no run has data for is left out. The KL axis is symmetric-log: a policy that
 collapses can log a KL of 1e15 once, and a linear axis would flatten every other point of
@@ -22,7 +22,7 @@ from textgym.cli.errors import CLIError
 # has a KL penalty, is the KL to the reference policy (dashed). Game outcomes (two-player
 # games) come second.
 PANELS = (
-    (("return_mean",), "mean return"),
+    (("return_mean", "check_return_mean"), "mean return"),  # dashed: the greedy checks
     (("win_rate", "loss_rate"), "win rate (solid), loss rate (dashed)"),
     (("length_mean",), "mean episode length"),
     (("invalid_rate",), "invalid-answer rate"),
@@ -58,6 +58,24 @@ def read_metrics(run: str | Path) -> list[dict[str, Any]]:
                 break
             raise CLIError(f"{path}:{number}: not a JSON line ({exc})") from exc
     return records
+
+
+def with_checks(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` with each greedy check's mean return as ``check_return_mean`` (drawn beside the
+    training return: the check decides whether the run is solved)."""
+    return [{**r, "check_return_mean": r["check"].get("return_mean")} if isinstance(r.get("check"), dict) else r
+            for r in records]
+
+
+def run_env(run: str | Path) -> str | None:
+    """The env a run trained on (its config.toml), or ``None`` when unknown."""
+    folder = Path(run) if Path(run).is_dir() else Path(run).parent
+    try:
+        import tomllib
+
+        return tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("env")
+    except (OSError, ValueError):
+        return None
 
 
 def _is_number(value: Any) -> bool:
@@ -119,7 +137,15 @@ def plot_runs(runs: list[str | Path], out: str | Path, title: str | None = None)
 
     The image is written to a temporary file and renamed, so a reader never sees half a PNG.
     """
-    series = [(_label(Path(run)), read_metrics(run)) for run in runs]
+    series = [(_label(Path(run)), with_checks(read_metrics(run))) for run in runs]
+    envs = [run_env(run) for run in runs]
+    if len({env for env in envs if env}) > 1:  # returns of different envs are not comparable: say so
+        from textgym.cli.messages import say
+
+        series = [(f"{label} ({env or '?'})", records) for (label, records), env in zip(series, envs)]
+        title = (f"{title}: " if title else "") + "runs on different envs (returns not comparable)"
+        say(f"textgym: warning: these runs trained on different envs ({', '.join(dict.fromkeys(e or '?' for e in envs))}): "
+            "their returns are not comparable", err=True)
     figure = figure_of(series, title)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,14 @@ def looks_like_run(path: Path) -> bool:
     return any((path / name).exists() for name in RUN_FILES)
 
 
+def is_run_folder(path: Path) -> bool:
+    """Whether ``path`` is a textgym run folder, being trained into or with a run in it (a lock,
+    or ``config.toml`` beside a checkpoint or metrics): stricter than :func:`looks_like_run`, so
+    that a project folder with a ``config.toml`` of its own is not one."""
+    return (path / LOCK_FILE).exists() or ((path / "config.toml").is_file() and any(
+        (path / name).exists() for name in ("checkpoint", "checkpoint.old", "metrics.jsonl")))
+
+
 def _contents(path: Path) -> list[Path]:
     """What a folder holds besides a lock file (a stale one is left by a killed session)."""
     return [child for child in path.iterdir() if child.name != LOCK_FILE]

@@ -27,7 +27,7 @@ import typer
 
 from textgym import distributed
 from textgym.cli import config as run_config
-from textgym.cli import runs, stopping
+from textgym.cli import resuming, runs, stopping
 from textgym.cli.display import LiveDisplay, plan_line
 from textgym.cli.envtools import (
     check_env_kwargs,
@@ -38,14 +38,10 @@ from textgym.cli.envtools import (
 from textgym.cli.errors import EXIT_ERROR, CLIError
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_model
+from textgym.cli.resuming import CHANGEABLE_ON_RESUME as _CHANGEABLE_ON_RESUME
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
-# What a resumed run may change: its budget and when it stops, how it reports, and where and in
-# which precision the model runs. Everything else (env, model, quantization, algorithm and its
-# settings) comes from the run's checkpoint.
-_CHANGEABLE_ON_RESUME = ("updates", "episodes", "minutes", "until", "check_every", "check_episodes",
-                         "check_max_steps", "plot_every", "sample_every", "eval_episodes", "device", "dtype")
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
@@ -233,10 +229,16 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     main = process is None or process.is_main
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
     layer = run_config.trainer_flags(run_config.policy_flags(flags))  # as [policy] and [trainer] tables
+    if layer.get("max_episode_steps") is not None:  # the env's own step limit: an [env_kwargs] key
+        layer = {**layer, "env_kwargs": {**(layer.get("env_kwargs") or {}),
+                                         "max_episode_steps": layer["max_episode_steps"]}}
+    layer.pop("max_episode_steps", None)
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
-        env_kwargs = _checkpoint_env_kwargs(run_dir)
+        state = _checkpoint_state(run_dir)
+        resuming.check_identity(run_dir, cfg, state)
+        env_kwargs = _checkpoint_env_kwargs(run_dir, state)
     else:
         cfg = _new_config(file_layer, layer, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
@@ -245,9 +247,14 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
     _check_policy_table(cfg)
-    _fill_from_policy(cfg, policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy))
+    policy_settings = policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)
+    _fill_from_policy(cfg, policy_settings)
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
+    if resume is not None:  # config.toml must still describe what the checkpoint trained
+        resuming.check_settings(
+            run_dir, state, trainer_config.to_dict(),
+            {**policy_settings.to_dict(), "history": run_config.history_setting(cfg.history)})
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
     check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
@@ -392,16 +399,20 @@ def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessConte
         yield
 
 
-def _checkpoint_env_kwargs(run_dir: Path) -> dict[str, Any]:
-    """The env settings a resumed run's checkpoint makes its envs with (CLIError: none yet)."""
+def _checkpoint_state(run_dir: Path) -> dict[str, Any]:
+    """The JSON state of a resumed run's checkpoint (CLIError: none yet, unreadable)."""
     from textgym.trainers.checkpoint import read_state
 
     try:
-        state = read_state(run_dir / CHECKPOINT)
+        return read_state(run_dir / CHECKPOINT)
     except FileNotFoundError:
         raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
     except (OSError, ValueError) as exc:
         raise CLIError(f"cannot resume: unreadable checkpoint in {run_dir}: {exc}") from exc
+
+
+def _checkpoint_env_kwargs(run_dir: Path, state: dict[str, Any]) -> dict[str, Any]:
+    """The env settings a resumed run's checkpoint makes its envs with."""
     env_kwargs = state.get("env_kwargs") or {}
     if not isinstance(env_kwargs, dict):
         raise CLIError(f"cannot resume: the checkpoint in {run_dir} has malformed env_kwargs")
@@ -435,7 +446,11 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     number of processes wrote it)."""
     from textgym.trainers import Trainer
 
+    from textgym.trainers.checkpoint import remove_stale_temporary
+
     checkpoint = run_dir / CHECKPOINT
+    if process.is_main and remove_stale_temporary(checkpoint) and not quiet:  # a failed or killed save's
+        say(f"textgym: removed {CHECKPOINT}.tmp, a half-written checkpoint an earlier session left")
     try:
         # env: the id checked by _resume_config, never the one trainer_state.json names.
         trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process)
@@ -443,7 +458,13 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
     resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
     if process.is_main and resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+        before = run_config.load_toml(run_dir / CONFIG_FILE)
+        changes = resuming.record_changes(run_dir, before, cfg.to_dict(), trainer.update_count)
         (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
+        if changes and not quiet:
+            say("textgym: this session changes " + ", ".join(
+                f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+                + f" (recorded in {resuming.RESUMES_FILE})")
     repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
     if repair is not None and not quiet:
         if repair.past_checkpoint:
@@ -497,6 +518,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     done = trainer.update_count
     early_stop = run_config.early_stop(cfg)
     updates_this_session = 0
+    written = done  # the last update whose metrics are written
     started = time.monotonic()
     status = "complete"
     processes = process.gather([{"host": socket.gethostname(), "pid": os.getpid()}])
@@ -513,7 +535,12 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
-    with display, StopSignals(display.log) as stop:
+    from textgym.rollout import watch
+
+    def rollout_progress(progress: Any) -> None:  # inside an update: its episodes, optimisation, check
+        display.progress(progress, trainer.update_count + (0 if progress.greedy else 1))
+
+    with display, StopSignals(display.log) as stop, watch(rollout_progress):
         display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
                               early_stop.until if early_stop else None,
                               early_stop.every if early_stop else None,
@@ -521,8 +548,9 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
-            nonlocal updates_this_session
+            nonlocal updates_this_session, written
             updates_this_session += 1
+            written = metrics["update"]
             display.update(metrics)
             if (updates_this_session % cfg.plot_every == 0
                     and time.monotonic() - last_plot >= MIN_PLOT_SECONDS):
@@ -538,10 +566,20 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 trainer.train(updates=total - done, seconds=cfg.minutes * 60 if cfg.minutes else None,
                               callback=callback, early_stop=early_stop)
             except Exception as exc:
-                # The last periodic checkpoint stays; say so in the summary, then fail.
+                # An env that raised in a rollout left the trainer at its last complete update:
+                # that is saved; otherwise the last periodic checkpoint stays. The summary says which.
+                saved = _save_completed_updates(trainer, exc, written, run_dir)
                 if process.is_main:
                     _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started,
                                    planned=total)
+                if saved is not None:
+                    raise CLIError(f"{exc}; updates 1-{saved} are saved: fix the env, then continue with: "
+                                   f"textgym train --resume {run_dir}") from exc
+                if type(exc).__name__ == "NonFiniteWeightsError":
+                    kept = _checkpoint_summary(run_dir / CHECKPOINT).get("checkpoint_update")
+                    raise CLIError(f"training diverged at update {trainer.update_count} (is lr too high?): "
+                                   f"{exc}; " + (f"the checkpoint of update {kept} stays" if kept else
+                                                 "no checkpoint was saved")) from exc
                 raise
             status = _STATUS[trainer.stopped_by]
         else:
@@ -578,6 +616,20 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                     f"{check['episodes']} held-out episodes")
         say(f"textgym: {head}: {updates} update{'' if updates == 1 else 's'}, "
             f"{summary.get('episodes')} episodes{trend}. Run folder: {run_dir}")
+
+
+def _save_completed_updates(trainer: Any, exc: Exception, written: int, run_dir: Path) -> int | None:
+    """After an env raised during an update's rollout (:class:`textgym.rollout.EnvError`), save a
+    checkpoint of the updates completed so far and return its update; ``None`` when nothing is
+    saved: another error, one past the rollout (the update's weights may be half-changed), or
+    several processes (the others are not here to save with this one)."""
+    from textgym.rollout import EnvError
+
+    if (not isinstance(exc, EnvError) or trainer.process.is_distributed or trainer.update_count == 0
+            or trainer.update_count != written):
+        return None
+    trainer.save_checkpoint(run_dir / CHECKPOINT)
+    return trainer.update_count
 
 
 def _agreed_stop_reason(reason: str | None, process: distributed.ProcessContext) -> str | None:
@@ -621,10 +673,21 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         "until": cfg.until if cfg.check_every != 0 else None,
         **runs.summarize_metrics(records),
         "session_seconds": round(time.monotonic() - started, 3),
-        "checkpoint": str(run_dir / CHECKPOINT),
+        **_checkpoint_summary(run_dir / CHECKPOINT),
         **({"processes": processes} if processes is not None else {}),
     }
     if evaluation is not None:
         summary["eval"] = evaluation
     runs.write_json(run_dir / "summary.json", summary)
     return summary
+
+
+def _checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
+    """summary.json's ``checkpoint`` (``None`` when the run has none yet) and
+    ``checkpoint_update``, the update it holds."""
+    from textgym.trainers.checkpoint import read_state
+
+    try:
+        return {"checkpoint": str(checkpoint), "checkpoint_update": read_state(checkpoint)["update_count"]}
+    except (OSError, ValueError, KeyError):
+        return {"checkpoint": None}

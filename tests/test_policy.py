@@ -414,7 +414,8 @@ def test_bad_input_gives_clear_errors(tiny_policy, tiny_model_and_tokenizer):
 def test_policy_config_is_validated_and_round_trips():
     from textgym.policy import PolicyConfig
 
-    config = PolicyConfig(mode="generate", temperature=0.7, stop=["\n"], chat_template="{{ x }}")
+    template = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
+    config = PolicyConfig(mode="generate", temperature=0.7, stop=["\n"], chat_template=template)
     assert config.stop == ("\n",)
     assert PolicyConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config
     with pytest.raises(ValueError, match="normalization"):

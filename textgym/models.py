@@ -186,6 +186,12 @@ def weights_origin(name: str) -> str:
     return f"{where} {base}"
 
 
+def local_copy(name: str) -> Path | None:
+    """The folder of textgym's converted copy of the registered model ``name`` (a plain
+    transformers model folder that loads offline), or ``None`` when it has none."""
+    return _cache_dir() if name == DEFAULT_MODEL else None
+
+
 def textgym_home() -> Path:
     """Where textgym caches converted models: ``$TEXTGYM_HOME``, default ``~/.cache/textgym``."""
     return Path(os.environ.get("TEXTGYM_HOME", Path.home() / ".cache" / "textgym")).expanduser()

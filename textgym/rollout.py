@@ -18,8 +18,10 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeAlias, runtime_checkable
 
@@ -29,8 +31,108 @@ from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
-__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
-           "decisions_of", "play"]
+logger = logging.getLogger("textgym.rollout")
+
+#: The steps after which :func:`collect` cuts an episode (its last step marked truncated) when the
+#: caller gives no ``max_episode_steps``: a safety cap, so that an env that never ends (a plugin
+#: without a time limit) cannot hang a training update or an evaluation. It is far above every
+#: built-in env's own limit (the longest, CartPole's and Acrobot's, is 500 steps); an env that
+#: needs longer episodes says so with its own limit, ``textgym train/eval --max-episode-steps N``
+#: or ``collect(max_episode_steps=N)``. Cut episodes are counted in the rollout's stats
+#: (``cut_episodes``) and in the trainer's metrics.
+DEFAULT_MAX_EPISODE_STEPS = 1000
+
+#: The longest observation (in characters) a rollout hands the policy; longer ones are cut, with
+#: a warning. An env made with :func:`textgym.wrap` cuts its texts at its ``max_length`` (the
+#: same 8192 by default); this guards the policy against a text env that does not (a plugin's
+#: 1 MB observation would be a prompt of a quarter of a million tokens).
+MAX_OBSERVATION_CHARS = 8192
+
+@dataclass(frozen=True)
+class RolloutProgress:
+    """Where a :func:`collect` call is, for a progress display (:func:`watch`)."""
+
+    greedy: bool
+    """An evaluation or greedy check (``True``) or a training rollout."""
+    episodes: int
+    """Episodes finished so far."""
+    planned: int | None
+    """Episodes planned (``None``: a ``steps=`` budget)."""
+    decisions: int
+    """Decisions played so far."""
+    seconds: float
+    """Since the rollout started."""
+    finished: bool = False
+    """The rollout is over (a training rollout: its update's optimisation comes next)."""
+
+
+_watchers: list[Callable[[RolloutProgress], None]] = []
+
+
+@contextlib.contextmanager
+def watch(observer: Callable[[RolloutProgress], None]) -> Iterator[None]:
+    """Within the block, every :func:`collect` call reports its progress to ``observer`` before
+    each vector step and once at its end (the CLI's live display and ``eval``'s progress line).
+
+    Example:
+        >>> import textgym
+        >>> from textgym.policy import Policy
+        >>> seen = []
+        >>> with watch(seen.append):
+        ...     _ = collect(Policy(*textgym.models.load("tiny"), mode="score"),
+        ...                 textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
+        >>> seen[0].episodes, seen[-1].episodes, seen[-1].finished
+        (0, 2, True)
+    """
+    _watchers.append(observer)
+    try:
+        yield
+    finally:
+        _watchers.remove(observer)
+
+
+__all__ = [
+    "DEFAULT_MAX_EPISODE_STEPS",
+    "MAX_OBSERVATION_CHARS",
+    "EnvError",
+    "Envs",
+    "Episode",
+    "Request",
+    "Rollout",
+    "RolloutProgress",
+    "Slot",
+    "Step",
+    "SupportsAct",
+    "collect",
+    "conversation_runs",
+    "decisions_of",
+    "play",
+    "watch",
+]
+
+
+class EnvError(RuntimeError):
+    """An env raised in ``reset`` or ``step`` during a rollout (the original error is its
+    ``__cause__``): the message names the env id, the sub-env, the episode's seed and the step,
+    so the failure can be replayed with ``env.reset(seed=...)``.
+
+    Attributes:
+        env_id: the env's registered id (its class name when it has no spec).
+        seed: the seed its episode was reset with (``None``: the env's generator continued).
+        step: how many steps of the episode were played before it raised (``None``: at reset).
+    """
+
+    def __init__(self, env_id: str, index: int, seed: int | None, step: int | None, error: BaseException):
+        self.env_id, self.index, self.seed, self.step = env_id, index, seed, step
+        where = "at reset" if step is None else f"at step {step + 1}"
+        super().__init__(f"env {env_id} raised {type(error).__name__}: {error} ({where} of the episode "
+                         f"with seed {seed}, sub-env {index})")
+
+
+def env_name(env: gym.Env) -> str:
+    """The id an env was made with (its class name when it has no spec)."""
+    spec = getattr(env, "spec", None)
+    return spec.id if spec is not None else type(getattr(env, "unwrapped", env)).__name__
 
 
 @runtime_checkable
@@ -304,6 +406,7 @@ class EnvSlot:
         self.conversation = Conversation(window) if window is not None else None
         self.max_steps, self.bootstrap = max_steps, bootstrap
         self.started = 0
+        self.cut = 0  # episodes ended by max_steps
         self.current: Episode | None = None
         self.awaiting_bootstrap = False
         self.observation = ""
@@ -317,17 +420,30 @@ class EnvSlot:
             return
         seed = self.seeds(self.started)
         self.started += 1
-        obs, self.info = first if first is not None else self.env.reset(seed=seed)
-        self.observation = self._observation(obs, self.info)
+        try:
+            obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        except Exception as exc:  # a misbehaving env (or one whose reset returns no (obs, info))
+            raise EnvError(env_name(self.env), self.index, seed, None, exc) from exc
+        if not isinstance(self.info, dict):
+            raise EnvError(env_name(self.env), self.index, seed, None,
+                           TypeError(f"reset must return (observation, info dict), got info {type(self.info).__name__}"))
+        self.observation = self._observation(obs, self.info, seed, None)
         self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
         if self.conversation is not None:
             self.conversation.restart()
 
-    def _observation(self, obs: str, info: dict[str, Any]) -> str:
+    def _observation(self, obs: str, info: dict[str, Any], seed: int | None, step: int | None) -> str:
         # In a conversation the earlier turns are chat turns: the newest observation alone
         # (History's rendered text is for reading by hand).
-        return info.get("newest_observation", obs) if self.conversation is not None else obs
+        text = info.get("newest_observation", obs) if self.conversation is not None else obs
+        if not isinstance(text, str):
+            raise EnvError(env_name(self.env), self.index, seed, step, TypeError(f"a text env's observation must be a str, got {type(text).__name__}"))
+        if len(text) > MAX_OBSERVATION_CHARS:
+            logger.warning("an observation of %s has %d characters: cut to %d (textgym.rollout."
+                           "MAX_OBSERVATION_CHARS)", env_name(self.env), len(text), MAX_OBSERVATION_CHARS)
+            text = text[:MAX_OBSERVATION_CHARS]
+        return text
 
     def request(self) -> Request | None:
         if self.current is None:
@@ -343,17 +459,21 @@ class EnvSlot:
             episode.bootstrap = decision
             self._finish(episode)
             return
-        obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        except Exception as exc:
+            raise EnvError(env_name(self.env), self.index, episode.seed, len(episode.steps), exc) from exc
         cut = not (terminated or truncated) and self.max_steps is not None \
             and len(episode.steps) + 1 >= self.max_steps
         if cut:  # the episode ends here for the rollout; the env is reset by the next start()
             truncated = True
+            self.cut += 1
             info = _with_episode_stats(self.env, info)
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
                                   observation=self.observation, env_index=self.index,
                                   reward_terms=info.get("reward_terms")))
-        self.observation, self.info = self._observation(obs, info), info
+        self.observation, self.info = self._observation(obs, info, episode.seed, len(episode.steps) - 1), info
         if "system_prompt" in info:  # an env may change its instructions mid-episode
             self.system_prompt = info["system_prompt"]
         if terminated or truncated:
@@ -420,7 +540,9 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             fewer episodes than planned (the ones still running go to ``Rollout.unfinished``).
         max_episode_steps: cut each episode after this many steps: its last step is marked
             truncated (with the ``EpisodeStats`` summary so far in its info) and the env is reset
-            for the next one. A training cap: the envs' own limit stays for everything else.
+            for the next one. ``None``: :data:`DEFAULT_MAX_EPISODE_STEPS` (with a warning when
+            it cuts an episode: the env has no limit of its own). Cut episodes are counted in
+            ``stats["cut_episodes"]``.
         bootstrap: for every truncated episode, one more decision at the state it reached, not
             played (:attr:`Episode.bootstrap`: what PPO bootstraps its value from).
     """
@@ -428,6 +550,9 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     n = len(envs)
     if max_episode_steps is not None and max_episode_steps < 1:
         raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
+    default_cap = max_episode_steps is None
+    if default_cap:
+        max_episode_steps = DEFAULT_MAX_EPISODE_STEPS
     if schedule is not None:
         if episodes is not None or steps is not None or seed is not None:
             raise ValueError("schedule= replaces episodes=, steps= and seed=")
@@ -467,17 +592,43 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     from textgym.vector import TextVectorEnv
 
     if isinstance(venv, TextVectorEnv) and schedule is None and seed is None:
-        first_obs, first_infos = venv.reset()
+        try:
+            first_obs, first_infos = venv.reset()
+        except Exception as exc:
+            raise EnvError(env_name(envs[0]), 0, getattr(venv, "initial_seed", None), None, exc) from exc
         for slot, obs, info in zip(slots, first_obs, first_infos):
             slot.start((obs, info))
     else:
         for slot in slots:
             slot.start()
+    planned = sum(counts) if all(c is not None for c in counts) else None
+    started = time.perf_counter()
+
+    def report(finished_rollout: bool = False) -> None:
+        decisions = sum(ep.length for ep in finished) + sum(
+            slot.current.length for slot in slots if slot.current is not None)
+        progress = RolloutProgress(greedy, len(finished), planned, decisions, time.perf_counter() - started,
+                                   finished_rollout)
+        for observer in _watchers:
+            observer(progress)
+
+    if _watchers:  # asked before each vector step: report there too
+        asked = stop
+        stop = lambda: report() or (asked is not None and asked())
     stats = play(policy, slots, greedy=greedy, max_decisions=steps, seed=policy_seed, stop=stop)
+    if _watchers:
+        report(finished_rollout=True)
     for slot in slots:  # stopped before a bootstrap decision: the episode itself is complete
         if slot.awaiting_bootstrap:
             finished.append(slot.current)
             slot.current = None
     stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
+    cut = sum(slot.cut for slot in slots)
+    if cut:
+        stats["cut_episodes"] = cut
+        if default_cap:
+            logger.warning("%d episode(s) of %s cut at %d steps: the env has no step limit of its own "
+                           "(give one: max_episode_steps, textgym --max-episode-steps N)", cut,
+                           env_name(envs[0]), max_episode_steps)
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

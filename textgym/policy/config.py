@@ -108,6 +108,10 @@ class PolicyConfig:
         for name in ("prefix_cache_size", "candidate_cache_size", "score_chunk_bytes", "history_tokens"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.chat_template is not None:  # a template that ignores the messages: one prompt for all
+            from textgym.policy.prompts import check_chat_template
+
+            check_chat_template(self.chat_template)
         object.__setattr__(self, "temperature", float(self.temperature))
         object.__setattr__(self, "top_p", float(self.top_p))
         object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))

@@ -260,13 +260,16 @@ def model_card(record: dict[str, Any], location: str, *, nested: bool = False,
         + f" The settings are in `{POLICY_FILE}`; `textgym.Policy.load` applies them"
         + (", its own chat template included" if settings.get("chat_template") else "")
         + f".\n\n```json\n{shown}\n```")
-    text.append("## How to load\n\n" + _loading_examples(location, nested, lora, name, base, repo_id))
+    text.append("## How to load\n\n" + _loading_examples(location, nested, lora, name, base, repo_id,
+                                                        env=(training or {}).get("env")))
     return ModelCard(f"---\n{data.to_yaml()}\n---\n\n" + "\n\n".join(text) + "\n")
 
 
 def _loading_examples(location: str, nested: bool, lora: bool, name: str | None,
-                      base: str | None, repo_id: str | None) -> str:
-    """The model card's code: textgym, then PEFT or transformers alone."""
+                      base: str | None, repo_id: str | None, env: str | None = None) -> str:
+    """The model card's code: textgym (and how to get an action from the policy), then PEFT or
+    transformers alone, and for an adapter on a hub model textgym has a local copy of, how to
+    load it offline."""
     weights = f"{location}/{'adapter' if lora else 'model'}" if nested else location
     tokenizer = f"{location}/tokenizer" if nested else location
     if repo_id is not None:
@@ -275,6 +278,10 @@ def _loading_examples(location: str, nested: bool, lora: bool, name: str | None,
                         f'policy = textgym.Policy.load(snapshot_download("{repo_id}"))')
     else:
         textgym_code = f'import textgym\n\npolicy = textgym.Policy.load("{location}")'
+    if env:  # an action for one observation: the env renders the prompt, the policy answers
+        textgym_code += (f'\n\nenv = textgym.make("{env.split(":")[-1]}")\nobs, info = env.reset(seed=0)\n'
+                         '[decision] = policy.act([obs], [info["system_prompt"]], [info["valid_actions"]], '
+                         'greedy=True)\nprint(decision.text)  # the action')
     examples = [f"```python\n{textgym_code}\n```"]
     if lora and base is None:
         examples = examples if name is not None else []
@@ -294,4 +301,14 @@ def _loading_examples(location: str, nested: bool, lora: bool, name: str | None,
         examples.append("With transformers alone:")
     examples.append(f"```python\n{loader}\nfrom transformers import AutoTokenizer\n\n{model}\n"
                     f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer}")\n```')
+    local = models.local_copy(name) if lora and name is not None and not Path(base).is_absolute() else None
+    if local is not None:
+        examples.append(
+            f"Offline (no hub; `AutoPeftModelForCausalLM` would try to download `{base}`): load the "
+            f"copy of the base model textgym trained on, from `{local}` (`textgym.models.load"
+            f'("{name}")` writes it), and add the adapter:')
+        examples.append(f"```python\nfrom peft import PeftModel\nfrom transformers import AutoModelForCausalLM, "
+                        f'AutoTokenizer\n\nbase = AutoModelForCausalLM.from_pretrained("{local}")\n'
+                        f'model = PeftModel.from_pretrained(base, "{weights}")\n'
+                        f'tokenizer = AutoTokenizer.from_pretrained("{tokenizer}")\n```')
     return "\n\n".join(examples)

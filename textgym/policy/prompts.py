@@ -28,12 +28,57 @@ import torch
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["ChatPrompts", "common_prefix_length", "end_token_ids"]
+__all__ = ["ChatPrompts", "check_chat_template", "common_prefix_length", "end_token_ids"]
 
 # Placeholders rendered in place of an earlier turn's texts (private-use characters: no real
 # observation or answer contains them); only the template text after the answer is kept.
 _PLACEHOLDER = "\ue000"
 _ANSWER_MARK = "\ue001"
+
+
+def check_chat_template(template: str) -> None:
+    """Refuse a Jinja chat template that does not render the messages: rendered (as transformers
+    renders it: a sandbox, ``trim_blocks``, ``lstrip_blocks``) on a system and a user message, its
+    text must contain the user's, or every prompt would be the same text.
+
+    Example:
+        >>> check_chat_template("{% for m in messages %}{{ m['content'] }}{% endfor %}")
+        >>> check_chat_template("You are a helpful assistant.")
+        Traceback (most recent call last):
+        ...
+        ValueError: the chat template does not render the messages (it ignores `messages`): every prompt would be the same text
+
+    Raises:
+        ValueError: a syntax error, an error when rendering, or the user message is not in the text.
+    """
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    def raise_exception(message: str) -> None:
+        raise jinja2.exceptions.TemplateError(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.globals["raise_exception"] = raise_exception
+    user = "\ue002 the observation \ue003"  # private-use marks: no template writes them itself
+    try:
+        compiled = env.from_string(template)
+    except jinja2.TemplateSyntaxError as exc:
+        raise ValueError(f"the chat template has a syntax error at line {exc.lineno}: {exc.message}") from None
+    rendered, error = None, None
+    for messages in ([{"role": "system", "content": "Answer."}, {"role": "user", "content": user}],
+                     [{"role": "user", "content": user}]):  # a template may refuse the system role
+        try:
+            rendered = compiled.render(messages=messages, add_generation_prompt=True, bos_token="",
+                                       eos_token="")
+            break
+        except Exception as exc:  # noqa: BLE001 - any error the template raises is its own
+            error = exc
+    if rendered is None:
+        raise ValueError(f"the chat template fails to render a user message: {type(error).__name__}: {error}")
+    if user not in rendered:
+        raise ValueError("the chat template does not render the messages (it ignores `messages`): every "
+                         "prompt would be the same text")
 
 
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:

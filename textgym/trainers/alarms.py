@@ -245,6 +245,31 @@ def detect(history: Sequence[UpdateStats], reference: Reference = Reference(),
     return [alarm for rule in _DETECTORS if (alarm := rule(history, reference, thresholds)) is not None]
 
 
+#: How many of the latest updates :func:`bounded` keeps: far more than any rule looks back
+#: (``invalid_updates``), so that a long run's history (kept in memory and in every checkpoint's
+#: trainer_state.json) stays a few kilobytes.
+HISTORY_KEPT = 32
+
+
+def bounded(history: Sequence[UpdateStats], keep: int = HISTORY_KEPT) -> list[UpdateStats]:
+    """What the rules need of ``history``: its latest ``keep`` updates, and before them the first
+    update with a return and the first with an entropy (the run's starting point and entropy
+    scale). :func:`raised` on the result finds what it finds on the whole history.
+
+    Example:
+        >>> history = [UpdateStats(update=u, return_mean=float(u), entropy=None) for u in range(1, 101)]
+        >>> [s.update for s in bounded(history, keep=3)]
+        [1, 98, 99, 100]
+    """
+    history = list(history)
+    if len(history) <= keep + 2:
+        return history
+    head = history[:-keep]
+    firsts = {id(s): s for s in (next((s for s in head if s.return_mean is not None), None),
+                                 next((s for s in head if s.entropy is not None), None)) if s is not None}
+    return sorted(firsts.values(), key=head.index) + history[-keep:]
+
+
 def raised(history: Sequence[UpdateStats], reference: Reference = Reference(),
            thresholds: AlarmThresholds = AlarmThresholds()) -> list[Alarm]:
     """The alarms the latest update raises: those it is in and the update before was not (a

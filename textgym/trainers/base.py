@@ -420,6 +420,8 @@ class Trainer:
             "lr": self.optimizer.param_groups[0]["lr"],
         }
         seconds = update_seconds + float((stats or {}).get("seconds", 0.0))
+        if stats and stats.get("cut_episodes"):  # episodes the rollout's step cap ended (this process's)
+            metrics["cut_episodes"] = int(stats["cut_episodes"])
         if stats and "seconds" in stats:  # where the update's time went (the greedy check: check.seconds)
             metrics["rollout_seconds"] = round(float(stats["seconds"]), 3)
             metrics["update_seconds"] = round(update_seconds, 3)
@@ -433,8 +435,10 @@ class Trainer:
         metrics.update(self._answer_metrics(steps))
         if check is not None:
             metrics["check"] = self.greedy_check(check).to_dict()
+            metrics["wall_time"] = round(self.wall_time(), 3)  # the check is part of the run's time
         self.alarm_history.append(alarms.UpdateStats.from_metrics(metrics))
         raised = alarms.raised(self.alarm_history, self.alarm_reference)
+        self.alarm_history = alarms.bounded(self.alarm_history)  # bounded in memory and in checkpoints
         for alarm in raised:
             logger.info(alarm.line())
         metrics["alarms"] = [alarm.to_dict() for alarm in raised]

@@ -42,8 +42,9 @@ from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
 
-__all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
-           "policy_from_record", "policy_record", "read_state", "save_checkpoint", "save_model_weights",
+__all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
+           "policy_from_record", "policy_record", "read_state", "remove_stale_temporary", "save_checkpoint",
+           "save_model_weights",
            "set_rng_states", "unflatten_optimizer"]
 
 STATE_FILE = "trainer_state.json"
@@ -173,11 +174,69 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
     """
     path = Path(path)
     tmp = path.with_name(path.name + ".tmp")
-    old = path.with_name(path.name + ".old")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
+    check_finite(policy.model if policy is not None else model, policy, path)
+    remove_stale_temporary(path)
+    try:
+        _write_folder(tmp, path, optimizers=optimizers, state=state, model=model, policy=policy,
+                      value_head=value_head, files=files)
+    except BaseException as exc:
+        # A failed write (a full disk) leaves no half-written folder to fill the disk further.
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(exc, OSError):
+            where = exc.filename or tmp
+            raise OSError(exc.errno, f"cannot write checkpoint {path} ({where}): "
+                                     f"{exc.strerror or exc}", str(where)) from exc
+        raise
+    _swap_in(tmp, path)
+    return path
 
+
+class NonFiniteWeightsError(ValueError):
+    """The weights to save are not finite, or the model's outputs on a probe are not: saving them
+    would make every resume fail ("probability tensor contains inf/nan"). The last checkpoint stays."""
+
+
+def check_finite(model: torch.nn.Module | None, policy: Policy | None = None, path: str | Path = "") -> None:
+    """Raise :class:`NonFiniteWeightsError` when a trainable parameter of ``model`` holds NaN or
+    inf, or (with ``policy``) when its logits on a probe prompt do: weights blown up by a huge
+    learning rate can be finite (1e30) while their products overflow."""
+    if model is None:
+        return
+    for name, parameter in model.named_parameters():
+        if parameter.requires_grad and not bool(torch.isfinite(parameter.detach()).all()):
+            raise NonFiniteWeightsError(f"not saving checkpoint {path}: parameter {name} holds NaN or inf")
+    if policy is None:
+        return
+    # A prompt as the policy renders them (blown-up weights can stay finite on a short input).
+    system, observation = ("You play a game. Answer with one action name: LEFT or RIGHT.",
+                           "The pole leans left by 0.02 and the cart moves right at 0.5.")
+    try:
+        ids = policy.prompts.prompt_ids(system, observation)
+    except ValueError:  # no chat template: the plain text
+        ids = policy.tokenizer(f"{system}\n{observation}")["input_ids"]
+    device = next(model.parameters()).device
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids], device=device)).logits
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteWeightsError(f"not saving checkpoint {path}: the model's outputs are NaN or inf "
+                                    "(the weights blew up)")
+
+
+def remove_stale_temporary(path: str | Path) -> bool:
+    """Remove ``<path>.tmp``, the half-written checkpoint a killed or failed save left (the
+    checkpoint itself is untouched); returns whether there was one."""
+    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    if not tmp.exists():
+        return False
+    shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
+    return True
+
+
+def _write_folder(tmp: Path, path: Path, *, optimizers: dict[str, torch.optim.Optimizer],
+                  state: dict[str, Any], model: torch.nn.Module | None, policy: Policy | None,
+                  value_head: torch.nn.Module | None, files: dict[str, str] | None) -> None:
+    """Write every file of the checkpoint ``path`` into the folder ``tmp``."""
+    tmp.mkdir(parents=True)
     if policy is not None:
         weights = persistence.write(policy, tmp, location=str(path))
     elif model is not None:
@@ -202,14 +261,17 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
         f.flush()
         os.fsync(f.fileno())
 
-    # Swap in: the previous checkpoint survives as <path>.old until the new one is in place.
+
+def _swap_in(tmp: Path, path: Path) -> None:
+    """Rename the written folder into place: the previous checkpoint survives as ``<path>.old``
+    until the new one is there."""
+    old = path.with_name(path.name + ".old")
     if path.exists():
         if old.exists():
             shutil.rmtree(old)
         os.replace(path, old)
     os.replace(tmp, path)
     shutil.rmtree(old, ignore_errors=True)
-    return path
 
 
 def _write_synced(path: Path, text: str) -> None:

@@ -39,11 +39,13 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
     """
     shard = process.shard(episodes) if process is not None else range(episodes)
     played = []
+    cut = 0
     if len(shard):
         rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
         played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in rollout.episodes[:len(shard)]]
         if on_episodes is not None:
             on_episodes(rollout.episodes[:len(shard)])
+        cut = int(rollout.stats.get("cut_episodes", 0))
     if process is not None:
         played = process.gather(played)
     returns = np.array([r[0] for r in played])
@@ -56,5 +58,6 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         "length_mean": float(lengths.mean()),
         "invalid_rate": invalid / max(1, int(lengths.sum())),
         **outcome_rates([r[3] for r in played]),
+        **({"cut_episodes": cut} if cut else {}),  # this process's, ended by the rollout's step cap
         "seed": seed,
     }

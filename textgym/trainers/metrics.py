@@ -40,6 +40,19 @@ def _jsonable(value: Any) -> Any:
     return value
 
 
+def _scalars(metrics: dict[str, Any]) -> list[tuple[str, float]]:
+    """The numbers of a metrics line for TensorBoard, a nested table's as ``table/key`` (the greedy
+    check: ``check/return_mean``, ``check/solved`` as 0 or 1, ``check/seconds``)."""
+    scalars = []
+    for key, value in metrics.items():
+        if isinstance(value, dict):
+            scalars += [(f"{key}/{k}", float(v)) for k, v in value.items()
+                        if isinstance(v, (int, float)) and v is not None]
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            scalars.append((key, value))
+    return scalars
+
+
 def lines_by_update(path: str | Path) -> tuple[dict[int, str], int]:
     """The well-formed lines of a metrics file by update number (a later line of the same update
     wins), and how many lines were not well formed (torn, not JSON, or without an update)."""
@@ -129,8 +142,7 @@ class MetricsWriter:
         with open(self.path, "a") as f:
             f.write(json.dumps(_jsonable(metrics)) + "\n")
         step = int(metrics.get("update", 0))
-        scalars = {key: value for key, value in metrics.items()
-                   if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "update"}
+        scalars = {key: value for key, value in _scalars(metrics) if key != "update"}
         tb = self._tensorboard()
         if tb is not None:
             for key, value in scalars.items():
