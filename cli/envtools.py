@@ -21,6 +21,8 @@ def resolve_env(name: str) -> str:
     """
     from textgym import registry
 
+    if name.startswith("openenv:"):  # an OpenEnv server's env (textgym.remote)
+        return name
     try:
         env_id = registry.resolve_id(name)
     except registry.UnknownEnvError as exc:
@@ -59,7 +61,7 @@ def refuse_env_import(name: str, source: str, command: str) -> None:
     line), has the form ``module:Env``: textgym would import ``module`` to resolve it, and a
     downloaded run folder or config file must never choose code to import. ``command`` is what
     the user types to allow it (the same id on the command line)."""
-    if ":" not in name:
+    if ":" not in name or name.startswith("openenv:"):  # a server's URL imports nothing
         return
     module = name.split(":", 1)[0]
     raise CLIError(
@@ -77,10 +79,14 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
     """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
     import textgym
 
+    from textgym.vector import SubEnvError
+
     try:
         return textgym.make(env_id, **kwargs)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
+    except SubEnvError as exc:  # a server that cannot be reached
+        raise CLIError(str(exc)) from exc
 
 
 def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -89,8 +95,16 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
     text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
     import textgym
 
+    from textgym.vector import SubEnvError
+
     try:
         env = textgym.make(env_id, **env_kwargs)
+        if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
+            env.reset()
     except (TypeError, ValueError) as exc:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
-    env.close()
+    except SubEnvError as exc:
+        raise CLIError(str(exc)) from exc
+    finally:
+        if "env" in locals():
+            env.close()
