@@ -78,7 +78,6 @@ def _reason(exc: Exception) -> str:
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
     import textgym
-
     from textgym.vector import SubEnvError
 
     try:
@@ -94,7 +93,6 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
     setting fails in milliseconds, before a model loads or a run folder is written (making a
     text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
     import textgym
-
     from textgym.vector import SubEnvError
 
     try:

@@ -307,7 +307,8 @@ def serve(
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
     port: int = typer.Option(8000, help="Port to listen on."),
     max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent sessions (clients)."),
-    config: Path | None = typer.Option(None, "--config", help="TOML file: its env and its env_kwargs table (as for train)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML file: its env and its env_kwargs table (as for train)."),
 ) -> None:
     """Serve a text env over the network as an OpenEnv env (one session per client)."""
     from textgym.cli import serving

@@ -29,7 +29,8 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import Any
+from contextlib import suppress
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -107,7 +108,7 @@ class OpenEnvTextEnv(gym.Env):
         render_mode: ``"ansi"``: ``render()`` returns the last observation text.
     """
 
-    metadata = {"render_modes": ["ansi"]}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(self, url: str, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, invalid_penalty: float = -1.0,
                  max_retries: int = 2, render_mode: str | None = None):
@@ -143,7 +144,7 @@ class OpenEnvTextEnv(gym.Env):
                                             message_timeout_s=self.step_timeout).sync()
                 self._client.connect()
             return getattr(self._client, what)(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - every failure of the session is the server's
+        except Exception as exc:  # every failure of the session is the server's
             if what == "step" and "VALIDATION_ERROR" in str(exc):
                 raise _Rejected(str(exc)) from exc  # the server refused this action: an invalid answer
             self._drop_session()
@@ -152,10 +153,8 @@ class OpenEnvTextEnv(gym.Env):
     def _drop_session(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            try:
+            with suppress(Exception):  # the session is gone either way
                 client.close()
-            except Exception:  # noqa: BLE001 - the session is gone either way
-                pass
 
     def close(self) -> None:
         self._drop_session()
@@ -233,7 +232,7 @@ class OpenEnvTextEnv(gym.Env):
             reply = requests.get(f"{self.url}/schema", timeout=self.step_timeout)
             reply.raise_for_status()
             schema = reply.json()["action"]
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             raise OpenEnvError(f"cannot read the action schema at {self.url}/schema: {exc}") from exc
         return schema
 
@@ -325,7 +324,7 @@ class OpenEnvTextEnv(gym.Env):
                     value = int(float(match.group())) if kind == "integer" else float(match.group())
             action = {name: value}
         else:
-            match = re.search(r"\{.*\}", text, re.S)
+            match = re.search(r"\{.*\}", text, re.DOTALL)
             try:
                 action = json.loads(match.group()) if match else None
             except json.JSONDecodeError:

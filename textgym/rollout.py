@@ -18,6 +18,7 @@ Example:
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -27,9 +28,12 @@ import gymnasium as gym
 
 from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
+from textgym.vector import SubEnvError
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
-__all__ = ["Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
+logger = logging.getLogger(__name__)
+
+__all__ = ["EnvFaults", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
            "decisions_of", "play"]
 
 
@@ -148,7 +152,8 @@ class Rollout:
     ``answer_tokens``, ``model_tokens`` (all real tokens run through the model), ``seconds``,
     ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``,
     and ``bootstrap_decisions`` (the decisions asked at truncated episodes' final states, not
-    played and not in ``decisions``) when there were any."""
+    played and not in ``decisions``) when there were any; ``dropped_episodes`` and
+    ``failed_envs`` (:class:`EnvFaults`) when a sub-env failed."""
     unfinished: list[Episode] = field(default_factory=list)
     """Episodes still running when a ``steps=`` budget was spent or ``stop=`` ended the rollout."""
 
@@ -187,6 +192,7 @@ class Slot(Protocol):
         ...
 
 
+_MAX_DROPS_IN_A_ROW = 3  # an env that fails this many episodes in a row leaves the rollout
 _COUNTED = ("prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens", "act_seconds")
 
 
@@ -278,6 +284,25 @@ def conversation_window(policy: SupportsAct, env: gym.Env) -> ConversationWindow
     return policy.conversation_window
 
 
+@dataclass
+class EnvFaults:
+    """Sub-envs that failed during a rollout (a :class:`textgym.vector.SubEnvError`: a remote env's
+    server died, timed out, answered garbage or was full). The failed episode is dropped and
+    replayed from its seed after a new ``reset()`` (a remote env reconnects there); an env whose
+    reset fails too leaves the rollout, and the episodes it had left to play go to the others."""
+
+    dropped_episodes: int = 0
+    """Episodes lost mid-way (their steps discarded)."""
+    failed_envs: int = 0
+    """Sub-envs that could not even reset: out of this rollout."""
+    orphans: list[int | None] = field(default_factory=list)
+    """Seeds of planned episodes left by failed envs, for the others to play."""
+
+    def counts(self) -> dict[str, int]:
+        return {k: v for k, v in (("dropped_episodes", self.dropped_episodes),
+                                  ("failed_envs", self.failed_envs)) if v}
+
+
 class EnvSlot:
     """A text env playing a planned sequence of episodes (:func:`collect`'s slots).
 
@@ -293,11 +318,14 @@ class EnvSlot:
             the env's own limit only).
         bootstrap: after a truncated episode's last step, ask for one more decision at the state it
             reached (:attr:`Request.bootstrap`), kept as :attr:`Episode.bootstrap`.
+        faults: where a :class:`~textgym.vector.SubEnvError` of the env is counted (``None``: it
+            propagates).
     """
 
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
                  finished: list[Episode], window: ConversationWindow | None = None, *,
-                 max_steps: int | None = None, bootstrap: bool = False):
+                 max_steps: int | None = None, bootstrap: bool = False, faults: EnvFaults | None = None):
+        self.faults, self.drops = faults, 0
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
         self.conversation = Conversation(window) if window is not None else None
         self.max_steps, self.bootstrap = max_steps, bootstrap
@@ -308,14 +336,26 @@ class EnvSlot:
         self.system_prompt = ""
         self.info: dict[str, Any] = {}
 
-    def start(self, first: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Begin the next planned episode (from an observation and info already reset, if given)."""
-        if self.episodes is not None and self.started >= self.episodes:
+    def start(self, first: tuple[str, dict[str, Any]] | None = None, *, again: Episode | None = None) -> None:
+        """Begin the next planned episode (from an observation and info already reset, if given;
+        ``again``: replay that failed episode from its seed)."""
+        if again is not None:
+            seed = again.seed
+        elif self.episodes is None or self.started < self.episodes:
+            seed = self.seeds(self.started)
+            self.started += 1
+        elif self.faults is not None and self.faults.orphans:  # a failed env's episode
+            seed = self.faults.orphans.pop(0)
+        else:
             self.current = None
             return
-        seed = self.seeds(self.started)
-        self.started += 1
-        obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        try:
+            obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        except SubEnvError as exc:
+            if self.faults is None:
+                raise
+            self._leave(seed, exc)
+            return
         self.observation = self._observation(obs, self.info)
         self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
@@ -341,7 +381,19 @@ class EnvSlot:
             episode.bootstrap = decision
             self._finish(episode)
             return
-        obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        try:
+            obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        except SubEnvError as exc:
+            if self.faults is None:
+                raise
+            self.faults.dropped_episodes += 1
+            self.drops += 1
+            logger.warning("sub-env %d dropped an episode: %s", self.index, exc)
+            if self.drops > _MAX_DROPS_IN_A_ROW:  # it resets but cannot play: out, like a dead one
+                self._leave(episode.seed, exc)
+            else:
+                self.start(again=episode)
+            return
         cut = not (terminated or truncated) and self.max_steps is not None \
             and len(episode.steps) + 1 >= self.max_steps
         if cut:  # the episode ends here for the rollout; the env is reset by the next start()
@@ -362,7 +414,17 @@ class EnvSlot:
 
     def _finish(self, episode: Episode) -> None:
         self.finished.append(episode)
+        self.drops = 0
         self.start()
+
+    def _leave(self, seed: int | None, exc: Exception) -> None:
+        """The env failed for good in this rollout: its planned episodes go to the others."""
+        if self.episodes is not None:
+            self.faults.orphans.extend([seed, *(self.seeds(k) for k in range(self.started, self.episodes))])
+            self.started = self.episodes
+        self.faults.failed_envs += 1
+        logger.warning("sub-env %d left the rollout: %s", self.index, exc)
+        self.current = None
 
 
 def _with_episode_stats(env: gym.Env, info: dict[str, Any]) -> dict[str, Any]:
@@ -455,11 +517,12 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             seed_of = [lambda k: None] * n
             policy_seed = None
     finished: list[Episode] = []
+    faults = EnvFaults()
     windows = [conversation_window(policy, env) for env in envs]
     if any(w is not None for w in windows):  # conversation mode; an env without a window: no earlier turns
         windows = [w if w is not None else ConversationWindow(turns=0) for w in windows]
     slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i], max_steps=max_episode_steps,
-                     bootstrap=bootstrap) for i, env in enumerate(envs)]
+                     bootstrap=bootstrap, faults=faults) for i, env in enumerate(envs)]
     # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
     from textgym.vector import TextVectorEnv
 
@@ -475,6 +538,6 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
         if slot.awaiting_bootstrap:
             finished.append(slot.current)
             slot.current = None
-    stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
+    stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats, **faults.counts()}
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)
