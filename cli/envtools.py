@@ -53,7 +53,7 @@ def recorded_env_id(name: str, env_id: str) -> str:
         >>> recorded_env_id("cartpole", "textgym/CartPole-v1")
         'textgym/CartPole-v1'
     """
-    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name else env_id
+    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name and name != env_id else env_id
 
 
 def refuse_env_import(name: str, source: str, command: str) -> None:

@@ -137,9 +137,9 @@ class OpenEnvTextEnv(gym.Env):
     def _call(self, what: str, *args: Any, **kwargs: Any):
         """``client.what(...)`` on the open session (opened first if needed); any failure closes it
         and raises :class:`OpenEnvError` naming the URL."""
+        client_class = _openenv_client()  # a missing package is not the server's fault
         try:
             if self._client is None:
-                client_class = _openenv_client()
                 self._client = client_class(base_url=self.url, connect_timeout_s=self.step_timeout,
                                             message_timeout_s=self.step_timeout).sync()
                 self._client.connect()
