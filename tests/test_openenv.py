@@ -224,3 +224,16 @@ def test_training_on_a_served_env(servers, tiny_policy, tmp_path):
     assert trainer.stopped_by == "budget" and [m["update"] for m in history] == [1, 2]
     assert all(m["episodes"] > 0 and np.isfinite(m["loss"]) for m in history)
     assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_serve_and_train_refuse_bad_input_in_one_line(cli, tmp_path):
+    from tests.test_cli import one_error_line
+
+    assert "no env registered as 'nosuchenv'" in one_error_line(cli("serve", "nosuchenv"))
+    bad = tmp_path / "serve.toml"
+    bad.write_text('env = "cartpole"\n[env_kwargs]\nno_such_setting = 1\n')
+    assert "no_such_setting" in one_error_line(cli("serve", "--config", str(bad)))
+    url = f"http://127.0.0.1:{_free_port()}"   # nothing listens there: train stops before the model loads
+    line = one_error_line(cli("train", f"openenv:{url}", "--model", "tiny", "--updates", "1",
+                              "--out", str(tmp_path / "run")))
+    assert f"cannot reach OpenEnv server {url}" in line and not (tmp_path / "run").exists()
