@@ -237,3 +237,10 @@ def test_serve_and_train_refuse_bad_input_in_one_line(cli, tmp_path):
     line = one_error_line(cli("train", f"openenv:{url}", "--model", "tiny", "--updates", "1",
                               "--out", str(tmp_path / "run")))
     assert f"cannot reach OpenEnv server {url}" in line and not (tmp_path / "run").exists()
+
+
+def test_each_process_of_a_run_opens_its_own_share(monkeypatch):
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
+    monkeypatch.setenv("RANK", "1")   # the second process of `textgym train --processes N` (torchrun's RANK)
+    venv = textgym.make_vec("openenv:" + ",".join(urls), num_envs=2)
+    assert [env.url for env in venv.envs] == [urls[2], urls[0]]   # sessions 2 and 3 of the run's 4
