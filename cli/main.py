@@ -189,6 +189,10 @@ def train(
         help="Train data-parallel in N local processes (each plays its share of the episodes). "
              "Not needed under torchrun or accelerate launch.",
     ),
+    step_timeout: float | None = typer.Option(
+        None, "--step-timeout", min=0.001, metavar="SECONDS", show_default="30",
+        help="openenv:URL envs: the longest a server may take to reset or step (else that episode is lost).",
+    ),
     stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,
         help="Act as if Ctrl-C was pressed after N updates (tests of resume).",
@@ -223,6 +227,7 @@ def train(
         "normalization": normalization,
         "chat_template": str(chat_template) if chat_template else None,
         "sft": str(sft) if sft else None,
+        "env_kwargs": {"step_timeout": step_timeout} if step_timeout is not None else None,  # textgym.remote
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,

@@ -244,3 +244,21 @@ def test_each_process_of_a_run_opens_its_own_share(monkeypatch):
     monkeypatch.setenv("RANK", "1")   # the second process of `textgym train --processes N` (torchrun's RANK)
     venv = textgym.make_vec("openenv:" + ",".join(urls), num_envs=2)
     assert [env.url for env in venv.envs] == [urls[2], urls[0]]   # sessions 2 and 3 of the run's 4
+
+
+def test_step_timeout_flag_reaches_the_remote_envs(cli, tmp_path):
+    from tests.test_cli import one_error_line
+
+    url = f"http://127.0.0.1:{_free_port()}"
+    line = one_error_line(cli("train", f"openenv:{url}", "--step-timeout", "2.5", "--model", "tiny",
+                              "--updates", "1", "--out", str(tmp_path / "run")))
+    assert f"cannot reach OpenEnv server {url}" in line
+    line = one_error_line(cli("train", "bandit", "--step-timeout", "2.5", "--model", "tiny", "--updates", "1",
+                              "--out", str(tmp_path / "run")))
+    assert "step_timeout" in line   # only a served env has one
+    from textgym.cli.training import _new_config
+
+    config = _new_config({}, {"env": f"openenv:{url}", "model": "tiny", "updates": 1,
+                              "env_kwargs": {"step_timeout": 2.5}}, None)
+    assert config.env == f"openenv:{url}" and config.env_kwargs == {"step_timeout": 2.5}
+    assert textgym.make(config.env, **config.env_kwargs).step_timeout == 2.5
