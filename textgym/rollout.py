@@ -33,8 +33,8 @@ from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EnvFaults", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect", "conversation_runs",
-           "decisions_of", "play"]
+__all__ = ["EnvFaults", "Envs", "Episode", "Request", "Rollout", "Slot", "Step", "SupportsAct", "collect",
+           "conversation_runs", "decisions_of", "play"]
 
 
 @runtime_checkable
