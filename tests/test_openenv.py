@@ -262,3 +262,30 @@ def test_step_timeout_flag_reaches_the_remote_envs(cli, tmp_path):
                               "env_kwargs": {"step_timeout": 2.5}}, None)
     assert config.env == f"openenv:{url}" and config.env_kwargs == {"step_timeout": 2.5}
     assert textgym.make(config.env, **config.env_kwargs).step_timeout == 2.5
+
+
+class _StepFails(__import__("gymnasium").Wrapper):
+    """A sub-env whose every step fails the way a lost server does (resets work)."""
+
+    def step(self, action):
+        from textgym.vector import SubEnvError
+
+        raise SubEnvError("the server answered garbage")
+
+
+def test_an_env_that_keeps_failing_leaves_and_training_stops_when_most_envs_are_gone(tiny_policy, tmp_path):
+    from textgym.rollout import collect
+    from textgym.trainers import make_trainer
+    from textgym.vector import TextVectorEnv
+
+    venv = TextVectorEnv([textgym.make("bandit"), _StepFails(textgym.make("bandit"))])
+    rollout = collect(_KillsAServer(None, at=0), venv, episodes=4, seed=0)
+    # sub-env 1 dropped 4 episodes in a row (each replayed from its seed), then left; sub-env 0 played all 4
+    assert rollout.stats["dropped_episodes"] == 4 and rollout.stats["failed_envs"] == 1
+    assert sorted(e.seed for e in rollout.episodes) == [0, 1, 2, 3]
+
+    broken = TextVectorEnv([_StepFails(textgym.make("bandit")) for _ in range(2)])
+    trainer = make_trainer("reinforce", tiny_policy, env=broken, out_dir=tmp_path,
+                           config={"num_envs": 2, "episodes_per_update": 4, "minibatch_size": 4})
+    assert trainer.train(updates=2) == [] and trainer.stopped_by == "env_failure"
+    assert trainer.update_count == 0

@@ -325,7 +325,7 @@ class EnvSlot:
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
                  finished: list[Episode], window: ConversationWindow | None = None, *,
                  max_steps: int | None = None, bootstrap: bool = False, faults: EnvFaults | None = None):
-        self.faults, self.drops = faults, 0
+        self.faults, self.drops, self.gone = faults, 0, False
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
         self.conversation = Conversation(window) if window is not None else None
         self.max_steps, self.bootstrap = max_steps, bootstrap
@@ -368,6 +368,8 @@ class EnvSlot:
         return info.get("newest_observation", obs) if self.conversation is not None else obs
 
     def request(self) -> Request | None:
+        if self.current is None and not self.gone and self.faults is not None and self.faults.orphans:
+            self.start()  # done with its own episodes: it plays a failed env's
         if self.current is None:
             return None
         valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
@@ -424,7 +426,7 @@ class EnvSlot:
             self.started = self.episodes
         self.faults.failed_envs += 1
         logger.warning("sub-env %d left the rollout: %s", self.index, exc)
-        self.current = None
+        self.current, self.gone = None, True
 
 
 def _with_episode_stats(env: gym.Env, info: dict[str, Any]) -> dict[str, Any]:
