@@ -97,12 +97,12 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
 
     try:
         env = textgym.make(env_id, **env_kwargs)
-        if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
-            env.reset()
     except (TypeError, ValueError) as exc:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
+    try:
+        if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
+            env.reset()
     except SubEnvError as exc:
         raise CLIError(str(exc)) from exc
     finally:
-        if "env" in locals():
-            env.close()
+        env.close()
