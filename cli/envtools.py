@@ -21,6 +21,8 @@ def resolve_env(name: str) -> str:
     """
     from textgym import registry
 
+    if name.startswith("openenv:"):  # an OpenEnv server's env (textgym.remote)
+        return name
     module = name.split(":", 1)[0] if ":" in name else None
     if module is not None and not all(part.isidentifier() for part in module.split(".")):
         raise CLIError(f"{name!r}: {module[:200]!r} is not a Python module name (module:Env-v0 imports "
@@ -57,7 +59,7 @@ def recorded_env_id(name: str, env_id: str) -> str:
         >>> recorded_env_id("cartpole", "textgym/CartPole-v1")
         'textgym/CartPole-v1'
     """
-    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name else env_id
+    return f"{name.split(':', 1)[0]}:{env_id}" if ":" in name and name != env_id else env_id
 
 
 def refuse_env_import(name: str, source: str, command: str) -> None:
@@ -65,7 +67,7 @@ def refuse_env_import(name: str, source: str, command: str) -> None:
     line), has the form ``module:Env``: textgym would import ``module`` to resolve it, and a
     downloaded run folder or config file must never choose code to import. ``command`` is what
     the user types to allow it (the same id on the command line)."""
-    if ":" not in name:
+    if ":" not in name or name.startswith("openenv:"):  # a server's URL imports nothing
         return
     module = name.split(":", 1)[0]
     raise CLIError(
@@ -82,11 +84,14 @@ def _reason(exc: Exception) -> str:
 def make_env(env_id: str, **kwargs: Any) -> Any:
     """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
     import textgym
+    from textgym.vector import SubEnvError
 
     try:
         return textgym.make(env_id, **kwargs)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
+    except SubEnvError as exc:  # a server that cannot be reached
+        raise CLIError(str(exc)) from exc
 
 
 def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
@@ -94,9 +99,16 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
     setting fails in milliseconds, before a model loads or a run folder is written (making a
     text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
     import textgym
+    from textgym.vector import SubEnvError
 
     try:
         env = textgym.make(env_id, **env_kwargs)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
-    env.close()
+    try:
+        if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
+            env.reset()
+    except SubEnvError as exc:
+        raise CLIError(str(exc)) from exc
+    finally:
+        env.close()

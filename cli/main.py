@@ -201,6 +201,10 @@ def train(
         help="Train data-parallel in N local processes (each plays its share of the episodes). "
              "Not needed under torchrun or accelerate launch.",
     ),
+    step_timeout: float | None = typer.Option(
+        None, "--step-timeout", min=0.001, metavar="SECONDS", show_default="30",
+        help="openenv:URL envs: the longest a server may take to reset or step (else that episode is lost).",
+    ),
     stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,
         help="Act as if Ctrl-C was pressed after N updates (tests of resume).",
@@ -238,6 +242,7 @@ def train(
         "transcripts": transcripts,
         "report_to": report_to,
         "max_episode_steps": max_episode_steps,
+        "env_kwargs": {"step_timeout": step_timeout} if step_timeout is not None else None,  # textgym.remote
     }
     training.run(
         flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
@@ -329,6 +334,22 @@ def play(
     from textgym.cli import playing
 
     playing.run(env, seed=seed, episodes=episodes, checkpoint=checkpoint)
+
+
+@app.command()
+def serve(
+    env: str | None = typer.Argument(None, help="Env short name or id.", show_default=False,
+                                     autocompletion=_complete_env),
+    host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
+    port: int = typer.Option(8000, help="Port to listen on."),
+    max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent sessions (clients)."),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML file: its env and its env_kwargs table (as for train)."),
+) -> None:
+    """Serve a text env over the network as an OpenEnv env (one session per client)."""
+    from textgym.cli import serving
+
+    serving.run(env, host=host, port=port, max_sessions=max_sessions, config=config)
 
 
 @app.command("export")

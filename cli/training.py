@@ -506,7 +506,8 @@ def planned_updates(cfg: run_config.RunConfig, episodes_per_update: int) -> int:
 
 
 #: summary.json's status for each reason Trainer.train stopped (a callback stop is a signal's).
-_STATUS = {"budget": "complete", "solved": "solved", "time_limit": "time_limit", "callback": "interrupted"}
+_STATUS = {"budget": "complete", "solved": "solved", "time_limit": "time_limit", "callback": "interrupted",
+           "env_failure": "env_failure"}
 
 
 def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
@@ -601,6 +602,9 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         # A non-zero exit: said on stderr, even with --quiet, so a job log tells why it ended.
         say(f"textgym: stopped by {reason} {where}", err=True)
         raise typer.Exit(stopping.exit_code(reason))
+    if status == "env_failure":  # a non-zero exit: the run could not go on
+        say(f"textgym: stopped: more than half of the envs failed (their servers?) {where}", err=True)
+        raise typer.Exit(1)
     if status == "time_limit":
         if not quiet:
             say(f"textgym: time cap of {cfg.minutes:g} min reached {where}")

@@ -190,3 +190,56 @@ def test_two_processes_under_torchrun(tmp_path):
     # both processes trained the same weights (B of LoRA starts at zero: they moved)
     assert weights[0]["checksum"] == weights[1]["checksum"] and weights[0]["lora_b_max"] > 0
     assert summaries[0]["rewards"] == summaries[1]["rewards"]  # TRL gathers the rewards of both
+
+
+def test_environment_factory_class_is_what_trl_reads():
+    from transformers.utils import get_json_schema
+
+    from textgym.trainers.trl import environment_factory
+
+    env = environment_factory("textgym/Bandit-v0")()
+    first = env.reset(seed=3, prompt=[{"role": "user", "content": "Play the game."}])  # TRL passes the row
+    assert first.endswith(textgym_bandit_observation(3)) and "act tool" in first
+    schema = get_json_schema(env.act)["function"]
+    assert schema["name"] == "act" and schema["parameters"]["required"] == ["action"]
+    assert "cat" in schema["parameters"]["properties"]["action"]["description"]
+    assert env.act("cat").endswith("The episode is over.") and env.get_reward() in (0.0, 1.0)
+    assert env.act("dog") == "The episode is over."  # nothing changes after the end
+
+
+def textgym_bandit_observation(seed: int) -> str:
+    import textgym
+
+    return textgym.make("textgym/Bandit-v0").reset(seed=seed)[0]
+
+
+def test_environment_factory_one_trl_step_with_the_tiny_model(tmp_path, monkeypatch):
+    import importlib.util
+
+    from textgym.trainers import trl as adapter
+
+    resets = []
+    real = adapter.environment_factory
+
+    def counting_factory(env_id, **env_kwargs):
+        cls = real(env_id, **env_kwargs)
+        reset = cls.reset
+
+        def counted(self, **kwargs):
+            resets.append(kwargs.get("seed"))
+            return reset(self, **kwargs)
+
+        cls.reset = counted
+        return cls
+
+    monkeypatch.setattr(adapter, "environment_factory", counting_factory)
+    spec = importlib.util.spec_from_file_location("trl_environment_example",
+                                                  Path(__file__).parents[1] / "examples" / "trl_environment.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    trainer = example.main(["--quick", "--env", "bandit", "--output-dir", str(tmp_path)])
+    assert trainer.state.global_step == 1
+    # 4 rollouts: 2 starts of the dataset (TRL shuffles them) x 2 generations, each reset with its row's seed
+    assert len(resets) == 4 and all(resets.count(s) == 2 for s in resets) and set(resets) <= {0, 1, 2, 3}
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 1 and "rewards/TextgymToolEnv/mean" in logged[0]

@@ -461,6 +461,8 @@ def resolve_id(name: str) -> str:
     """
     if not isinstance(name, str):
         raise TypeError(f"env id must be a str, got {type(name).__name__}")
+    if _remote_env(name):  # "openenv:URL": a server's env, not in any registry
+        return name
     if ":" in name:      # Gymnasium's "module:Env-v0": import the module, which registers the env
         module, name = name.split(":", 1)
         importlib.import_module(module)
@@ -515,6 +517,8 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     Raises:
         UnknownEnvError: the id is not registered; the message names close matches.
     """
+    if (remote := _remote_env(id)) is not None:
+        return remote.make(id, max_episode_steps=max_episode_steps, **kwargs)
     env_id = resolve_id(id)
     spec = gym.spec(env_id)
     if max_episode_steps is not None and "max_episode_steps" in spec.kwargs:
@@ -544,5 +548,16 @@ def make_vec(id: str, num_envs: int, seed: int | None = None, **kwargs: Any):
 
     if not isinstance(num_envs, int) or num_envs < 1:
         raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+    if (remote := _remote_env(id)) is not None:  # one session per sub-env, spread over the URLs
+        return remote.make_vec(id, num_envs, seed=seed, **kwargs)
     env_id = resolve_id(id)
     return TextVectorEnv([lambda: make(env_id, **kwargs)] * num_envs, seed=seed)
+
+
+def _remote_env(env_id: Any):
+    """:mod:`textgym.remote` when ``env_id`` names an OpenEnv server (``"openenv:URL"``), else ``None``."""
+    if isinstance(env_id, str) and env_id.startswith("openenv:"):
+        from textgym import remote
+
+        return remote
+    return None

@@ -29,6 +29,7 @@ import gymnasium as gym
 
 from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
+from textgym.vector import SubEnvError
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
 logger = logging.getLogger("textgym.rollout")
@@ -95,6 +96,7 @@ __all__ = [
     "DEFAULT_MAX_EPISODE_STEPS",
     "MAX_OBSERVATION_CHARS",
     "EnvError",
+    "EnvFaults",
     "Envs",
     "Episode",
     "Request",
@@ -252,7 +254,8 @@ class Rollout:
     ``answer_tokens``, ``model_tokens`` (all real tokens run through the model), ``seconds``,
     ``act_seconds`` (inside ``policy.act``), ``env_seconds`` (inside the envs), ``decisions_per_s``,
     and ``bootstrap_decisions`` (the decisions asked at truncated episodes' final states, not
-    played and not in ``decisions``) when there were any."""
+    played and not in ``decisions``) when there were any; ``dropped_episodes`` and
+    ``failed_envs`` (:class:`EnvFaults`) when a sub-env failed."""
     unfinished: list[Episode] = field(default_factory=list)
     """Episodes still running when a ``steps=`` budget was spent or ``stop=`` ended the rollout."""
 
@@ -291,6 +294,7 @@ class Slot(Protocol):
         ...
 
 
+_MAX_DROPS_IN_A_ROW = 3  # an env that fails this many episodes in a row leaves the rollout
 _COUNTED = ("prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens", "act_seconds")
 
 
@@ -382,6 +386,25 @@ def conversation_window(policy: SupportsAct, env: gym.Env) -> ConversationWindow
     return policy.conversation_window
 
 
+@dataclass
+class EnvFaults:
+    """Sub-envs that failed during a rollout (a :class:`textgym.vector.SubEnvError`: a remote env's
+    server died, timed out, answered garbage or was full). The failed episode is dropped and
+    replayed from its seed after a new ``reset()`` (a remote env reconnects there); an env whose
+    reset fails too leaves the rollout, and the episodes it had left to play go to the others."""
+
+    dropped_episodes: int = 0
+    """Episodes lost mid-way (their steps discarded)."""
+    failed_envs: int = 0
+    """Sub-envs that could not even reset: out of this rollout."""
+    orphans: list[int | None] = field(default_factory=list)
+    """Seeds of planned episodes left by failed envs, for the others to play."""
+
+    def counts(self) -> dict[str, int]:
+        return {k: v for k, v in (("dropped_episodes", self.dropped_episodes),
+                                  ("failed_envs", self.failed_envs)) if v}
+
+
 class EnvSlot:
     """A text env playing a planned sequence of episodes (:func:`collect`'s slots).
 
@@ -397,11 +420,14 @@ class EnvSlot:
             the env's own limit only).
         bootstrap: after a truncated episode's last step, ask for one more decision at the state it
             reached (:attr:`Request.bootstrap`), kept as :attr:`Episode.bootstrap`.
+        faults: where a :class:`~textgym.vector.SubEnvError` of the env is counted (``None``: it
+            propagates).
     """
 
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
                  finished: list[Episode], window: ConversationWindow | None = None, *,
-                 max_steps: int | None = None, bootstrap: bool = False):
+                 max_steps: int | None = None, bootstrap: bool = False, faults: EnvFaults | None = None):
+        self.faults, self.drops, self.gone = faults, 0, False
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
         self.conversation = Conversation(window) if window is not None else None
         self.max_steps, self.bootstrap = max_steps, bootstrap
@@ -413,15 +439,26 @@ class EnvSlot:
         self.system_prompt = ""
         self.info: dict[str, Any] = {}
 
-    def start(self, first: tuple[str, dict[str, Any]] | None = None) -> None:
-        """Begin the next planned episode (from an observation and info already reset, if given)."""
-        if self.episodes is not None and self.started >= self.episodes:
+    def start(self, first: tuple[str, dict[str, Any]] | None = None, *, again: Episode | None = None) -> None:
+        """Begin the next planned episode (from an observation and info already reset, if given;
+        ``again``: replay that failed episode from its seed)."""
+        if again is not None:
+            seed = again.seed
+        elif self.episodes is None or self.started < self.episodes:
+            seed = self.seeds(self.started)
+            self.started += 1
+        elif self.faults is not None and self.faults.orphans:  # a failed env's episode
+            seed = self.faults.orphans.pop(0)
+        else:
             self.current = None
             return
-        seed = self.seeds(self.started)
-        self.started += 1
         try:
             obs, self.info = first if first is not None else self.env.reset(seed=seed)
+        except SubEnvError as exc:  # a remote env's fault (textgym.remote): counted, or raised as it is
+            if self.faults is None:
+                raise
+            self._leave(seed, exc)
+            return
         except Exception as exc:  # a misbehaving env (or one whose reset returns no (obs, info))
             raise EnvError(env_name(self.env), self.index, seed, None, exc) from exc
         if not isinstance(self.info, dict):
@@ -446,6 +483,8 @@ class EnvSlot:
         return text
 
     def request(self) -> Request | None:
+        if self.current is None and not self.gone and self.faults is not None and self.faults.orphans:
+            self.start()  # done with its own episodes: it plays a failed env's
         if self.current is None:
             return None
         valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
@@ -461,6 +500,17 @@ class EnvSlot:
             return
         try:
             obs, reward, terminated, truncated, info = self.env.step(decision.text)
+        except SubEnvError as exc:
+            if self.faults is None:
+                raise
+            self.faults.dropped_episodes += 1
+            self.drops += 1
+            logger.warning("sub-env %d dropped an episode: %s", self.index, exc)
+            if self.drops > _MAX_DROPS_IN_A_ROW:  # it resets but cannot play: out, like a dead one
+                self._leave(episode.seed, exc)
+            else:
+                self.start(again=episode)
+            return
         except Exception as exc:
             raise EnvError(env_name(self.env), self.index, episode.seed, len(episode.steps), exc) from exc
         cut = not (terminated or truncated) and self.max_steps is not None \
@@ -485,7 +535,17 @@ class EnvSlot:
 
     def _finish(self, episode: Episode) -> None:
         self.finished.append(episode)
+        self.drops = 0
         self.start()
+
+    def _leave(self, seed: int | None, exc: Exception) -> None:
+        """The env failed for good in this rollout: its planned episodes go to the others."""
+        if self.episodes is not None:
+            self.faults.orphans.extend([seed, *(self.seeds(k) for k in range(self.started, self.episodes))])
+            self.started = self.episodes
+        self.faults.failed_envs += 1
+        logger.warning("sub-env %d left the rollout: %s", self.index, exc)
+        self.current, self.gone = None, True
 
 
 def _with_episode_stats(env: gym.Env, info: dict[str, Any]) -> dict[str, Any]:
@@ -583,11 +643,12 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             seed_of = [lambda k: None] * n
             policy_seed = None
     finished: list[Episode] = []
+    faults = EnvFaults()
     windows = [conversation_window(policy, env) for env in envs]
     if any(w is not None for w in windows):  # conversation mode; an env without a window: no earlier turns
         windows = [w if w is not None else ConversationWindow(turns=0) for w in windows]
     slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i], max_steps=max_episode_steps,
-                     bootstrap=bootstrap) for i, env in enumerate(envs)]
+                     bootstrap=bootstrap, faults=faults) for i, env in enumerate(envs)]
     # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
     from textgym.vector import TextVectorEnv
 
@@ -622,7 +683,7 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
         if slot.awaiting_bootstrap:
             finished.append(slot.current)
             slot.current = None
-    stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats}
+    stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats, **faults.counts()}
     cut = sum(slot.cut for slot in slots)
     if cut:
         stats["cut_episodes"] = cut

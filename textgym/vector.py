@@ -9,7 +9,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-__all__ = ["TextVectorEnv"]
+__all__ = ["SubEnvError", "TextVectorEnv"]
+
+
+class SubEnvError(RuntimeError):
+    """A sub-env could not reset or step for a reason outside the episode (its server died, timed
+    out, answered garbage or is full): the episode is lost, not the run. A rollout drops that
+    episode, counts it and resets the env again (an env reconnects there); the other sub-envs
+    go on (:func:`textgym.rollout.collect`)."""
 
 
 class TextVectorEnv(VectorEnv):

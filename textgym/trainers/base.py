@@ -63,7 +63,7 @@ _SEEDS_PER_UPDATE = 10_000
 EpisodeRecord = tuple[float, int, int, "str | None"]
 """What the metrics window keeps of an episode: (env return, length, invalid answers, outcome)."""
 
-StopReason = Literal["budget", "solved", "time_limit", "callback"]
+StopReason = Literal["budget", "solved", "time_limit", "callback", "env_failure"]
 """Why :meth:`Trainer.train` returned: its updates or episodes were spent, the greedy check
 passed, the time cap came (the update in progress dropped), or the callback returned ``False``."""
 
@@ -332,6 +332,13 @@ class Trainer:
                 self.stopped_by = "time_limit"
                 break
             rollout = self.collect(stop=out_of_time)
+            # Sub-envs that failed for good (a remote env's server is gone): on while at least half
+            # remain (their episodes were played by the others), else stop after a complete update.
+            envs_lost = 2 * rollout.stats.get("failed_envs", 0) > self.config.num_envs
+            if self.process.agree_to_stop(envs_lost and len(rollout.episodes) < len(self.episode_shard())):
+                logger.warning("update %d dropped: too many envs failed", self.update_count + 1)
+                self.stopped_by = "env_failure"
+                break
             # The cap came inside the rollout (on any process): drop the partial update.
             if self.process.agree_to_stop(len(rollout.episodes) < len(self.episode_shard())):
                 logger.info("time cap reached during update %d's rollout: update dropped", self.update_count + 1)
@@ -349,6 +356,8 @@ class Trainer:
                 self.stopped_by = "solved"
             elif self.process.agree_to_stop(asked_to_stop):
                 self.stopped_by = "callback"
+            elif self.process.agree_to_stop(envs_lost):
+                self.stopped_by = "env_failure"
         return history
 
     def _check_seeds_are_held_out(self, early_stop: EarlyStop) -> None:
@@ -432,6 +441,9 @@ class Trainer:
                 metrics["tokens_per_s"] = tokens / seconds
         if self.process.is_distributed:
             metrics["world_size"] = self.process.world_size
+        for key in ("dropped_episodes", "failed_envs"):  # sub-env failures (a remote env's server)
+            if stats and stats.get(key):
+                metrics[key] = int(stats[key])
         metrics.update(self._answer_metrics(steps))
         if check is not None:
             metrics["check"] = self.greedy_check(check).to_dict()

@@ -47,7 +47,7 @@ from typing import Any, Protocol
 import torch
 
 __all__ = ["SEED_KEY", "AnswerSampler", "PolicySampler", "TextgymRollout", "VLLMSampler", "env_return_reward",
-           "make_trl_grpo_trainer"]
+           "environment_dataset", "environment_factory", "make_trl_grpo_trainer"]
 
 #: The key of a dataset prompt's user message that holds its env seed.
 SEED_KEY = "textgym_seed"
@@ -390,3 +390,83 @@ def make_trl_grpo_trainer(model: Any, tokenizer: Any, env: str = "textgym/Bandit
                           peft_config=peft_config, **trainer_kwargs)
     trainer.textgym_rollout = rollout  # for inspection: episodes played, returns, seeds
     return trainer
+
+
+# --- TRL's environment_factory: a textgym env whose moves are tools ----------------------------------
+
+
+def environment_factory(env_id: str, **env_kwargs: Any) -> type:
+    """A class for ``trl.GRPOTrainer(environment_factory=...)`` (TRL >= 1.16): each instance plays
+    text env ``env_id`` (any id ``textgym.make`` takes, ``"openenv:URL"`` included) and exposes it
+    the way TRL's tool-calling loop reads an environment:
+
+    * ``reset(**row) -> str``: starts an episode (seeded by the dataset row's ``seed`` column, if
+      any) and returns the task and the first observation, which TRL appends to the prompt;
+    * ``act(action: str) -> str``: one move (the one way to act in a text env: an answer, parsed
+      by the env), returning the next observation; after the episode ended it changes nothing;
+    * ``get_reward() -> float``: the episode's return so far, TRL's reward for the rollout.
+
+    The model must call tools, so its chat template must render them and TRL must parse its
+    calls (a Qwen-style ChatML template does both; ``examples/trl_environment.py``).
+
+    Example:
+        >>> from textgym.trainers.trl import environment_factory
+        >>> Env = environment_factory("cartpole")
+        >>> env = Env()
+        >>> env.reset(seed=0).splitlines()[-1]
+        'Pole -0.05 rad, spin -0.05 turning left; cart at +0.01, velocity -0.02.'
+        >>> env.act("RIGHT").startswith("Pole"), env.get_reward()
+        (True, 1.0)
+
+    Args:
+        env_id: the text env.
+        **env_kwargs: passed to ``textgym.make``.
+    """
+    import textgym
+
+    probe = textgym.make(env_id, **env_kwargs)
+    try:
+        names = probe.get_wrapper_attr("action_names")
+    except AttributeError:
+        names = None
+    probe.close()
+    choices = f"one of {', '.join(map(str, names))}" if names else "your answer, as the task asks"
+
+    class TextgymToolEnv:
+        def __init__(self) -> None:
+            self.env = textgym.make(env_id, **env_kwargs)
+            self.episode_return, self.done = 0.0, True
+
+        def reset(self, **kwargs: Any) -> str:
+            seed = kwargs.get("seed")
+            observation, info = self.env.reset(seed=None if seed is None else int(seed))
+            self.episode_return, self.done = 0.0, False
+            task = info.get("system_prompt", "")
+            return f"{task}\nCall the act tool to make each move.\n\n{observation}" if task else observation
+
+        def act(self, action: str) -> str:
+            if self.done:
+                return "The episode is over."
+            observation, reward, terminated, truncated, _ = self.env.step(action)
+            self.episode_return += float(reward)
+            self.done = bool(terminated or truncated)
+            return f"{observation}\nThe episode is over." if self.done else observation
+
+        def get_reward(self) -> float:
+            return self.episode_return
+
+    # TRL builds the tool's JSON schema from the signature and this docstring (Google style).
+    TextgymToolEnv.act.__doc__ = (f"Make one move in the environment.\n\nArgs:\n    action: {choices}.\n\n"
+                                  "Returns:\n    The next observation.")
+    TextgymToolEnv.__name__ = TextgymToolEnv.__qualname__ = "TextgymToolEnv"
+    return TextgymToolEnv
+
+
+def environment_dataset(env_id: str, num_prompts: int, seed: int = 0, prompt: str = "Play the game.") -> Any:
+    """A dataset for :func:`environment_factory`'s envs: ``num_prompts`` rows, each a short chat
+    prompt (``reset`` appends the task and the first observation) and the env ``seed`` its
+    ``reset`` gets, ``seed .. seed + num_prompts - 1``."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({"prompt": [[{"role": "user", "content": prompt}]] * num_prompts,
+                              "seed": list(range(seed, seed + num_prompts))})

@@ -1,0 +1,291 @@
+"""Envs over the network (textgym.serve, textgym.remote): real servers on free ports of 127.0.0.1,
+started once per module and torn down even when a test fails."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("openenv")
+
+import textgym
+from textgym.remote import OpenEnvError, OpenEnvTextEnv
+from textgym.serve import jsonable
+
+HERE = Path(__file__).parent
+START_SECONDS = 180  # bounded wait for a server to listen (importing OpenEnv takes ~10 s on a busy machine)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+class Server:
+    def __init__(self, *args: str):
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [a.replace("PORT", str(self.port)) for a in args]
+        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    def wait(self) -> Server:
+        deadline = time.monotonic() + START_SECONDS
+        while not _listening(self.port):
+            if self.process.poll() is not None:
+                raise RuntimeError(f"server exited: {self.process.stderr.read().decode()[-2000:]}")
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"server on port {self.port} did not listen within {START_SECONDS} s")
+            time.sleep(0.2)
+        return self
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(timeout=30)
+
+
+def textgym_serve(env: str, *flags: str) -> Server:
+    return Server(sys.executable, "-m", "textgym.cli", "serve", env, "--port", "PORT", *flags)
+
+
+def helper(kind: str) -> Server:
+    return Server(sys.executable, str(HERE / "openenv_servers.py"), kind, "PORT")
+
+
+@pytest.fixture(scope="module")
+def servers():
+    """All servers of the module, started together (each takes seconds to import OpenEnv)."""
+    started = {}
+    try:
+        started["cartpole"] = textgym_serve("cartpole", "--max-sessions", "3")
+        started["bandit"] = textgym_serve("bandit")       # killed by a test
+        started["walk"] = helper("walk")
+        started["garbage"] = helper("garbage")
+        for server in started.values():
+            server.wait()
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
+def _play(venv, actions):
+    """(obs, rewards, terminated, truncated, infos) of every step, infos as JSON data."""
+    trace = [jsonable(venv.reset())]
+    for action in actions:
+        obs, rewards, terminated, truncated, infos = venv.step([action] * venv.num_envs)
+        trace.append(jsonable((obs, rewards.tolist(), terminated.tolist(), truncated.tolist(), infos)))
+    return trace
+
+
+def test_round_trip_through_textgym_serve_matches_in_process(servers):
+    actions = ["LEFT", "RIGHT", "RIGHT", "no idea", "LEFT"] * 8
+    local = _play(textgym.make_vec("cartpole", num_envs=2, seed=5), actions)
+    served = textgym.make_vec(f"openenv:{servers['cartpole'].url}", num_envs=2, seed=5)
+    try:
+        remote = _play(served, actions)
+    finally:
+        served.close()
+    assert remote == local
+    assert any(any(step[2]) for step in local[1:])  # episodes ended (and were reset) on the way
+
+
+def test_sessions_spread_over_urls_and_a_full_server_says_so(servers):
+    url = servers["cartpole"].url
+    venv = textgym.make_vec(f"openenv:{url},http://127.0.0.1:1", num_envs=4)
+    assert [env.url for env in venv.envs] == [url, "http://127.0.0.1:1"] * 2
+    sessions = [OpenEnvTextEnv(url) for _ in range(4)]   # the server takes 3
+    try:
+        for env in sessions[:3]:
+            env.reset(seed=0)
+        with pytest.raises(OpenEnvError, match=f"{url} is full"):
+            sessions[3].reset(seed=0)
+        sessions[0].close()                                # a slot frees: the next reset reconnects
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                assert sessions[3].reset(seed=0)[1]["valid_actions"] == ["LEFT", "RIGHT"]
+                break
+            except OpenEnvError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    finally:
+        for env in sessions:
+            env.close()
+
+
+def test_foreign_server_rendered_and_parsed_against_its_schema(servers):
+    env = textgym.make(f"openenv:{servers['walk'].url}")
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs == "position: 0\ngoal: 2"
+        assert info["valid_actions"] == ["left", "right", "wait"]
+        assert info["system_prompt"].endswith("Answer with one word: left, right or wait.")
+        obs, reward, terminated, _, info = env.step("I go RIGHT")
+        assert (obs, reward, terminated) == ("position: 1\ngoal: 2", 0.0, False)
+        assert info["parse"]["action"] == {"move": "right"} and info["parse"]["valid"]
+        obs, reward, terminated, _, info = env.step("fly")  # fits no action: not sent, asked again
+        assert obs.startswith("position: 1\ngoal: 2\n") and not info["parse"]["valid"]
+        assert info["parse"]["policy"] == "retry" and not terminated
+        obs, reward, terminated, _, info = env.step("right")
+        assert (reward, terminated, info["episode_stats"]) == (1.0, True, {"return": 1.0, "length": 3,
+                                                                           "invalid_count": 1})
+    finally:
+        env.close()
+
+
+def test_slow_server_times_out_naming_the_url(servers):
+    url = servers["walk"].url
+    env = textgym.make(f"openenv:{url}", step_timeout=1.0)
+    try:
+        env.reset(seed=0)
+        started = time.monotonic()
+        with pytest.raises(OpenEnvError, match=rf"{url} did not answer within 1 s"):
+            env.step("wait")                     # the server sleeps for minutes
+        assert time.monotonic() - started < 60   # the timeout, not the server, ended the wait
+    finally:
+        env.close()
+
+
+def test_malformed_reply_is_one_clear_error(servers):
+    url = servers["garbage"].url
+    env = textgym.make(f"openenv:{url}", step_timeout=5.0)
+    with pytest.raises(OpenEnvError, match=f"malformed reply from OpenEnv server {url}"):
+        env.reset(seed=0)
+    env.close()
+
+
+def test_unreachable_server_is_one_clear_error():
+    url = f"http://127.0.0.1:{_free_port()}"
+    with pytest.raises(OpenEnvError, match=f"cannot reach OpenEnv server {url}"):
+        textgym.make(f"openenv:{url}", step_timeout=5.0).reset()
+
+
+class _KillsAServer:
+    """A scripted policy (``collect``'s SupportsAct) that kills a server at its ``at``-th call."""
+
+    def __init__(self, server: Server, at: int):
+        self.server, self.at, self.calls = server, at, 0
+
+    def act(self, observations, system_prompts, valid_actions=None, greedy=False):
+        from textgym.policy import Decision
+
+        self.calls += 1
+        if self.calls == self.at:
+            self.server.stop()
+        return [Decision(text=actions[0], prompt_ids=[], answer_ids=[], token_logprobs=[], logprob=0.0)
+                for actions in valid_actions]
+
+
+def test_server_dying_mid_episode_drops_the_episode_and_the_rollout_goes_on(servers):
+    from textgym.rollout import collect
+
+    cartpole, bandit = servers["cartpole"], servers["bandit"]
+    # Sub-env 0 plays on the CartPole server, sub-env 1 on the Bandit server, which dies while the
+    # policy makes its first decision: sub-env 1's episode is lost, its reset fails, and sub-env 0
+    # plays the episodes it had left.
+    venv = textgym.make_vec(f"openenv:{cartpole.url},{bandit.url}", num_envs=2)
+    try:
+        rollout = collect(_KillsAServer(bandit, at=1), venv, episodes=4, seed=0)
+    finally:
+        venv.close()
+    assert rollout.stats["failed_envs"] == 1 and rollout.stats["dropped_episodes"] == 1
+    assert len(rollout.episodes) == 4                                    # the other env played its share
+    assert sorted(e.seed for e in rollout.episodes) == [0, 1, 2, 3]
+    assert all(s.env_index == 0 for e in rollout.episodes for s in e.steps)
+    with pytest.raises(OpenEnvError, match=bandit.url):                  # and says why, naming the URL
+        textgym.make(f"openenv:{bandit.url}", step_timeout=5.0).reset()
+
+
+def test_training_on_a_served_env(servers, tiny_policy, tmp_path):
+    from textgym.trainers import make_trainer
+
+    trainer = make_trainer("reinforce", tiny_policy, env=f"openenv:{servers['cartpole'].url}",
+                           config={"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 8, "lr": 1e-3,
+                                   "max_train_episode_steps": 8}, out_dir=tmp_path)
+    try:
+        history = trainer.train(updates=2)
+    finally:
+        trainer.venv.close()
+    assert trainer.stopped_by == "budget" and [m["update"] for m in history] == [1, 2]
+    assert all(m["episodes"] > 0 and np.isfinite(m["loss"]) for m in history)
+    assert (tmp_path / "metrics.jsonl").read_text().count("\n") == 2
+
+
+def test_serve_and_train_refuse_bad_input_in_one_line(cli, tmp_path):
+    from tests.test_cli import one_error_line
+
+    assert "no env registered as 'nosuchenv'" in one_error_line(cli("serve", "nosuchenv"))
+    bad = tmp_path / "serve.toml"
+    bad.write_text('env = "cartpole"\n[env_kwargs]\nno_such_setting = 1\n')
+    assert "no_such_setting" in one_error_line(cli("serve", "--config", str(bad)))
+    url = f"http://127.0.0.1:{_free_port()}"   # nothing listens there: train stops before the model loads
+    line = one_error_line(cli("train", f"openenv:{url}", "--model", "tiny", "--updates", "1",
+                              "--out", str(tmp_path / "run")))
+    assert f"cannot reach OpenEnv server {url}" in line and not (tmp_path / "run").exists()
+
+
+def test_each_process_of_a_run_opens_its_own_share(monkeypatch):
+    urls = ["http://127.0.0.1:1", "http://127.0.0.1:2", "http://127.0.0.1:3"]
+    monkeypatch.setenv("RANK", "1")   # the second process of `textgym train --processes N` (torchrun's RANK)
+    venv = textgym.make_vec("openenv:" + ",".join(urls), num_envs=2)
+    assert [env.url for env in venv.envs] == [urls[2], urls[0]]   # sessions 2 and 3 of the run's 4
+
+
+def test_step_timeout_flag_reaches_the_remote_envs(cli, tmp_path):
+    from tests.test_cli import one_error_line
+
+    url = f"http://127.0.0.1:{_free_port()}"
+    line = one_error_line(cli("train", f"openenv:{url}", "--step-timeout", "2.5", "--model", "tiny",
+                              "--updates", "1", "--out", str(tmp_path / "run")))
+    assert f"cannot reach OpenEnv server {url}" in line
+    line = one_error_line(cli("train", "bandit", "--step-timeout", "2.5", "--model", "tiny", "--updates", "1",
+                              "--out", str(tmp_path / "run")))
+    assert "step_timeout" in line   # only a served env has one
+    from textgym.cli.training import _new_config
+
+    config = _new_config({}, {"env": f"openenv:{url}", "model": "tiny", "updates": 1,
+                              "env_kwargs": {"step_timeout": 2.5}}, None)
+    assert config.env == f"openenv:{url}" and config.env_kwargs == {"step_timeout": 2.5}
+    assert textgym.make(config.env, **config.env_kwargs).step_timeout == 2.5
+
+
+class _StepFails(__import__("gymnasium").Wrapper):
+    """A sub-env whose every step fails the way a lost server does (resets work)."""
+
+    def step(self, action):
+        from textgym.vector import SubEnvError
+
+        raise SubEnvError("the server answered garbage")
+
+
+def test_an_env_that_keeps_failing_leaves_and_training_stops_when_most_envs_are_gone(tiny_policy, tmp_path):
+    from textgym.rollout import collect
+    from textgym.trainers import make_trainer
+    from textgym.vector import TextVectorEnv
+
+    venv = TextVectorEnv([textgym.make("bandit"), _StepFails(textgym.make("bandit"))])
+    rollout = collect(_KillsAServer(None, at=0), venv, episodes=4, seed=0)
+    # sub-env 1 dropped 4 episodes in a row (each replayed from its seed), then left; sub-env 0 played all 4
+    assert rollout.stats["dropped_episodes"] == 4 and rollout.stats["failed_envs"] == 1
+    assert sorted(e.seed for e in rollout.episodes) == [0, 1, 2, 3]
+
+    broken = TextVectorEnv([_StepFails(textgym.make("bandit")) for _ in range(2)])
+    trainer = make_trainer("reinforce", tiny_policy, env=broken, out_dir=tmp_path,
+                           config={"num_envs": 2, "episodes_per_update": 4, "minibatch_size": 4})
+    assert trainer.train(updates=2) == [] and trainer.stopped_by == "env_failure"
+    assert trainer.update_count == 0
