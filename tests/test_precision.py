@@ -1,11 +1,15 @@
-"""Acting precision: no deprecated transformers arguments in the hot paths."""
+"""Acting precision: the bf16/int8 acting copy, the auto choice, the mismatch correction, and no
+deprecated transformers arguments in the hot paths."""
 
 from __future__ import annotations
 
 import copy
 import warnings
 
-from textgym.policy import Policy
+import pytest
+import torch
+
+from textgym.policy import Policy, PolicyConfig
 
 SYSTEM = "You balance a pole on a cart. Answer with one word: LEFT or RIGHT."
 OBSERVATIONS = ["Pole leans left.", "The cart is far to the right; the pole is falling over."]
@@ -24,3 +28,71 @@ def test_acting_and_evaluating_raise_no_future_warning(tiny_model_and_tokenizer)
         written = generate.act(OBSERVATIONS, [SYSTEM] * 2)
         generate.evaluate(written)
     assert [d.text for d in decisions] and all(d.answer_ids for d in written)
+
+
+def test_a_bf16_acting_copy_follows_the_weights(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    fast = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    exact = Policy(fast.model, tok, mode="score", seed=0)  # the same weights, acting in float32
+    actions = [["LEFT", "RIGHT"]] * 2
+    decisions = fast.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)
+    assert fast.act_precision == "bfloat16" and fast.acting_model() is not fast.model
+    assert next(fast.acting_model().parameters()).dtype == torch.bfloat16
+    assert next(fast.model.parameters()).dtype == torch.float32  # the trained weights keep theirs
+    ev = fast.evaluate(decisions)  # the training precision re-scores what bf16 chose
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.05)
+    assert not torch.equal(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask])  # bf16 is not float32
+    with torch.no_grad():  # an update: the acting copy is rebuilt from the new weights
+        fast.model.lm_head.weight.mul_(3.0)
+    again = fast.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)
+    assert fast._acting.syncs == 2
+    ev = fast.evaluate(again)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.1)
+    assert [d.text for d in again] == [d.text for d in exact.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)]
+
+
+def test_a_lora_policy_acts_on_the_merged_copy(tiny_model_and_tokenizer):
+    from textgym.lora import LoraSettings, add_lora
+
+    model, tok = tiny_model_and_tokenizer
+    lora = add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8))
+    with torch.no_grad():  # a trained adapter (B starts at 0)
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    policy = Policy(lora, tok, mode="generate", act_dtype="bfloat16", max_new_tokens=4, seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 2)
+    assert not hasattr(policy.acting_model(), "peft_config")  # merged: plain Linear layers
+    ev = policy.evaluate(decisions)  # with the adapter, in float32
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.05)
+
+
+def test_int8_acting_quantizes_the_linear_layers(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="int8", seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 2, [["LEFT", "RIGHT"]] * 2)
+    kinds = {type(m).__module__ for m in policy.acting_model().modules()}
+    assert any("quantized" in k for k in kinds)
+    ev = policy.evaluate(decisions)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.1)
+
+
+def test_auto_measures_once_and_keeps_float32_decisions(tiny_model_and_tokenizer, tmp_path, monkeypatch):
+    from textgym.policy.precision import choose_act_dtype
+
+    monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path))
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="auto", name="tiny")
+    chosen = policy.act_precision
+    choice = policy.precision_choice
+    assert chosen == choice.dtype and chosen in ("float32", "bfloat16", "int8") and not choice.cached
+    assert choice.agree[chosen] and choice.agree["float32"]  # never a precision whose decisions differ
+    assert choice.seconds[chosen] == min(s for d, s in choice.seconds.items() if choice.agree[d])
+    assert len(list((tmp_path / "precision").glob("*.json"))) == 1
+    cached = choose_act_dtype(policy.model, tok, "tiny")
+    assert cached.cached and cached.dtype == chosen and chosen in cached.describe()
+
+
+def test_act_dtype_is_checked():
+    with pytest.raises(ValueError, match="act_dtype must be one of auto, float32, bfloat16, int8"):
+        PolicyConfig(act_dtype="fp16")
