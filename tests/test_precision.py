@@ -96,3 +96,74 @@ def test_auto_measures_once_and_keeps_float32_decisions(tiny_model_and_tokenizer
 def test_act_dtype_is_checked():
     with pytest.raises(ValueError, match="act_dtype must be one of auto, float32, bfloat16, int8"):
         PolicyConfig(act_dtype="fp16")
+
+
+def _perturbed_correction(policy, decisions, shifts, enabled):
+    """The correction of ``decisions`` after their acting log-probs were moved by ``shifts``
+    (a known acting-vs-training mismatch)."""
+    from textgym.trainers.precision import ActingCorrection
+
+    for d, shift in zip(decisions, shifts):
+        d.token_logprobs = [lp + shift for lp in d.token_logprobs]
+        d.logprob += shift
+    return ActingCorrection.measure(policy, decisions, batch_size=8, enabled=enabled, cap=2.0)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_correction_weights_the_gradient_by_the_capped_ratio(tiny_model_and_tokenizer, enabled):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    decisions = policy.act(OBSERVATIONS * 2, [SYSTEM] * 4, [["LEFT", "RIGHT"]] * 4)
+    shifts = [0.0, -0.3, 0.5, -2.0]  # acting log-prob = training + shift (+ bf16's own small error)
+    correction = _perturbed_correction(policy, decisions, shifts, enabled)
+    assert correction.metrics["act_mismatch_abs"] == pytest.approx(sum(map(abs, shifts)) / 4, abs=0.02)
+    assert correction.metrics["act_mismatch_kl"] > 0
+    idx = torch.arange(4)
+    advantages = torch.tensor([1.0, -1.0, 0.5, 2.0])
+    ev, weights = correction.apply(policy.evaluate(decisions), idx)
+    train = torch.tensor([t.item() for t in correction.train])
+    act = torch.tensor([d.logprob for d in decisions])
+    assert torch.allclose(ev.old_logprobs[:, 0], train)  # the clip ratio compares like with like
+    if not enabled:
+        assert weights is None
+        return
+    expected = torch.clamp(torch.exp(train - act), max=2.0)  # 1, 1.35, 0.61, 2 (capped from 7.4)
+    assert torch.allclose(weights[:, 0], expected) and weights[3, 0] == 2.0
+    # REINFORCE's corrected loss has the importance-weighted gradient of every decision's log-prob.
+    params = policy.parameters_to_train()
+    loss = -(advantages * (ev.logprobs * weights).sum(1)).mean()
+    corrected = torch.autograd.grad(loss, params, allow_unused=True)
+    by_hand = [torch.zeros_like(p) for p in params]
+    for i in range(4):
+        single = policy.evaluate([decisions[i]]).logprobs[0, 0]
+        for acc, g in zip(by_hand, torch.autograd.grad(single, params, allow_unused=True)):
+            if g is not None:
+                acc -= advantages[i] * expected[i] * g / 4
+    for got, want in zip(corrected, by_hand):
+        if got is not None:
+            assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_the_clipped_surrogate_weights_each_unit():
+    from textgym.trainers.losses import clipped_surrogate
+
+    logprobs = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    old, adv, mask = torch.tensor([[-0.5, -1.0]]), torch.tensor([2.0]), torch.tensor([[True, True]])
+    weights = torch.tensor([[0.5, 2.0]])
+    loss, _ = clipped_surrogate(logprobs, old, adv, mask, 0.2, weights)
+    (grad,) = torch.autograd.grad(loss, logprobs)
+    assert torch.allclose(grad, torch.tensor([[-0.5, -2.0]]))  # -A * w / units at ratio 1
+    plain, _ = clipped_surrogate(logprobs, old, adv, mask, 0.2)
+    assert torch.allclose(torch.autograd.grad(plain, logprobs)[0], torch.tensor([[-1.0, -1.0]]))
+
+
+def test_a_bf16_training_run_records_the_mismatch(tiny_model_and_tokenizer):
+    from textgym.trainers import ReinforceConfig, make_trainer
+
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(num_envs=4, episodes_per_update=8, seed=0))
+    [metrics] = trainer.train(updates=1)
+    assert 0 < metrics["act_mismatch_abs"] < 0.05 and metrics["act_mismatch_kl"] >= 0
+    assert policy._acting.syncs == 1
