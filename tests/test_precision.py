@@ -4,6 +4,7 @@ deprecated transformers arguments in the hot paths."""
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 
 import pytest
@@ -167,3 +168,13 @@ def test_a_bf16_training_run_records_the_mismatch(tiny_model_and_tokenizer):
     [metrics] = trainer.train(updates=1)
     assert 0 < metrics["act_mismatch_abs"] < 0.05 and metrics["act_mismatch_kl"] >= 0
     assert policy._acting.syncs == 1
+
+
+def test_cli_act_dtype(cli):
+    bad = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "fp16")
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    [line] = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert line.startswith("textgym: error: ") and "act_dtype must be one of auto, float32, bfloat16, int8" in line
+    result = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "bfloat16", "--episodes", "4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"]["tiny"]["episodes"] == 4

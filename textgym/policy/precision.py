@@ -44,6 +44,7 @@ __all__ = ["ACT_DTYPES", "ActingCopy", "PrecisionChoice", "check_act_dtype", "ch
 _CANDIDATES = ("float32", "bfloat16", "int8")
 _PROBE_TEXTS = [f"Cart position {x / 10:+.1f}, velocity {v:+d}, pole angle {a:+d} degrees. Push LEFT or RIGHT?"
                 for x, v, a in zip(range(-8, 8), range(-4, 12), range(7, -9, -1))]
+_TIMED_PASSES = 2
 _PROBE_VERSION = 1  # bump when the probe changes: cached choices are then measured again
 
 
@@ -148,16 +149,12 @@ def _probe_batch(tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
     return ids, mask
 
 
-def _greedy(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
-    """The probe's greedy next tokens and the fastest of two timed passes (after a warm-up)."""
-    best = float("inf")
+def _forward(model: torch.nn.Module, ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The probe's greedy next tokens and the seconds the pass took."""
+    started = time.perf_counter()
     with torch.inference_mode():
-        for repeat in range(3):
-            started = time.perf_counter()
-            logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1).logits[:, -1]
-            if repeat:
-                best = min(best, time.perf_counter() - started)
-    return logits.float().argmax(-1), best
+        logits = model(input_ids=ids, attention_mask=mask, use_cache=False, logits_to_keep=1).logits[:, -1]
+    return logits.float().argmax(-1), time.perf_counter() - started
 
 
 def choose_act_dtype(model: torch.nn.Module, tokenizer: Any, model_key: str, device: torch.device | None = None,
@@ -174,17 +171,22 @@ def choose_act_dtype(model: torch.nn.Module, tokenizer: Any, model_key: str, dev
     device = device or next(model.parameters()).device
     ids, mask = (t.to(device) for t in _probe_batch(tokenizer))
     choice = PrecisionChoice("float32")
-    reference = None
+    models: dict[str, torch.nn.Module] = {}
+    greedy: dict[str, torch.Tensor] = {}
     for dtype in _CANDIDATES:
         try:
-            acting = model if dtype == "float32" else make_acting_copy(model, dtype)
-            tokens, seconds = _greedy(acting, ids, mask)
+            models[dtype] = model if dtype == "float32" else make_acting_copy(model, dtype)
+            greedy[dtype], _ = _forward(models[dtype], ids, mask)  # also the warm-up
         except Exception as exc:  # noqa: BLE001 - a precision this build cannot run is skipped
             choice.errors[dtype] = f"{type(exc).__name__}: {exc}".splitlines()[0][:200]
-            continue
-        reference = tokens if reference is None else reference
-        choice.seconds[dtype], choice.agree[dtype] = seconds, bool(torch.equal(tokens, reference))
-        del acting
+            models.pop(dtype, None)
+    # Alternating timed passes, the fastest of each kept: a busy machine slows them all alike.
+    for _ in range(_TIMED_PASSES):
+        for dtype, acting in models.items():
+            seconds = _forward(acting, ids, mask)[1]
+            choice.seconds[dtype] = min(seconds, choice.seconds.get(dtype, seconds))
+    for dtype in models:
+        choice.agree[dtype] = bool(torch.equal(greedy[dtype], greedy["float32"]))
     fastest = min((d for d in choice.seconds if choice.agree[d]), key=lambda d: choice.seconds[d])
     choice.dtype = fastest
     path.parent.mkdir(parents=True, exist_ok=True)
