@@ -97,8 +97,25 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
         except (ValueError, FileNotFoundError, KeyError) as exc:
             raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
     label = "checkpoint" if checkpoint is not None else model
-    result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+    from textgym.policy.progress import ActingProgress
+
+    limit = _step_limit(env_id, env_kwargs or {})
+    say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
+        f"{policy.act_precision}", err=True)
+    with ActingProgress(policy.counters, episodes * limit if limit else None, every=30.0,
+                        report=lambda line: say(f"textgym: {line}", err=True)):
+        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
     return label, with_stderr(result), dict(env_kwargs or {})
+
+
+def _step_limit(env_id: str, env_kwargs: dict[str, Any]) -> int | None:
+    """The env's episode step limit (its kwargs', else its registration's), if it has one."""
+    import gymnasium
+
+    try:
+        return env_kwargs.get("max_episode_steps") or gymnasium.spec(env_id).max_episode_steps
+    except Exception:  # noqa: BLE001 - an env without a spec just has no bound
+        return None
 
 
 def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -81,7 +81,7 @@ def test_int8_acting_quantizes_the_linear_layers(tiny_model_and_tokenizer):
 def test_auto_measures_once_and_keeps_float32_decisions(tiny_model_and_tokenizer, tmp_path, monkeypatch):
     from textgym.policy.precision import choose_act_dtype
 
-    monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path))
+    monkeypatch.setenv("TEXTGYM_PRECISION_CACHE", str(tmp_path / "precision"))
     model, tok = tiny_model_and_tokenizer
     policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="auto", name="tiny")
     chosen = policy.act_precision
@@ -178,3 +178,13 @@ def test_cli_act_dtype(cli):
     result = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "bfloat16", "--episodes", "4", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"]["tiny"]["episodes"] == 4
+    assert "4 greedy episodes, 4 envs per forward pass, acting in bfloat16" in result.stderr
+
+
+def test_progress_bounds_the_time_left():
+    from textgym.policy.progress import ActingProgress
+
+    counters = {"decisions": 10}
+    progress = ActingProgress(counters, total=500, every=60.0, report=print)
+    counters["decisions"] = 110  # 100 decisions made in 50 s: 400 more at most take 200 s
+    assert progress.line(elapsed=50.0).endswith("at most 3 min left (500 decisions at most)")

@@ -12,7 +12,10 @@ mismatch: :mod:`textgym.trainers.precision`).
 fixed probe batch, timed in each precision, and the probe's greedy decisions compared with
 float32's. It picks the fastest precision whose decisions all agree (float32 when none is faster,
 e.g. on a CPU without bf16 units); the result is cached in ``$TEXTGYM_HOME/precision/``, keyed by
-the CPU (model name and flags), the torch version, the thread count and the model.
+the CPU (model name and flags), the torch version, the thread count and the model (delete the
+file to measure again; ``$TEXTGYM_PRECISION_CACHE`` names another folder). The probe times
+alternating passes and keeps each precision's fastest, but a machine busy with other work can
+still skew it: measure when the machine is quiet.
 
 Example:
     >>> check_act_dtype("bf16")
@@ -31,6 +34,7 @@ import platform
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -133,11 +137,12 @@ def _cpu_key() -> str:
     return f"{lines.get('model name', platform.machine())}|{lines.get('flags', '')}"
 
 
-def _cache_file(model_key: str) -> Any:
+def _cache_file(model_key: str) -> Path:
     from textgym.models import textgym_home
 
     key = "|".join([_cpu_key(), torch.__version__, str(torch.get_num_threads()), model_key, str(_PROBE_VERSION)])
-    return textgym_home() / "precision" / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
+    folder = os.environ.get("TEXTGYM_PRECISION_CACHE") or textgym_home() / "precision"
+    return Path(folder) / (hashlib.sha256(key.encode()).hexdigest()[:24] + ".json")
 
 
 def _probe_batch(tokenizer: Any) -> tuple[torch.Tensor, torch.Tensor]:
