@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--gen-decisions", type=int, default=32, help="decisions per generate-mode measurement")
     parser.add_argument("--gen-tokens", type=int, default=8, help="new tokens per generate-mode decision")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--modes", nargs="+", default=["score", "generate"], choices=["score", "generate"])
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this file")
@@ -60,6 +61,8 @@ def main(argv: list[str] | None = None) -> dict:
     results: dict = {"model": args.model, "act_dtype": args.act_dtype, "threads": torch.get_num_threads()}
     for mode, decisions, extra in (("score", args.decisions, {}),
                                    ("generate", args.gen_decisions, {"max_new_tokens": args.gen_tokens})):
+        if mode not in args.modes:
+            continue
         policies = {}
         for dtype in ("float32", args.act_dtype):
             config = PolicyConfig.for_model(args.model, mode=mode, seed=args.seed, act_dtype=dtype, **extra)
