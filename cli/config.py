@@ -128,7 +128,7 @@ _TABLES = ("trainer", "env_kwargs", "policy")
 #: ``train`` and ``eval`` flags that set a policy setting, by ``PolicyConfig`` field name: the
 #: values go to the ``policy`` table and PolicyConfig checks them. ``chat_template`` is a file
 #: name on the command line; its content is the setting (a run never needs the file again).
-POLICY_FLAGS = ("temperature", "top_p", "max_new_tokens", "normalization", "chat_template")
+POLICY_FLAGS = ("temperature", "top_p", "max_new_tokens", "normalization", "chat_template", "act_dtype")
 
 
 def policy_flags(flags: dict[str, Any]) -> dict[str, Any]:

@@ -105,6 +105,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     label = "checkpoint" if checkpoint is not None else model
     from textgym.cli.display import evaluation_progress
 
+    say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
+        f"{policy.act_precision}", err=True)
     with evaluation_progress():
         result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
     return label, with_stderr(result), dict(env_kwargs or {})

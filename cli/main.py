@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -71,6 +72,15 @@ _CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the tokenizer's (its t
 _EVAL_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the checkpoint's or the tokenizer's."
 _MAX_EPISODE_STEPS_HELP = ("Cut episodes after N steps, marked truncated (the env's max_episode_steps); "
                            "an env without a limit of its own is cut at 1000.")
+
+
+def act_dtype_option(default_shown: str = "float32") -> Any:
+    """``--act-dtype`` of the commands that act with a model (PolicyConfig.act_dtype checks it)."""
+    return typer.Option(
+        None, "--act-dtype", metavar="auto|float32|bfloat16|int8", rich_help_panel=_POLICY_PANEL,
+        show_default=default_shown,
+        help="Precision the model acts in (a copy of the weights; training keeps its own): auto picks "
+             "the fastest whose greedy decisions match float32's, measured once per machine and model.")
 
 
 def _print_version(value: bool) -> None:
@@ -173,6 +183,7 @@ def train(
     chat_template: Path | None = typer.Option(
         None, "--chat-template", metavar="FILE", help=_CHAT_TEMPLATE_HELP,
         rich_help_panel=_POLICY_PANEL, show_default=False),
+    act_dtype: str | None = act_dtype_option(),
     sft: Path | None = typer.Option(
         None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
     ),
@@ -238,6 +249,7 @@ def train(
         "max_new_tokens": max_new_tokens,
         "normalization": normalization,
         "chat_template": str(chat_template) if chat_template else None,
+        "act_dtype": act_dtype,
         "sft": str(sft) if sft else None,
         "transcripts": transcripts,
         "report_to": report_to,
@@ -273,6 +285,7 @@ def evaluate(
     chat_template: Path | None = typer.Option(
         None, "--chat-template", metavar="FILE", help=_EVAL_CHAT_TEMPLATE_HELP,
         rich_help_panel=_POLICY_PANEL, show_default="the checkpoint's"),
+    act_dtype: str | None = act_dtype_option("the checkpoint's"),
     baseline: list[Baseline] = typer.Option(
         [], "--baseline", help="Also evaluate a reference policy (repeatable)."
     ),
@@ -291,7 +304,7 @@ def evaluate(
 
     # greedy: no temperature or top-p; a checkpoint's own settings unless these flags override
     policy_flags = {"max_new_tokens": max_new_tokens, "normalization": normalization,
-                    "chat_template": str(chat_template) if chat_template else None}
+                    "chat_template": str(chat_template) if chat_template else None, "act_dtype": act_dtype}
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
         baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,

@@ -286,6 +286,10 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             say(f"textgym: {cfg.model} loaded in {time.monotonic() - loading:.1f} s "
                 f"({weights.device}, {str(weights.dtype).removeprefix('torch.')}"
                 f"{', ' + cfg.quantize if cfg.quantize else ''})")
+        if policy.config.act_dtype != "float32":  # auto measures here (once per machine and model)
+            precision = policy.act_precision
+            if not quiet:
+                say(f"textgym: acting in {policy.precision_choice.describe() if policy.precision_choice else precision}")
         if resume is not None:
             trainer = _resume_trainer(cfg, policy, run_dir, quiet, process)
         else:
@@ -679,6 +683,7 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         "session_seconds": round(time.monotonic() - started, 3),
         **_checkpoint_summary(run_dir / CHECKPOINT),
         **({"processes": processes} if processes is not None else {}),
+        **({"act_dtype": trainer.policy.act_precision} if trainer is not None else {}),
     }
     if evaluation is not None:
         summary["eval"] = evaluation

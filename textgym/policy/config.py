@@ -20,10 +20,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["MODES", "NORMALIZATIONS", "PolicyConfig"]
+__all__ = ["ACT_DTYPES", "MODES", "NORMALIZATIONS", "PolicyConfig"]
 
 MODES = ("score", "generate")
 NORMALIZATIONS = ("sum", "token", "word")
+ACT_DTYPES = ("auto", "float32", "bfloat16", "int8")
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,12 @@ class PolicyConfig:
     :mod:`textgym.policy.conversation`). Each env's KV cache is kept across its turns, so a
     decision runs only its new tokens. An env wrapped in :class:`textgym.wrappers.History` uses
     that wrapper's window instead."""
+    act_dtype: str = "float32"
+    """The precision the policy acts in: ``"float32"`` (the weights themselves), ``"bfloat16"``,
+    ``"int8"`` (dynamically quantized Linear layers) or ``"auto"`` (the fastest of these whose
+    greedy decisions agree with float32's, measured once per machine and model). Acting runs on a
+    copy of the weights in that precision, rebuilt after each update; :meth:`Policy.evaluate` and
+    the update keep the weights' own precision (see :mod:`textgym.policy.precision`)."""
     history_tokens: int = 4096
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""
@@ -102,6 +109,8 @@ class PolicyConfig:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_new_tokens < 1:
             raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        if self.act_dtype not in ACT_DTYPES:
+            raise ValueError(f"act_dtype must be one of {', '.join(ACT_DTYPES)}; got {self.act_dtype!r}")
         if self.history is not None and self.history != "full" and (
                 isinstance(self.history, bool) or not isinstance(self.history, int) or self.history < 0):
             raise ValueError(f"history must be None, 'full' or a number of turns >= 0, got {self.history!r}")

@@ -305,9 +305,9 @@ class ConversationCache:
             cache = append_in_place_cache(self.kv, self._buffers)
         with ragged_attention(model) if groups is not None else contextlib.nullcontext():
             out = model(input_ids=ids.to(device), attention_mask=mask, position_ids=positions.to(device),
-                        past_key_values=cache, use_cache=True, logits_to_keep=1,
+                        cache=cache, use_cache=True, logits_to_keep=1,
                         **({"row_groups": groups} if groups is not None else {}))
-        self.kv = tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+        self.kv = tuple((layer.keys, layer.values) for layer in out.cache.layers)
         self.mask = mask
         self.held = list(contexts)
         # Scoring and generation continue on a cache of their own (they select rows and append

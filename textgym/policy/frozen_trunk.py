@@ -96,7 +96,7 @@ def _run_top(trunk: Trunk, hidden: torch.Tensor, mask: torch.Tensor, positions: 
     and themselves as ``mask`` ``[B, 1, T, past + T]`` (bool, True = attend) says."""
     embeddings = trunk.decoder.rotary_emb(hidden, position_ids=positions)
     for layer in trunk.top:
-        out = layer(hidden, attention_mask=mask, position_ids=positions, past_key_values=cache, use_cache=True,
+        out = layer(hidden, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True,
                     position_embeddings=embeddings)
         hidden = out[0] if isinstance(out, tuple) else out
     return hidden

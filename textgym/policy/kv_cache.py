@@ -154,7 +154,7 @@ def _run_prefix(model: torch.nn.Module, prefix: list[int], device: torch.device,
     ids = torch.tensor([prefix], device=device)
     out = model(input_ids=ids, use_cache=True, logits_to_keep=1)
     counters["model_tokens"] += len(prefix)
-    return tuple((layer.keys, layer.values) for layer in out.past_key_values.layers)
+    return tuple((layer.keys, layer.values) for layer in out.cache.layers)
 
 
 class PrefixCache:
@@ -323,11 +323,11 @@ def run_prompts(model: torch.nn.Module, prompts: list[list[int]], prefix_length:
     attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
     out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=attention_mask,
                 position_ids=torch.tensor(positions, dtype=torch.long, device=device),
-                past_key_values=_new_cache(model, kv, rows), use_cache=True,
+                cache=_new_cache(model, kv, rows), use_cache=True,
                 logits_to_keep=answer_width + 1, output_hidden_states=want_hidden)
     logits = out.logits.float()
     hidden = out.hidden_states[-1][:, width - 1] if want_hidden else None
-    batch = BatchState(cache=out.past_key_values, attention_mask=attention_mask,
+    batch = BatchState(cache=out.cache, attention_mask=attention_mask,
                        next_position=torch.tensor([prefix_length + len(s) for s in suffixes], device=device),
                        last_logits=logits[:, 0], hidden=hidden)
     return batch, (logits[:, :answer_width] if answer_width else None)
@@ -356,7 +356,7 @@ def run_sequences(model: torch.nn.Module, sequences: list[list[int]], prefix_len
     attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
     out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=attention_mask,
                 position_ids=torch.tensor(positions, dtype=torch.long, device=device),
-                past_key_values=_new_cache(model, kv, rows), use_cache=True, logits_to_keep=1,
+                cache=_new_cache(model, kv, rows), use_cache=True, logits_to_keep=1,
                 output_hidden_states=True)
-    return SequenceState(cache=out.past_key_values, attention_mask=attention_mask, hidden=out.hidden_states[-1],
+    return SequenceState(cache=out.cache, attention_mask=attention_mask, hidden=out.hidden_states[-1],
                          prefix_length=prefix_length)

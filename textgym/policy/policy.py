@@ -34,6 +34,7 @@ from textgym.policy.kv_cache import (
     unique_rows,
     weights_version,
 )
+from textgym.policy.precision import ActingCopy, PrecisionChoice, choose_act_dtype
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
 from textgym.policy.rescoring import (
@@ -101,6 +102,9 @@ class Policy:
         contiguous_output_head(self.model)
         self._reference = ReferenceWeights()
         self._top_rescorer = TopRescorer()
+        self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
+        #: What ``act_dtype="auto"`` measured (``None`` until then, or with a fixed act_dtype).
+        self.precision_choice: PrecisionChoice | None = None
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
         #: prefix-cache reuse), prompt_tokens_total (full prompt lengths), answer_tokens, model_tokens
         #: (every real token run through the model), padded_tokens (padding slots run),
@@ -193,6 +197,25 @@ class Policy:
             finally:
                 self.model = trained
 
+    @property
+    def act_precision(self) -> str:
+        """The precision the policy acts in (``act_dtype``, with ``"auto"`` resolved: measured
+        on the first call, or read from the machine's cache; see :mod:`textgym.policy.precision`)."""
+        if self._acting is None:
+            dtype = self._config.act_dtype
+            if dtype == "auto":
+                self.precision_choice = choose_act_dtype(self.model, self.tokenizer,
+                                                         self.name or self.model.config.name_or_path, self.device)
+                dtype = self.precision_choice.dtype
+            self._acting = ActingCopy(dtype)
+        return self._acting.dtype
+
+    def acting_model(self) -> torch.nn.Module:
+        """The model :meth:`act` runs: the weights themselves in float32, else their copy in
+        :attr:`act_precision`, rebuilt when the weights have changed since it was made."""
+        self.act_precision  # noqa: B018 - resolves the precision once
+        return self._acting.model_for(self.model, self._weights_version())
+
     def _weights_version(self) -> tuple:
         return weights_version(self.model, self._reference.active)
 
@@ -246,6 +269,7 @@ class Policy:
         started = time.perf_counter()
         if self.model.training:
             self.model.eval()
+        model = self.acting_model()
         prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
         if not score and self.prefill_ids:  # the answer's opening, written for the model
             prompts = [p + self.prefill_ids for p in prompts]
@@ -258,21 +282,21 @@ class Policy:
         firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
         # Training an adapter on the top layers only: keep what the frozen layers give (re-scoring
         # then runs the top alone).
-        trunk = find_trunk(self.model) if score else None
+        trunk = find_trunk(self.model) if score and model is self.model else None
         with torch.inference_mode():
             with recording(trunk) as seen:
-                batch, _ = run_prompts(self.model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                batch, _ = run_prompts(model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
                                        device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
                                        version=self._weights_version())
             if score:
-                decisions = self._act_score(batch, prompts, valid_actions, greedy, firsts, row_of)
+                decisions = self._act_score(model, batch, prompts, valid_actions, greedy, firsts, row_of)
                 records = trunk_records(seen, trunk, row_of, [len(p) for p in prompts], prefix_length)
                 for decision, record in zip(decisions, records):
                     decision.trunk = record
             else:
                 if len(firsts) < n:  # duplicates sample independently: give each its own KV row
                     batch = batch.select_rows(row_of)
-                decisions = self._act_generate(batch, prompts, greedy)
+                decisions = self._act_generate(model, batch, prompts, greedy)
         self.counters["decisions"] += n
         self.counters["prompt_tokens_total"] += sum(len(p) for p in prompts)
         self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
@@ -294,13 +318,14 @@ class Policy:
         prefix = self.prompts.system_prefix(system_prompts[0]) if same_system else []
         every = list(range(len(contexts)))  # every conversation keeps its own row
         with torch.inference_mode():
-            batch = self.conversation_cache.run(self.model, conversations, contexts, prefix,
+            model = self.acting_model()
+            batch = self.conversation_cache.run(model, conversations, contexts, prefix,
                                                 version=self._weights_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
             if self._config.mode == "score":
-                decisions = self._act_score(batch, contexts, valid_actions, greedy, every, every)
+                decisions = self._act_score(model, batch, contexts, valid_actions, greedy, every, every)
             else:
-                decisions = self._act_generate(batch, contexts, greedy)
+                decisions = self._act_generate(model, batch, contexts, greedy)
         for conversation, decision in zip(conversations, decisions):
             conversation.add_answer(decision.answer_ids)
         self.counters["decisions"] += len(decisions)
@@ -309,11 +334,11 @@ class Policy:
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
 
-    def _act_score(self, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
+    def _act_score(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
         c = self._config
         candidates = [self.candidate_set(actions) for actions in valid_actions]
-        per_unique = score_candidates(self.model, batch, [candidates[i] for i in firsts], pad_id=self.pad_id,
+        per_unique = score_candidates(model, batch, [candidates[i] for i in firsts], pad_id=self.pad_id,
                                       chunk_bytes=c.score_chunk_bytes, counters=self.counters)
         unique_scores = [candidate_scores(token_lps, c.normalization, list(valid_actions[i]))
                          for i, token_lps in zip(firsts, per_unique)]
@@ -327,9 +352,10 @@ class Policy:
                 candidates=[list(cand) for cand in candidates[i]], action_index=k))
         return decisions
 
-    def _act_generate(self, batch: BatchState, prompts: list[list[int]], greedy: bool) -> list[Decision]:
+    def _act_generate(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]],
+                      greedy: bool) -> list[Decision]:
         c = self._config
-        answers = generate(self.model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
+        answers = generate(model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
                            stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
         return [Decision(text=c.prefill + self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,

@@ -155,10 +155,10 @@ def generate(model: torch.nn.Module, batch: BatchState, *, max_new_tokens: int, 
             in_batch = [in_batch[j] for j in kept]
         mask = torch.cat([mask, torch.ones((len(in_batch), 1), dtype=mask.dtype, device=device)], 1)
         out = model(input_ids=tokens[:, None], attention_mask=mask, position_ids=position[:, None],
-                    past_key_values=cache, use_cache=True)
+                    cache=cache, use_cache=True)
         counters["model_tokens"] += writing
         counters["padded_tokens"] += len(in_batch) - writing
-        cache, logits, position = out.past_key_values, out.logits[:, -1], position + 1
+        cache, logits, position = out.cache, out.logits[:, -1], position + 1
     # The log-probs cross to the host once, at the end.
     logprobs: list[list[float]] = [[] for _ in range(rows)]
     values = torch.cat([lps for _, lps in steps]).tolist()

@@ -222,7 +222,7 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
             kv = tuple((k.index_select(0, index), v.index_select(0, index)) for k, v in kv)
         out = model(input_ids=ids.to(device), attention_mask=mask,
                     position_ids=point_positions + depth_positions.to(device),
-                    past_key_values=alias_cache(model, kv), use_cache=False)
+                    cache=alias_cache(model, kv), use_cache=False)
         logits = out.logits.float()  # [rows, w, V]
         normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
         # Gather every candidate's later tokens of the chunk at once (one host -> device copy).

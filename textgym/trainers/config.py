@@ -83,6 +83,16 @@ class TrainConfig:
     model whose prompts differ in a few tokens, that shared shift dominates a noisy policy
     gradient and the policy collapses to one action before it learns to read the state
     (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode."""
+    act_correction: bool = True
+    """When the policy acts in another precision than it trains in (``PolicyConfig.act_dtype``),
+    re-score the rollout in the training precision once per update, measure the mismatch
+    (metrics ``act_mismatch_abs``: mean |log-prob difference|, ``act_mismatch_kl``: KL(acting ||
+    training)) and weight each unit's policy-gradient term by its truncated importance ratio
+    ``min(pi_train / pi_act, act_correction_cap)`` (as verl and prime-rl do for vLLM rollouts);
+    PPO/GRPO's clip ratio then compares with the training-precision log-probs. ``False``: measure
+    only, the gradient is the uncorrected one. Acting in float32 needs neither."""
+    act_correction_cap: float = 2.0
+    """The cap of the truncated importance ratio of ``act_correction`` (> 0)."""
 
     # --- model ----------------------------------------------------------------------------
     use_lora: bool = True
@@ -182,6 +192,8 @@ class TrainConfig:
             raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
         if not 0.0 <= self.state_centering <= 1.0:
             raise ValueError(f"state_centering must be in [0, 1], got {self.state_centering}")
+        if not self.act_correction_cap > 0:
+            raise ValueError(f"act_correction_cap must be > 0, got {self.act_correction_cap}")
         self.lora_settings()  # validates the lora_* fields
         if self.transcripts < 0 or not self.transcripts_max_mb > 0:
             raise ValueError(f"transcripts must be >= 0 and transcripts_max_mb > 0, got {self.transcripts} "

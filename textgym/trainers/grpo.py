@@ -38,6 +38,7 @@ from textgym.trainers.losses import (
     returns_to_go,
     turn_group_advantages,
 )
+from textgym.trainers.precision import ActingCorrection
 
 
 class GRPOTrainer(Trainer):
@@ -116,12 +117,19 @@ class GRPOTrainer(Trainer):
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
+        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
+        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
+                                              cfg.act_correction_cap)
 
         # 4. The clipped surrogate against the rollout's log-probs, KL penalty, entropy bonus.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
+            weights = None
+            if correction is not None:
+                ev, weights = correction.apply(ev, idx)
             adv = advantages[idx].to(ev.logprobs.device)
-            policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask, cfg.clip_eps)
+            policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask, cfg.clip_eps,
+                                                      weights)
             entropy = ev.entropy.mean()
             loss = policy_loss - cfg.entropy_coef * entropy
             stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "clip_frac": clip_frac.item(),
@@ -135,6 +143,8 @@ class GRPOTrainer(Trainer):
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
+        if correction is not None:
+            metrics.update(correction.metrics)
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
         return metrics
 

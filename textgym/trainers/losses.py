@@ -139,7 +139,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 
 def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
-                      mask: torch.Tensor, clip_eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+                      mask: torch.Tensor, clip_eps: float,
+                      weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate loss over units (answer tokens or whole candidates).
 
     Each unit's ratio ``exp(logprob - old_logprob)`` is multiplied by its decision's advantage;
@@ -152,6 +153,8 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         advantages: ``Tensor[B]`` one advantage per decision.
         mask: ``Tensor[B, T]`` which units are real.
         clip_eps: the clip range.
+        weights: ``Tensor[B, T]`` per-unit weights of the loss terms (the truncated importance
+            ratios of :func:`truncated_importance_weights`); ``None``: 1.
 
     Returns:
         ``(loss, clip_fraction)``: the scalar loss and the fraction of real units whose ratio was clipped.
@@ -161,6 +164,8 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     unclipped = ratio * adv
     clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
     per_unit = -torch.min(unclipped, clipped)
+    if weights is not None:
+        per_unit = per_unit * weights
     loss = masked_mean(per_unit, mask, dim=1).mean()
     clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
     return loss, clip_frac.detach()
@@ -188,6 +193,34 @@ def approx_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tenso
     return torch.exp(log_ratio) - log_ratio - 1.0
 
 
+def truncated_importance_weights(train_logprobs: torch.Tensor, act_logprobs: torch.Tensor, mask: torch.Tensor,
+                                 cap: float) -> torch.Tensor:
+    """Per-unit truncated importance ratios ``min(exp(train - act), cap)`` (0 at padding), without grad.
+
+    The units were sampled by the acting copy (``act_logprobs``, e.g. bf16) but the gradient is
+    taken in the training precision (``train_logprobs``); weighting each unit's policy-gradient
+    term by this ratio makes the estimate the training policy's, and the cap bounds its variance.
+
+    Example:
+        >>> truncated_importance_weights(torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]),
+        ...                              torch.tensor([[True, True]]), cap=2.0)
+        tensor([[2., 1.]])
+    """
+    ratio = torch.exp(train_logprobs.detach().float() - act_logprobs.detach().float())
+    return torch.clamp(ratio, max=cap) * mask.to(ratio.dtype)
+
+
+def precision_mismatch(train_logprobs: torch.Tensor, act_logprobs: torch.Tensor,
+                       mask: torch.Tensor) -> tuple[float, float]:
+    """``(mean |train - act|, KL(act || train))`` over the real units: how far the acting
+    precision's log-probs are from the training precision's (the KL by :func:`approx_kl`, the
+    acting side being the sampling one)."""
+    train, act = train_logprobs.detach().float(), act_logprobs.detach().float()
+    mean_abs = masked_mean((train - act).abs(), mask)
+    kl = masked_mean(approx_kl(act, train), mask)
+    return float(mean_abs), float(kl)
+
+
 def all_finite(*tensors: torch.Tensor) -> bool:
     """True when every element of every tensor is finite (no NaN, no inf)."""
     return all(bool(torch.isfinite(t).all()) for t in tensors)
@@ -203,5 +236,7 @@ __all__ = [
     "group_advantages",
     "masked_mean",
     "normalize",
+    "precision_mismatch",
     "returns_to_go",
+    "truncated_importance_weights",
 ]

@@ -37,6 +37,7 @@ from textgym.trainers.losses import (
     gae,
     normalize,
 )
+from textgym.trainers.precision import ActingCorrection
 from textgym.trainers.value_head import ValueHead
 
 
@@ -103,13 +104,19 @@ class PPOTrainer(Trainer):
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
+        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
+        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
+                                              cfg.act_correction_cap)
 
         # 4. Epochs of clipped policy and value steps; stop once the policy moved past target_kl.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
+            weights = None
+            if correction is not None:
+                ev, weights = correction.apply(ev, idx)
             device = ev.logprobs.device
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, advantages[idx].to(device),
-                                                       ev.mask, cfg.clip_eps)
+                                                       ev.mask, cfg.clip_eps, weights)
             hidden = ev.hidden.detach() if cfg.value_detach else ev.hidden
             new_values = self.value_head(hidden)
             value_loss = clipped_value_loss(new_values, values[idx].to(device), returns[idx].to(device),
@@ -127,6 +134,8 @@ class PPOTrainer(Trainer):
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
+        if correction is not None:
+            metrics.update(correction.metrics)
         all_values, _ = self.global_batch(values)
         all_returns, _ = self.global_batch(returns)
         metrics["value_mean"] = float(all_values.mean())

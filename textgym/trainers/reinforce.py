@@ -29,6 +29,7 @@ from textgym.trainers.centering import evaluate_minibatch
 from textgym.trainers.config import ReinforceConfig
 from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
 from textgym.trainers.losses import EMABaseline, all_finite, normalize, returns_to_go
+from textgym.trainers.precision import ActingCorrection
 
 
 class ReinforceTrainer(Trainer):
@@ -65,11 +66,18 @@ class ReinforceTrainer(Trainer):
 
         # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
         ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
+        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
+        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
+                                              cfg.act_correction_cap)
 
         # 4. Loss per minibatch: -A * log pi(answer), KL penalty, entropy bonus.
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
-            logprob = (ev.logprobs * ev.mask).sum(dim=1)  # log pi of the whole answer
+            weights = None
+            if correction is not None:
+                ev, weights = correction.apply(ev, idx)
+            units = ev.logprobs * ev.mask if weights is None else ev.logprobs * weights
+            logprob = units.sum(dim=1)  # log pi of the whole answer (each token importance-weighted)
             policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
             entropy = ev.entropy.mean()
             loss = policy_loss - cfg.entropy_coef * entropy
@@ -83,6 +91,8 @@ class ReinforceTrainer(Trainer):
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
+        if correction is not None:
+            metrics.update(correction.metrics)
         return metrics
 
     def _algorithm_state(self) -> dict[str, Any]:

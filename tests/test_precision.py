@@ -1,0 +1,181 @@
+"""Acting precision: the bf16/int8 acting copy, the auto choice, the mismatch correction, and no
+deprecated transformers arguments in the hot paths."""
+
+from __future__ import annotations
+
+import copy
+import json
+import warnings
+
+import pytest
+import torch
+
+from textgym.policy import Policy, PolicyConfig
+
+SYSTEM = "You balance a pole on a cart. Answer with one word: LEFT or RIGHT."
+OBSERVATIONS = ["Pole leans left.", "The cart is far to the right; the pole is falling over."]
+
+
+def test_acting_and_evaluating_raise_no_future_warning(tiny_model_and_tokenizer):
+    # transformers 5.x deprecates ``past_key_values`` (removed in 5.40) with a FutureWarning per call.
+    model, tok = tiny_model_and_tokenizer
+    score = Policy(copy.deepcopy(model), tok, mode="score", seed=0)
+    generate = Policy(copy.deepcopy(model), tok, mode="generate", max_new_tokens=4, seed=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", FutureWarning)
+        decisions = score.act(OBSERVATIONS, [SYSTEM] * 2, [["LEFT", "RIGHT"]] * 2)
+        score.evaluate(decisions)
+        score.act(OBSERVATIONS, [SYSTEM] * 2, [["LEFT", "RIGHT"]] * 2)  # the cached system prefix
+        written = generate.act(OBSERVATIONS, [SYSTEM] * 2)
+        generate.evaluate(written)
+    assert [d.text for d in decisions] and all(d.answer_ids for d in written)
+
+
+def test_a_bf16_acting_copy_follows_the_weights(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    fast = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    exact = Policy(fast.model, tok, mode="score", seed=0)  # the same weights, acting in float32
+    actions = [["LEFT", "RIGHT"]] * 2
+    decisions = fast.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)
+    assert fast.act_precision == "bfloat16" and fast.acting_model() is not fast.model
+    assert next(fast.acting_model().parameters()).dtype == torch.bfloat16
+    assert next(fast.model.parameters()).dtype == torch.float32  # the trained weights keep theirs
+    ev = fast.evaluate(decisions)  # the training precision re-scores what bf16 chose
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.05)
+    assert not torch.equal(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask])  # bf16 is not float32
+    with torch.no_grad():  # an update: the acting copy is rebuilt from the new weights
+        fast.model.lm_head.weight.mul_(3.0)
+    again = fast.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)
+    assert fast._acting.syncs == 2
+    ev = fast.evaluate(again)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.1)
+    assert [d.text for d in again] == [d.text for d in exact.act(OBSERVATIONS, [SYSTEM] * 2, actions, greedy=True)]
+
+
+def test_a_lora_policy_acts_on_the_merged_copy(tiny_model_and_tokenizer):
+    from textgym.lora import LoraSettings, add_lora
+
+    model, tok = tiny_model_and_tokenizer
+    lora = add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8))
+    with torch.no_grad():  # a trained adapter (B starts at 0)
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    policy = Policy(lora, tok, mode="generate", act_dtype="bfloat16", max_new_tokens=4, seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 2)
+    assert not hasattr(policy.acting_model(), "peft_config")  # merged: plain Linear layers
+    ev = policy.evaluate(decisions)  # with the adapter, in float32
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.05)
+
+
+def test_int8_acting_quantizes_the_linear_layers(tiny_model_and_tokenizer):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="int8", seed=0)
+    decisions = policy.act(OBSERVATIONS, [SYSTEM] * 2, [["LEFT", "RIGHT"]] * 2)
+    kinds = {type(m).__module__ for m in policy.acting_model().modules()}
+    assert any("quantized" in k for k in kinds)
+    ev = policy.evaluate(decisions)
+    assert torch.allclose(ev.logprobs[ev.mask], ev.old_logprobs[ev.mask], atol=0.1)
+
+
+def test_auto_measures_once_and_keeps_float32_decisions(tiny_model_and_tokenizer, tmp_path, monkeypatch):
+    from textgym.policy.precision import choose_act_dtype
+
+    monkeypatch.setenv("TEXTGYM_PRECISION_CACHE", str(tmp_path / "precision"))
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="auto", name="tiny")
+    chosen = policy.act_precision
+    choice = policy.precision_choice
+    assert chosen == choice.dtype and chosen in ("float32", "bfloat16", "int8") and not choice.cached
+    assert choice.agree[chosen] and choice.agree["float32"]  # never a precision whose decisions differ
+    assert choice.seconds[chosen] == min(s for d, s in choice.seconds.items() if choice.agree[d])
+    assert len(list((tmp_path / "precision").glob("*.json"))) == 1
+    cached = choose_act_dtype(policy.model, tok, "tiny")
+    assert cached.cached and cached.dtype == chosen and chosen in cached.describe()
+
+
+def test_act_dtype_is_checked():
+    with pytest.raises(ValueError, match="act_dtype must be one of auto, float32, bfloat16, int8"):
+        PolicyConfig(act_dtype="fp16")
+
+
+def _perturbed_correction(policy, decisions, shifts, enabled):
+    """The correction of ``decisions`` after their acting log-probs were moved by ``shifts``
+    (a known acting-vs-training mismatch)."""
+    from textgym.trainers.precision import ActingCorrection
+
+    for d, shift in zip(decisions, shifts):
+        d.token_logprobs = [lp + shift for lp in d.token_logprobs]
+        d.logprob += shift
+    return ActingCorrection.measure(policy, decisions, batch_size=8, enabled=enabled, cap=2.0)
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_correction_weights_the_gradient_by_the_capped_ratio(tiny_model_and_tokenizer, enabled):
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    decisions = policy.act(OBSERVATIONS * 2, [SYSTEM] * 4, [["LEFT", "RIGHT"]] * 4)
+    shifts = [0.0, -0.3, 0.5, -2.0]  # acting log-prob = training + shift (+ bf16's own small error)
+    correction = _perturbed_correction(policy, decisions, shifts, enabled)
+    assert correction.metrics["act_mismatch_abs"] == pytest.approx(sum(map(abs, shifts)) / 4, abs=0.02)
+    assert correction.metrics["act_mismatch_kl"] > 0
+    idx = torch.arange(4)
+    advantages = torch.tensor([1.0, -1.0, 0.5, 2.0])
+    ev, weights = correction.apply(policy.evaluate(decisions), idx)
+    train = torch.tensor([t.item() for t in correction.train])
+    act = torch.tensor([d.logprob for d in decisions])
+    assert torch.allclose(ev.old_logprobs[:, 0], train)  # the clip ratio compares like with like
+    if not enabled:
+        assert weights is None
+        return
+    expected = torch.clamp(torch.exp(train - act), max=2.0)  # 1, 1.35, 0.61, 2 (capped from 7.4)
+    assert torch.allclose(weights[:, 0], expected) and weights[3, 0] == 2.0
+    # REINFORCE's corrected loss has the importance-weighted gradient of every decision's log-prob.
+    params = policy.parameters_to_train()
+    loss = -(advantages * (ev.logprobs * weights).sum(1)).mean()
+    corrected = torch.autograd.grad(loss, params, allow_unused=True)
+    by_hand = [torch.zeros_like(p) for p in params]
+    for i in range(4):
+        single = policy.evaluate([decisions[i]]).logprobs[0, 0]
+        for acc, g in zip(by_hand, torch.autograd.grad(single, params, allow_unused=True)):
+            if g is not None:
+                acc -= advantages[i] * expected[i] * g / 4
+    for got, want in zip(corrected, by_hand):
+        if got is not None:
+            assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_the_clipped_surrogate_weights_each_unit():
+    from textgym.trainers.losses import clipped_surrogate
+
+    logprobs = torch.tensor([[-0.5, -1.0]], requires_grad=True)
+    old, adv, mask = torch.tensor([[-0.5, -1.0]]), torch.tensor([2.0]), torch.tensor([[True, True]])
+    weights = torch.tensor([[0.5, 2.0]])
+    loss, _ = clipped_surrogate(logprobs, old, adv, mask, 0.2, weights)
+    (grad,) = torch.autograd.grad(loss, logprobs)
+    assert torch.allclose(grad, torch.tensor([[-0.5, -2.0]]))  # -A * w / units at ratio 1
+    plain, _ = clipped_surrogate(logprobs, old, adv, mask, 0.2)
+    assert torch.allclose(torch.autograd.grad(plain, logprobs)[0], torch.tensor([[-1.0, -1.0]]))
+
+
+def test_a_bf16_training_run_records_the_mismatch(tiny_model_and_tokenizer):
+    from textgym.trainers import ReinforceConfig, make_trainer
+
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(num_envs=4, episodes_per_update=8, seed=0))
+    [metrics] = trainer.train(updates=1)
+    assert 0 < metrics["act_mismatch_abs"] < 0.05 and metrics["act_mismatch_kl"] >= 0
+    assert policy._acting.syncs == 1
+
+
+def test_cli_act_dtype(cli):
+    bad = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "fp16")
+    assert bad.exit_code != 0 and "Traceback" not in bad.output
+    [line] = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert line.startswith("textgym: error: ") and "act_dtype must be one of auto, float32, bfloat16, int8" in line
+    result = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "bfloat16", "--episodes", "4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"]["tiny"]["episodes"] == 4
+    assert "4 greedy episodes, 4 envs per forward pass, acting in bfloat16" in result.stderr
