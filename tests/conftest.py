@@ -25,12 +25,19 @@ def pytest_configure(config):
 
 
 @pytest.fixture(scope="session")
-def tiny_model_and_tokenizer():
-    """``(model, tokenizer)`` of ``textgym.models.load("tiny")``, shared by the session: do not
-    train it in place (use ``tiny_policy`` or ``copy.deepcopy`` the model)."""
+def _tiny_loaded():
     from textgym import models
 
     return models.load("tiny", device="cpu")
+
+
+@pytest.fixture
+def tiny_model_and_tokenizer(_tiny_loaded):
+    """``(model, tokenizer)`` of ``textgym.models.load("tiny")``: the model a private copy (a test
+    that trains or switches it to training mode cannot change what the next test gets, in any
+    order), the tokenizer shared by the session."""
+    model, tokenizer = _tiny_loaded
+    return copy.deepcopy(model), tokenizer
 
 
 @pytest.fixture
