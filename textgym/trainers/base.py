@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from textgym import distributed, lora, seeds
+from textgym import distributed, lora, run_folder, seeds
 from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Decision, Policy
@@ -560,7 +560,7 @@ class Trainer:
         if path is None:
             if self.out_dir is None:
                 raise ValueError("save_checkpoint() needs a path when the trainer has no out_dir")
-            path = self.out_dir / "checkpoint"
+            path = self.out_dir / run_folder.CHECKPOINT
         path = Path(path)
         if self.process.is_main:
             self._write_checkpoint(path)

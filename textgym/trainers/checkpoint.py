@@ -39,6 +39,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from textgym import run_folder
 from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
@@ -49,7 +50,7 @@ __all__ = ["checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkp
            "policy_from_record", "policy_record", "read_state", "save_checkpoint", "save_model_weights",
            "set_rng_states", "unflatten_optimizer"]
 
-STATE_FILE = "trainer_state.json"
+STATE_FILE = run_folder.STATE
 OPTIMIZER_FILE = "optimizer.safetensors"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -175,8 +176,7 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
             up to it, so that a line torn by a crash can be restored on resume).
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    old = path.with_name(path.name + ".old")
+    tmp, old = run_folder.temporary(path), run_folder.previous(path)
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
@@ -227,7 +227,7 @@ def checkpoint_dir(path: str | Path) -> Path:
     path = Path(path)
     if (path / STATE_FILE).is_file():
         return path
-    old = path.with_name(path.name + ".old")
+    old = run_folder.previous(path)
     if (old / STATE_FILE).is_file():
         return old
     raise FileNotFoundError(f"no checkpoint at {path} (expected {path / STATE_FILE})")
