@@ -55,7 +55,7 @@ _TRAIN_SETTINGS = ((RunConfig, flags_of(RunConfig), {}),
                    (PolicyConfig, flags_of(PolicyConfig), {"default_text": ""}))  # the panel says
 _EVAL_POLICY_PANEL = "Policy (default: the checkpoint's)"
 _EVAL_SETTINGS = (
-    (RunConfig, ("mode",), {"default_text": "the run's"}),
+    (RunConfig, ("mode",), {"default_text": "the run's", "panel": "Options"}),
     (PolicyConfig, ("max_new_tokens", "normalization", "chat_template"),
      {"default_text": "the checkpoint's", "panel": _EVAL_POLICY_PANEL}),
     (TrainConfig, ("num_envs",), {}),
@@ -137,7 +137,7 @@ def train(
 @with_settings(*_EVAL_SETTINGS)
 def evaluate(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
-                              autocompletion=_complete_env),
+                              autocompletion=_complete_env, metavar="ENV"),
     settings: dict[str, Any] | None = None,
     checkpoint: Path | None = typer.Option(
         None, help="Checkpoint folder, or a run folder (its latest checkpoint).", metavar="DIR",
