@@ -47,7 +47,7 @@ BAD_SETTINGS = [
     ("[trainer]\nlora_alpha = nan\n", "lora_alpha must be an integer >= 1, got nan"),
     ("num_envs = 99999999999\n", "num_envs must be an integer in [1, 4096], got 99999999999"),
     (["--num-envs", "99999999999"], "'--num-envs'"),
-    ("[trainer]\neval_seed = -1\n", "eval_seed must be an integer >= 0, got -1"),
+    ("[trainer]\neval_seed = -1\n", "eval_seed must be an integer in [0, 9_999_999], got -1"),
     ("[trainer]\nlog_samples = -1\n", "log_samples must be an integer >= 0, got -1"),
     ("[trainer]\nentropy_coef = inf\n", "entropy_coef must be a finite number >= 0, got inf"),
     ("[trainer]\nwarmup_updates = -3\n", "warmup_updates must be an integer >= 0, got -3"),
