@@ -23,6 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
+from textgym.seeds import EVAL_BASE
+
 
 def main() -> dict:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -30,7 +32,7 @@ def main() -> dict:
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--num-envs", type=int, default=50, help="episodes played side by side")
     parser.add_argument("--max-steps", type=int, default=None, help="cap each episode (default: the env's limit)")
-    parser.add_argument("--seed", type=int, default=1_000_000, help="first held-out seed (textgym eval's)")
+    parser.add_argument("--seed", type=int, default=EVAL_BASE, help="first held-out seed (textgym eval's)")
     parser.add_argument("--json", type=Path, default=None, help="write the result here too")
     args = parser.parse_args()
 

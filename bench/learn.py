@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from textgym.trainers.config import ALGORITHMS
+
 ENVS = {
     "blackjack": "textgym/Blackjack-v1",
     "cartpole": "textgym/CartPole-v1",
@@ -271,7 +273,7 @@ def plot(results: list[dict], out: Path) -> list[Path]:
 def main() -> None:
     parser = argparse.ArgumentParser(description="textgym learning curves (see the module docstring)")
     parser.add_argument("--env", default="all", choices=["all", *ENVS])
-    parser.add_argument("--algo", default="all", choices=["all", "reinforce", "grpo", "ppo"])
+    parser.add_argument("--algo", default="all", choices=["all", *ALGORITHMS])
     parser.add_argument("--minutes", type=float, default=None, help="training wall-time budget per run")
     parser.add_argument("--episodes", type=int, default=None, help="training episode budget per run")
     parser.add_argument("--eval-episodes", type=int, default=None,
@@ -312,7 +314,7 @@ def main() -> None:
     torch.set_num_threads(max(1, torch.get_num_threads()))
     out.mkdir(parents=True, exist_ok=True)
     envs = list(ENVS) if args.env == "all" else [args.env]
-    algos = ["reinforce", "grpo", "ppo"] if args.algo == "all" else [args.algo]
+    algos = list(ALGORITHMS) if args.algo == "all" else [args.algo]
     results = []
     for env_key in envs:
         log(f"== {ENVS[env_key]}  references: "

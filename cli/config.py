@@ -34,78 +34,100 @@ from typing import TYPE_CHECKING, Any
 
 from textgym.cli.errors import CLIError
 
+from textgym.policy.config import MODES, PolicyConfig
+from textgym.settings import check_value, like, setting, setting_of
+from textgym.trainers.config import ALGORITHMS, MAX_ENVS, TrainConfig
+
 if TYPE_CHECKING:
     from textgym.trainers.early_stop import EarlyStop
 
-ALGOS = ("reinforce", "grpo", "ppo")
-MODES = ("score", "generate")
+#: The ``--help`` panels of ``textgym train``, in the order they are shown.
+WHAT = "What to train"
+BUDGET = "Budget and early stop"
+TRAINING = "Training"
+HARDWARE = "Hardware"
+RUN = "Run folder"
 
 
 @dataclass
 class RunConfig:
-    """Everything ``textgym train`` needs to start, or restart, a run."""
+    """Everything ``textgym train`` needs to start, or restart, a run.
+
+    Each field is a key of the config file (``config.toml``); a field declared with ``flag`` is
+    also an option of ``textgym train`` (cli/options.py derives them: the first sentence of the
+    field's docstring is its help). Ranges are checked by :func:`validate`.
+    """
 
     env: str = ""
     """Env id or short name (``cartpole`` -> ``textgym/CartPole-v1``)."""
-    algo: str = "reinforce"
-    """Training algorithm: reinforce, grpo or ppo."""
-    model: str = "smollm2-135m"
+    algo: str = setting("reinforce", choices=ALGORITHMS, flag=True, panel=WHAT)
+    """The RL algorithm."""
+    model: str = setting("smollm2-135m", flag=True, panel=WHAT)  # models.DEFAULT_MODEL (a test checks)
     """Model registry name, Hugging Face id or local folder."""
-    mode: str = "score"
-    """``score``: pick the most likely valid action name; ``generate``: sample free text."""
-    history: str | None = None
-    """What the model reads of an episode: ``None`` (the newest observation alone), ``"full"``
-    (the whole episode as a chat) or ``"N"`` (at least the last N turns); a TOML integer works too.
-    The policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
-    updates: int | None = None
-    """Total training updates of the run. The budget is ``updates`` and ``episodes`` (whichever
-    comes first); when neither is given (flags or file), the env's recommended budget applies
-    (``textgym.registry.training_defaults``), and a budget that is given replaces it."""
-    think: bool = False
-    """Generate mode: let the model reason in free text before its answer (the env asks for the
-    ``think`` answer format, ``<answer>...</answer>`` after the reasoning; the policy gets that
-    format's stop string and token budget)."""
-    episodes: int | None = None
-    """Total training episodes of the run (see ``updates``)."""
-    minutes: float | None = None
-    """A cap on the wall time of one training session in minutes (None: none). At the cap the
-    update in progress is dropped (its rollout stops at once), the checkpoint stays at the last
-    complete update, and ``--resume`` replays the dropped one."""
-    until: float | None = None
-    """Stop once the mean greedy return of a check on held-out episodes reaches this (None: the
-    env's solved threshold, registered with its training defaults; no early stop without one)."""
-    check_every: int | None = None
-    """Run the greedy check every this many updates (0: never, i.e. no early stop; None: the env's
-    default, else ``textgym.trainers.EarlyStop``'s)."""
-    check_episodes: int | None = None
-    """Held-out greedy episodes per check, played together (None: the env's or ``EarlyStop``'s default)."""
-    check_max_steps: int | None = None
+    mode: str = setting("score", choices=MODES, flag=True, panel=WHAT)
+    """score: pick the likeliest valid action; generate: sample free text.
+    ``score`` ranks the env's valid action names; the env parses a ``generate`` answer."""
+    history: str | None = setting(None, flag=True, panel=WHAT, metavar="full|N",
+                                  default_text="the newest observation")
+    """What the model reads of an episode: 'full' or the last N turns.
+    ``None``: the newest observation alone; ``"full"``: the whole episode as a chat, its KV cache
+    kept across turns; ``"N"``: at least the last N turns (a TOML integer works too). The
+    policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
+    updates: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, default_text="per env")
+    """Training updates in total (with episodes: whichever comes first).
+    When neither ``updates`` nor ``episodes`` is given (flags or file), the env's recommended
+    budget applies (``textgym.registry.training_defaults``), and a budget that is given replaces
+    it."""
+    think: bool = setting(False, flag="--think", panel=WHAT)
+    """Generate mode: reason in free text, then answer in <answer></answer> tags.
+    Implies ``--mode generate``: the env asks for the ``think`` answer format
+    (``<answer>...</answer>`` after the reasoning) and the policy gets that format's stop string
+    and token budget."""
+    episodes: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, default_text="per env")
+    """Training episodes in total (with updates: whichever comes first)."""
+    minutes: float | None = setting(None, above=0, flag=True, panel=BUDGET, default_text="none")
+    """Cap on this session's wall time; --resume replays the update cut.
+    At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
+    stays at the last complete update."""
+    until: float | None = setting(None, flag=True, panel=BUDGET, metavar="RETURN",
+                                  default_text="the env's solved return")
+    """Stop once the mean greedy return on held-out episodes reaches RETURN.
+    ``None``: the env's solved threshold, registered with its training defaults (no early stop
+    without one)."""
+    check_every: int | None = setting(None, at_least=0, flag=True, panel=BUDGET, metavar="K",
+                                      default_text="per env")
+    """Greedy check every K updates (0: no early stop).
+    ``None``: the env's default, else ``textgym.trainers.EarlyStop``'s."""
+    check_episodes: int | None = setting(None, at_least=1, at_most=MAX_ENVS, flag=True, panel=BUDGET,
+                                         metavar="M", default_text="per env")
+    """Held-out greedy episodes per check, played together.
+    ``None``: the env's or ``EarlyStop``'s default."""
+    check_max_steps: int | None = setting(None, at_least=1)
     """Cap on the length of a check's episodes (None: the env's default cap, else its own limit)."""
-    num_envs: int | None = None
-    """Envs stepped together (one forward pass per vector step)."""
-    lr: float | None = None
-    """Learning rate (None: the algorithm's default)."""
-    seed: int = 0
-    """Seed of the training envs and of torch."""
-    lora: bool = True
-    """Train a LoRA adapter (True) or all weights (False)."""
-    device: str = "auto"
-    """Where the model runs: auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps. A
-    resumed run may change it."""
-    dtype: str = "auto"
-    """Precision of the weights: auto (bfloat16 on a CUDA GPU that supports it, else float32),
-    float32, bfloat16 or float16. A resumed run may change it."""
-    quantize: str | None = None
-    """Load the base model quantized by bitsandbytes, 4bit or 8bit (QLoRA), or not (None)."""
-    sft: str | None = None
-    """JSONL file of {"prompt", "answer"} pairs for a supervised warm-up before RL."""
-    checkpoint_every: int = 10
-    """Save a checkpoint every this many updates (and always at the end or on Ctrl-C)."""
-    plot_every: int = 1
+    num_envs: int | None = like(TrainConfig, "num_envs", None, flag=True, panel=TRAINING,
+                                default_text="per env")
+    lr: float | None = like(TrainConfig, "lr", None, flag=True, panel=TRAINING,
+                            default_text="the algorithm's")
+    seed: int = like(TrainConfig, "seed", 0, flag=True, panel=TRAINING)
+    lora: bool = like(TrainConfig, "use_lora", True, flag="--lora/--full", panel=WHAT)
+    device: str = setting("auto", flag=True, panel=HARDWARE)
+    """auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps.
+    Where the model runs; a resumed run may change it."""
+    dtype: str = setting("auto", flag=True, panel=HARDWARE)
+    """auto (bfloat16 on a GPU that supports it, else float32), float32, bfloat16 or float16.
+    The precision of the weights; a resumed run may change it."""
+    quantize: str | None = setting(None, flag=True, panel=HARDWARE, metavar="4bit|8bit",
+                                   default_text="none")
+    """Load the model quantized by bitsandbytes (QLoRA; extra textgym[quantize]).
+    4bit or 8bit, or not (None)."""
+    sft: str | None = setting(None, flag=True, panel=TRAINING, metavar="FILE")
+    """JSONL of {"prompt", "answer"} pairs: a supervised warm-up before RL."""
+    checkpoint_every: int = like(TrainConfig, "checkpoint_every", 10, at_least=1)
+    plot_every: int = setting(1, at_least=1)
     """Redraw curve.png every this many updates (at most every 10 s; always at the end)."""
-    sample_every: int = 2
+    sample_every: int = setting(2, at_least=1)
     """Show a sample answer in the live display every this many updates."""
-    eval_episodes: int = 0
+    eval_episodes: int = setting(0, at_least=0, at_most=1_000_000)
     """Greedy evaluation episodes at the end of training, written to summary.json (0: none)."""
     trainer: dict[str, Any] = field(default_factory=dict)
     """Extra fields of the algorithm's config dataclass."""
@@ -125,10 +147,10 @@ FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
 _TABLES = ("trainer", "env_kwargs", "policy")
 
 
-#: ``train`` and ``eval`` flags that set a policy setting, by ``PolicyConfig`` field name: the
-#: values go to the ``policy`` table and PolicyConfig checks them. ``chat_template`` is a file
+#: ``train`` flags that set a policy setting (the ``PolicyConfig`` fields declared with ``flag``):
+#: the values go to the ``policy`` table and PolicyConfig checks them. ``chat_template`` is a file
 #: name on the command line; its content is the setting (a run never needs the file again).
-POLICY_FLAGS = ("temperature", "top_p", "max_new_tokens", "normalization", "chat_template", "act_dtype")
+POLICY_FLAGS = tuple(f.name for f in dataclasses.fields(PolicyConfig) if setting_of(f).flag)
 
 
 def policy_flags(flags: dict[str, Any]) -> dict[str, Any]:
@@ -183,57 +205,31 @@ def read_chat_template(path: str | Path) -> str:
 
 
 def _check_type(name: str, value: Any, where: str) -> Any:
-    """Validate one value against RunConfig's field type; returns the (coerced) value."""
-    kind = FIELDS[name].type
+    """Validate one value against RunConfig's field (its type and range); returns the (coerced)
+    value (CLIError)."""
     if name in _TABLES:
         if not isinstance(value, dict):
             raise CLIError(f"{where}: '{name}' must be a table, got {value!r}")
         return dict(value)
-    if value is None:
-        if "None" in kind:
-            return None
-        raise CLIError(f"{where}: '{name}' must not be empty")
     if name == "history" and isinstance(value, int) and not isinstance(value, bool):
         value = str(value)  # history = 4 in a config file
-    if kind.startswith("int") and (isinstance(value, bool) or not isinstance(value, int)):
-        raise CLIError(f"{where}: '{name}' must be an integer, got {value!r}")
-    if kind.startswith("float"):
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise CLIError(f"{where}: '{name}' must be a number, got {value!r}")
-        value = float(value)
-    if kind == "bool" and not isinstance(value, bool):
-        raise CLIError(f"{where}: '{name}' must be true or false, got {value!r}")
-    if kind.startswith("str") and not isinstance(value, str):
-        raise CLIError(f"{where}: '{name}' must be a string, got {value!r}")
-    return value
+    try:
+        return check_value(FIELDS[name], value)
+    except ValueError as exc:
+        raise CLIError(f"{where}: {exc}") from None
 
 
 def validate(config: RunConfig, where: str = "config") -> RunConfig:
-    """Check values that a type alone does not (ranges, choices). Raises CLIError."""
-    if config.algo not in ALGOS:
-        raise CLIError(f"{where}: algo must be one of {', '.join(ALGOS)}, got {config.algo!r}")
-    if config.mode not in MODES:
-        raise CLIError(f"{where}: mode must be one of {', '.join(MODES)}, got {config.mode!r}")
+    """Check every value against its field (type and range, as declared in :class:`RunConfig`)
+    and what no one field says (a budget, think needs generate mode, ...). Raises CLIError."""
+    for name in FIELDS:
+        if name not in _TABLES:
+            setattr(config, name, _check_type(name, getattr(config, name), where))
     if config.think and config.mode != "generate":
         raise CLIError(f"{where}: think needs generate mode (the model writes its reasoning), "
                        f"got mode {config.mode!r}")
-    for name in ("updates", "episodes", "num_envs", "checkpoint_every", "plot_every", "sample_every",
-                 "check_episodes", "check_max_steps"):
-        value = getattr(config, name)
-        if value is not None and value < 1:
-            raise CLIError(f"{where}: {name.replace('_', '-')} must be at least 1, got {value}")
     if config.updates is None and config.episodes is None:
         raise CLIError(f"{where}: no budget: give updates or episodes")
-    if config.eval_episodes < 0:
-        raise CLIError(f"{where}: eval-episodes must be >= 0, got {config.eval_episodes}")
-    if config.check_every is not None and config.check_every < 0:
-        raise CLIError(f"{where}: check-every must be >= 0 (0: no early stop), got {config.check_every}")
-    if config.until is not None and not math.isfinite(config.until):
-        raise CLIError(f"{where}: until must be a finite number, got {config.until}")
-    if config.minutes is not None and not (config.minutes > 0 and math.isfinite(config.minutes)):
-        raise CLIError(f"{where}: minutes must be a positive number, got {config.minutes}")
-    if config.lr is not None and not (config.lr > 0 and math.isfinite(config.lr)):
-        raise CLIError(f"{where}: lr must be a positive number, got {config.lr}")
     from textgym.models import ModelError, check_option_names  # torch-free
 
     try:

@@ -19,6 +19,8 @@ from textgym.cli.messages import say, styled
 from textgym.cli.modelcheck import check_option_names
 from textgym.cli.runs import with_stderr
 
+from textgym import run_folder
+
 
 def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
     """``(checkpoint folder, run folder or None)`` for a run folder or a checkpoint folder."""
@@ -26,20 +28,21 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
     if not path.exists():
         raise CLIError(f"checkpoint {path} does not exist")
-    if (path / "checkpoint").exists() or (path / "checkpoint.old").exists():
-        candidate, run = path / "checkpoint", path  # a run folder
+    checkpoint = path / run_folder.CHECKPOINT
+    if checkpoint.exists() or run_folder.previous(checkpoint).exists():
+        candidate, run = checkpoint, path  # a run folder
     else:
-        candidate, run = path, (path.parent if path.name == "checkpoint" else None)
+        candidate, run = path, (path.parent if path.name == run_folder.CHECKPOINT else None)
     try:
         folder = checkpoint_dir(candidate)
     except FileNotFoundError:
         folder = None
     if folder is not None:
-        if run is not None and not (run / "config.toml").is_file():
+        if run is not None and not (run / run_folder.CONFIG).is_file():
             run = None
         return folder, run
-    raise CLIError(f"no checkpoint in {path} (expected {path}/checkpoint/trainer_state.json or "
-                   f"{path}/trainer_state.json)")
+    raise CLIError(f"no checkpoint in {path} (expected {checkpoint / run_folder.STATE} or "
+                   f"{path / run_folder.STATE})")
 
 
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
@@ -60,10 +63,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
         state = read_state(folder)
-        if run is None and state.get("out_dir") and Path(state["out_dir"], "config.toml").is_file():
+        if run is None and state.get("out_dir") and Path(state["out_dir"], run_folder.CONFIG).is_file():
             run = Path(state["out_dir"])
         if run is not None:
-            saved = run_config.load_toml(run / "config.toml")
+            saved = run_config.load_toml(run / run_folder.CONFIG)
         recorded = state.get("policy") or {}  # the checkpoint names its base model and mode
         model = model or saved.get("model") or recorded.get("name")
         mode = mode or saved.get("mode") or recorded.get("mode")

@@ -24,6 +24,8 @@ from textgym.cli.evaluation import find_checkpoint
 from textgym.cli.messages import say
 from textgym.cli.modelcheck import check_option_names
 
+from textgym import run_folder
+
 #: How long the hub may take to say who the token belongs to before it counts as unreachable.
 HUB_CHECK_SECONDS = 10.0
 
@@ -41,7 +43,7 @@ def run(source: Path, out: Path, merge: bool = False, push_to_hub: str | None = 
     lora = bool(record.get("lora"))
     if merge and not lora:
         say("textgym: the checkpoint holds full weights: nothing to merge, exporting the model")
-    tmp = out.with_name(out.name + ".tmp")
+    tmp = run_folder.temporary(out)
     shutil.rmtree(tmp, ignore_errors=True)
     try:
         tmp.mkdir(parents=True)
@@ -49,9 +51,9 @@ def run(source: Path, out: Path, merge: bool = False, push_to_hub: str | None = 
             _write_adapter(checkpoint, record, tmp)
         else:
             record = _write_model(checkpoint, tmp, device, dtype)
-        from textgym.policy.persistence import CARD_FILE, POLICY_FILE, model_card
+        from textgym.policy.persistence import CARD_FILE, model_card, write_record
 
-        (tmp / POLICY_FILE).write_text(json.dumps(record, indent=2))
+        write_record(tmp, record)
         model_card(record, location=str(out), training=facts,
                    repo_id=push_to_hub).save(tmp / CARD_FILE)
         _swap_in(tmp, out)
@@ -117,7 +119,7 @@ def _check_out(out: Path, force: bool, checkpoint: Path, run_dir: Path | None) -
         if not force:
             raise CLIError(f"--out {out} exists and is not empty: use --force to replace an "
                            "earlier export, or another folder")
-        if not (out / POLICY_FILE).is_file() or (out / "trainer_state.json").exists():
+        if not (out / POLICY_FILE).is_file() or (out / run_folder.STATE).exists():
             raise CLIError(f"--force replaces only an earlier export (a folder with {POLICY_FILE}); "
                            f"{out} is not one")
     ancestor = out.parent
@@ -139,7 +141,7 @@ def training_facts(checkpoint: Path, run_dir: Path | None) -> dict[str, Any]:
         "episodes": state.get("episodes_seen"),
         "updates": state.get("update_count"),
     }
-    summary_file = run_dir / "summary.json" if run_dir is not None else None
+    summary_file = run_dir / run_folder.SUMMARY if run_dir is not None else None
     if summary_file is not None and summary_file.is_file():
         try:
             summary = json.loads(summary_file.read_text(encoding="utf-8"))
@@ -187,7 +189,7 @@ def _write_model(checkpoint: Path, target: Path, device: str | None,
         check_model(name, device, dtype)
     try:
         policy = Policy.load(checkpoint, device=device, dtype=dtype)
-    except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
+    except Exception as exc:
         raise CLIError(f"cannot load checkpoint {checkpoint}: {exc}") from exc
     if policy.is_lora:
         policy.model = policy.model.merge_and_unload()
@@ -244,7 +246,7 @@ def _push(folder: Path, repo_id: str) -> str:
     try:
         url = api.create_repo(repo_id, exist_ok=True)
         api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message="textgym export")
-    except Exception as exc:  # noqa: BLE001 - the export is on disk; say why the upload failed
+    except Exception as exc:
         raise CLIError(f"exported to {folder}, but the push to {repo_id} failed: "
                        f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc
     return str(url)

@@ -19,8 +19,12 @@ from pathlib import Path
 from typing import Any
 
 import typer
-
+from textgym.cli.config import HARDWARE, RUN, RunConfig
 from textgym.cli.errors import TextgymGroup
+from textgym.cli.options import flags_of, option, with_settings
+
+from textgym.policy.config import PolicyConfig
+from textgym.trainers.config import TrainConfig
 
 app = typer.Typer(
     cls=TextgymGroup,
@@ -41,46 +45,26 @@ def _complete_env(incomplete: str) -> list[str]:
     return [name for name in names if name.startswith(incomplete.lower())]
 
 
-class Algo(str, Enum):
-    reinforce = "reinforce"
-    grpo = "grpo"
-    ppo = "ppo"
-
-
-class Mode(str, Enum):
-    score = "score"
-    generate = "generate"
-
-
 class Baseline(str, Enum):
     random = "random"
     scripted = "scripted"
 
 
-# --device/--dtype/--quantize of the commands that load a model; textgym.models checks the values.
-_DEVICE_HELP = "auto (CUDA if available, else CPU), cpu, cuda, cuda:N or mps."
-_DTYPE_HELP = "auto (bfloat16 on a CUDA GPU that supports it, else float32), float32, bfloat16, float16."
-_QUANTIZE_HELP = "4bit or 8bit: load the model quantized by bitsandbytes (QLoRA; textgym[quantize])."
-# Policy settings (textgym.policy.PolicyConfig checks the values; cli/config.py POLICY_FLAGS).
-_POLICY_PANEL = "Policy settings (default: the model's)"
-_TEMPERATURE_HELP = "Sampling temperature (> 0) over the candidates (score) or tokens (generate)."
-_TOP_P_HELP = "Generate mode: nucleus sampling threshold, in (0, 1]."
-_MAX_NEW_TOKENS_HELP = "Generate mode: the answer length limit in tokens."
-_NORMALIZATION_HELP = ("Score mode: a candidate's score is the sum of its token log-probs (sum), "
-                       "their mean (token) or the sum per word (word).")
-_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the tokenizer's (its text is saved with the run)."
-_EVAL_CHAT_TEMPLATE_HELP = "Jinja chat template file replacing the checkpoint's or the tokenizer's."
 _MAX_EPISODE_STEPS_HELP = ("Cut episodes after N steps, marked truncated (the env's max_episode_steps); "
                            "an env without a limit of its own is cut at 1000.")
-
-
-def act_dtype_option(default_shown: str = "float32") -> Any:
-    """``--act-dtype`` of the commands that act with a model (PolicyConfig.act_dtype checks it)."""
-    return typer.Option(
-        None, "--act-dtype", metavar="auto|float32|bfloat16|int8", rich_help_panel=_POLICY_PANEL,
-        show_default=default_shown,
-        help="Precision the model acts in (a copy of the weights; training keeps its own): auto picks "
-             "the fastest whose greedy decisions match float32's, measured once per machine and model.")
+# Options that are settings are declared once, as config dataclass fields (cli/options.py derives
+# them: name, type, range, help, panel): RunConfig (cli/config.py), PolicyConfig, TrainConfig.
+_TRAIN_SETTINGS = ((RunConfig, flags_of(RunConfig), {}),
+                   (PolicyConfig, flags_of(PolicyConfig), {"default_text": ""}))  # the panel says
+_EVAL_POLICY_PANEL = "Policy (default: the checkpoint's)"
+_EVAL_SETTINGS = (
+    (RunConfig, ("mode",), {"default_text": "the run's", "panel": "Options"}),
+    (PolicyConfig, ("max_new_tokens", "normalization", "chat_template", "act_dtype"),
+     {"default_text": "the checkpoint's", "panel": _EVAL_POLICY_PANEL}),
+    (TrainConfig, ("num_envs",), {}),
+    (TrainConfig, ("eval_seed",), {"flag": "--seed"}),
+    (RunConfig, ("device", "dtype", "quantize"), {}),
+)
 
 
 def _print_version(value: bool) -> None:
@@ -112,86 +96,19 @@ def _root(
 
 
 @app.command()
+@with_settings(*_TRAIN_SETTINGS)
 def train(
     env: str | None = typer.Argument(
         None, help="Env short name (cartpole, blackjack, frozenlake, bandit, ...) or id.",
-        show_default=False, autocompletion=_complete_env,
+        show_default=False, autocompletion=_complete_env, metavar="ENV",
     ),
-    algo: Algo | None = typer.Option(None, help="RL algorithm.", show_default="reinforce"),
-    model: str | None = typer.Option(
-        None, help="Model registry name, hub id or local folder.", show_default="smollm2-135m"
-    ),
-    mode: Mode | None = typer.Option(
-        None, help="score: pick the likeliest valid action; generate: free text.",
-        show_default="score",
-    ),
-    history: str | None = typer.Option(
-        None, metavar="full|N",
-        help="What the model reads of an episode: 'full' (the whole episode as a chat, its KV "
-             "cache kept across turns) or N (at least the last N turns).",
-        show_default="the newest observation alone",
-    ),
-    updates: int | None = typer.Option(
-        None, min=1, help="Training updates in total (with --episodes: whichever comes first).",
-        show_default="per env",
-    ),
-    think: bool | None = typer.Option(
-        None, "--think", help="Generate mode: the model reasons in free text, then answers in "
-        "<answer></answer> tags (implies --mode generate).", show_default=False,
-    ),
-    episodes: int | None = typer.Option(
-        None, min=1, help="Training episodes in total (with --updates: whichever comes first).",
-        show_default="per env",
-    ),
-    num_envs: int | None = typer.Option(
-        None, "--num-envs", min=1, help="Envs stepped together.", show_default="per env"
-    ),
-    minutes: float | None = typer.Option(
-        None, help="Cap on this session's wall time: the update in progress at the cap is dropped "
-                   "and --resume replays it.", show_default="none",
-    ),
-    until: float | None = typer.Option(
-        None, help="Stop once the mean greedy return on held-out episodes reaches RETURN.",
-        metavar="RETURN", show_default="the env's solved threshold",
-    ),
-    check_every: int | None = typer.Option(
-        None, "--check-every", min=0, help="Greedy check every K updates (0: no early stop).",
-        metavar="K", show_default="per env",
-    ),
-    check_episodes: int | None = typer.Option(
-        None, "--check-episodes", min=1, help="Held-out greedy episodes per check.", metavar="M",
-        show_default="per env",
-    ),
-    lr: float | None = typer.Option(None, help="Learning rate.", show_default="the algorithm's"),
-    seed: int | None = typer.Option(None, help="Random seed.", show_default="0"),
-    lora: bool | None = typer.Option(
-        None, "--lora/--full", help="Train a LoRA adapter or all weights.", show_default="lora"
-    ),
-    device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
-    dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
-    quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
-    temperature: float | None = typer.Option(
-        None, help=_TEMPERATURE_HELP, rich_help_panel=_POLICY_PANEL, show_default=False),
-    top_p: float | None = typer.Option(
-        None, "--top-p", help=_TOP_P_HELP, rich_help_panel=_POLICY_PANEL, show_default=False),
-    max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help=_MAX_NEW_TOKENS_HELP, rich_help_panel=_POLICY_PANEL,
-        show_default=False),
-    normalization: str | None = typer.Option(
-        None, metavar="sum|token|word", help=_NORMALIZATION_HELP, rich_help_panel=_POLICY_PANEL,
-        show_default=False),
-    chat_template: Path | None = typer.Option(
-        None, "--chat-template", metavar="FILE", help=_CHAT_TEMPLATE_HELP,
-        rich_help_panel=_POLICY_PANEL, show_default=False),
-    act_dtype: str | None = act_dtype_option(),
-    sft: Path | None = typer.Option(
-        None, help="JSONL of {prompt, answer} pairs: supervised warm-up before RL."
-    ),
+    settings: dict[str, Any] | None = None,
     max_episode_steps: int | None = typer.Option(
         None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
         show_default="the env's"),
     out: Path | None = typer.Option(
-        None, help="Run folder.", show_default="runs/<env>-<algo>-<time>"
+        None, help="Run folder.", show_default="runs/<env>-<algo>-<time>", rich_help_panel=RUN,
+        metavar="DIR",
     ),
     transcripts: int | None = typer.Option(
         None, min=0, help="Episodes per update written whole to transcripts.jsonl (0: none).",
@@ -200,17 +117,19 @@ def train(
         None, "--report-to", help="Trackers, comma-separated: tensorboard, trackio, wandb, or none.",
         show_default="tensorboard"),
     config: Path | None = typer.Option(
-        None, "--config", help="TOML config file; flags override it."
+        None, "--config", help="TOML config file; flags override it.", metavar="FILE",
+        rich_help_panel=RUN,
     ),
     resume: Path | None = typer.Option(
-        None, help="Continue the run in this folder from its last checkpoint."
+        None, help="Continue the run in this folder from its last checkpoint.", metavar="RUN",
+        rich_help_panel=RUN,
     ),
-    force: bool = typer.Option(False, "--force", help="Start over in an existing --out folder."),
+    force: bool = typer.Option(False, "--force", help="Start over in an existing --out folder.",
+                               rich_help_panel=RUN),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No live display."),
     processes: int | None = typer.Option(
-        None, "--processes", min=1, show_default="1",
-        help="Train data-parallel in N local processes (each plays its share of the episodes). "
-             "Not needed under torchrun or accelerate launch.",
+        None, "--processes", min=1, show_default="1", metavar="N", rich_help_panel=HARDWARE,
+        help="Train data-parallel in N local processes (not under torchrun or accelerate).",
     ),
     step_timeout: float | None = typer.Option(
         None, "--step-timeout", min=0.001, metavar="SECONDS", show_default="30",
@@ -224,76 +143,32 @@ def train(
     """Train an LLM agent on a text env, with a live display; writes a run folder."""
     from textgym.cli import training
 
-    flags = {
-        "env": env,
-        "algo": algo.value if algo else None,
-        "model": model,
-        "mode": mode.value if mode else None,
-        "history": history,
-        "updates": updates,
-        "think": think,
-        "episodes": episodes,
-        "minutes": minutes,
-        "until": until,
-        "check_every": check_every,
-        "check_episodes": check_episodes,
-        "num_envs": num_envs,
-        "lr": lr,
-        "seed": seed,
-        "lora": lora,
-        "device": device,
-        "dtype": dtype,
-        "quantize": quantize,
-        "temperature": temperature,
-        "top_p": top_p,
-        "max_new_tokens": max_new_tokens,
-        "normalization": normalization,
-        "chat_template": str(chat_template) if chat_template else None,
-        "act_dtype": act_dtype,
-        "sft": str(sft) if sft else None,
-        "transcripts": transcripts,
-        "report_to": report_to,
-        "max_episode_steps": max_episode_steps,
-        "env_kwargs": {"step_timeout": step_timeout} if step_timeout is not None else None,  # textgym.remote
-    }
+    extra = {"transcripts": transcripts, "report_to": report_to, "max_episode_steps": max_episode_steps,
+             "env_kwargs": {"step_timeout": step_timeout} if step_timeout is not None else None}  # textgym.remote
     training.run(
-        flags, config_file=config, out=out, resume=resume, force=force, quiet=quiet,
-        stop_after=stop_after, processes=processes,
+        {"env": env, **(settings or {}), **extra}, config_file=config, out=out, resume=resume, force=force,
+        quiet=quiet, stop_after=stop_after, processes=processes,
     )
 
 
 @app.command("eval")
+@with_settings(*_EVAL_SETTINGS)
 def evaluate(
     env: str = typer.Argument(..., help="Env short name or id.", show_default=False,
-                              autocompletion=_complete_env),
+                              autocompletion=_complete_env, metavar="ENV"),
+    settings: dict[str, Any] | None = None,
     checkpoint: list[Path] = typer.Option(
-        [], help="Checkpoint folder, or a run folder (its latest checkpoint); repeat to compare several."
+        [], help="Checkpoint folder, or a run folder (its latest checkpoint); repeat to compare several.",
+        metavar="DIR",
     ),
     model: str | None = typer.Option(
-        None, help="Model to evaluate without a checkpoint, or the base model of an adapter."
+        None, help="Model to evaluate without a checkpoint, or the base model of an adapter.",
+        metavar="TEXT",
     ),
-    mode: Mode | None = typer.Option(None, help="score or generate.", show_default="the run's"),
-    device: str | None = typer.Option(None, help=_DEVICE_HELP, show_default="auto"),
-    dtype: str | None = typer.Option(None, help=_DTYPE_HELP, show_default="auto"),
-    quantize: str | None = typer.Option(None, help=_QUANTIZE_HELP, show_default="none"),
-    max_new_tokens: int | None = typer.Option(
-        None, "--max-new-tokens", help=_MAX_NEW_TOKENS_HELP, rich_help_panel=_POLICY_PANEL,
-        show_default="the checkpoint's"),
-    normalization: str | None = typer.Option(
-        None, metavar="sum|token|word", help=_NORMALIZATION_HELP, rich_help_panel=_POLICY_PANEL,
-        show_default="the checkpoint's"),
-    chat_template: Path | None = typer.Option(
-        None, "--chat-template", metavar="FILE", help=_EVAL_CHAT_TEMPLATE_HELP,
-        rich_help_panel=_POLICY_PANEL, show_default="the checkpoint's"),
-    act_dtype: str | None = act_dtype_option("the checkpoint's"),
     baseline: list[Baseline] = typer.Option(
         [], "--baseline", help="Also evaluate a reference policy (repeatable)."
     ),
-    episodes: int = typer.Option(50, min=1, help="Evaluation episodes."),
-    num_envs: int = typer.Option(8, "--num-envs", min=1, help="Envs stepped together."),
-    seed: int = typer.Option(
-        1_000_000, help="First seed of the held-out episodes (training uses small seeds)."
-    ),
+    episodes: int = typer.Option(50, min=1, help="Evaluation episodes.", metavar="N"),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     max_episode_steps: int | None = typer.Option(
         None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
@@ -302,14 +177,17 @@ def evaluate(
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
 
+    given = settings or {}
+    defaults = TrainConfig()
     # greedy: no temperature or top-p; a checkpoint's own settings unless these flags override
-    policy_flags = {"max_new_tokens": max_new_tokens, "normalization": normalization,
-                    "chat_template": str(chat_template) if chat_template else None, "act_dtype": act_dtype}
+    policy_flags = {name: given[name] for name in ("max_new_tokens", "normalization", "chat_template", "act_dtype")}
     evaluation.run(
-        env, checkpoint=checkpoint, model=model, mode=mode.value if mode else None,
-        baselines=[b.value for b in baseline], episodes=episodes, num_envs=num_envs, seed=seed,
-        json_out=json_out, device=device, dtype=dtype, quantize=quantize,
-        policy_flags=policy_flags, max_episode_steps=max_episode_steps,
+        env, checkpoint=checkpoint, model=model, mode=given["mode"],
+        baselines=[b.value for b in baseline], episodes=episodes,
+        num_envs=given["num_envs"] or defaults.num_envs,
+        seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
+        json_out=json_out, device=given["device"], dtype=given["dtype"],
+        quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=max_episode_steps,
     )
 
 
@@ -380,8 +258,8 @@ def export(
         help="Also upload the folder to this Hugging Face hub repository (created if needed).",
     ),
     force: bool = typer.Option(False, "--force", help="Replace an earlier export in --out."),
-    device: str | None = typer.Option(None, help="With --merge: " + _DEVICE_HELP, show_default="auto"),
-    dtype: str | None = typer.Option(None, help="With --merge: " + _DTYPE_HELP, show_default="auto"),
+    device: str | None = option(RunConfig, "device", help_prefix="With --merge: ")[1],
+    dtype: str | None = option(RunConfig, "dtype", help_prefix="With --merge: ")[1],
 ) -> None:
     """Export a checkpoint for use elsewhere: its PEFT adapter (or a merged model) with the
     tokenizer, the policy settings and a model card."""
@@ -400,7 +278,6 @@ def plot(
 ) -> None:
     """Learning curves (return, length, invalid rate, KL vs episodes and wall time) as a PNG."""
     from textgym.cli import plotting
-
     from textgym.cli.messages import say
 
     path = plotting.plot_runs(runs, out)

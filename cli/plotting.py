@@ -17,6 +17,8 @@ from typing import Any
 
 from textgym.cli.errors import CLIError
 
+from textgym import run_folder
+
 # (metrics keys drawn in the panel, y label). ``kl`` is the approximate KL between the rollout
 # policy and the updated one (how far each update moved); ``ref_kl``, logged when the trainer
 # has a KL penalty, is the KL to the reference policy (dashed). Game outcomes (two-player
@@ -36,7 +38,7 @@ X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
 def metrics_path(run: str | Path) -> Path:
     """``run`` may be a run folder or a metrics.jsonl file."""
     run = Path(run)
-    return run / "metrics.jsonl" if run.is_dir() else run
+    return run / run_folder.METRICS if run.is_dir() else run
 
 
 def read_metrics(run: str | Path) -> list[dict[str, Any]]:
@@ -84,7 +86,7 @@ def _is_number(value: Any) -> bool:
 
 def _label(run: Path) -> str:
     run = Path(run)
-    return (run.parent if run.name == "metrics.jsonl" else run).name or str(run)
+    return (run.parent if run.name == run_folder.METRICS else run).name or str(run)
 
 
 def figure_of(series: list[tuple[str, list[dict[str, Any]]]], title: str | None = None) -> Any:

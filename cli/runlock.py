@@ -24,11 +24,12 @@ from __future__ import annotations
 import fcntl
 import os
 from pathlib import Path
-from typing import Any
 
 from textgym.cli.errors import CLIError, os_error_reason
 
-LOCK_FILE = ".textgym.lock"
+from textgym import run_folder
+
+LOCK_FILE = run_folder.LOCK
 
 
 def _read_pid(fd: int) -> int | None:
@@ -137,5 +138,5 @@ class RunLock:
     def __enter__(self) -> RunLock:
         return self.acquire()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.release()

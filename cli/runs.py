@@ -22,7 +22,9 @@ from typing import Any
 from textgym.cli.errors import CLIError, os_error_reason
 from textgym.cli.runlock import LOCK_FILE, RunLock, in_use_message, lock_holder
 
-RUN_FILES = ("config.toml", "metrics.jsonl", "checkpoint", "curve.png", "summary.json")
+from textgym import run_folder
+
+RUN_FILES = run_folder.RUN_FILES
 
 
 def default_out(env_id: str, algo: str, root: str | Path = "runs") -> Path:
@@ -147,7 +149,7 @@ def empty_for_new_run(path: Path) -> None:
 
 def write_json(path: Path, data: Any) -> None:
     """Write JSON atomically (temporary file + rename)."""
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = run_folder.temporary(path)
     tmp.write_text(json.dumps(data, indent=2, default=_jsonable) + "\n", encoding="utf-8")
     os.replace(tmp, path)
 

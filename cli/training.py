@@ -1,8 +1,7 @@
 """``textgym train``: resolve the config, prepare the run folder, train with a live display.
 
-A run folder holds ``config.toml`` (the resolved config), ``metrics.jsonl``, ``checkpoint/``,
-``curve.png`` (redrawn every ``plot_every`` updates) and ``summary.json`` (at the end, or when
-stopped). Ctrl-C or SIGTERM stops after the current update and saves a checkpoint; a second
+The run folder's files are named in :mod:`textgym.run_folder` and described in cli/README.md
+("The run folder"). Ctrl-C or SIGTERM stops after the current update and saves a checkpoint; a second
 one stops at once (the last periodic checkpoint stays; see cli/stopping.py). ``--resume DIR``
 continues the same run: the update and episode counters carry on and ``metrics.jsonl`` grows.
 
@@ -24,8 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import typer
-
-from textgym import distributed
 from textgym.cli import config as run_config
 from textgym.cli import resuming, runs, stopping
 from textgym.cli.display import LiveDisplay, plan_line
@@ -42,12 +39,13 @@ from textgym.cli.resuming import CHANGEABLE_ON_RESUME as _CHANGEABLE_ON_RESUME
 from textgym.cli.runs import with_stderr
 from textgym.cli.stopping import StopSignals
 
+from textgym import distributed, run_folder
 
 #: curve.png is redrawn at most this often (drawing takes about a second).
 MIN_PLOT_SECONDS = 10.0
 
-CONFIG_FILE = "config.toml"
-CHECKPOINT = "checkpoint"
+CONFIG_FILE = run_folder.CONFIG
+CHECKPOINT = run_folder.CHECKPOINT
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -210,7 +208,7 @@ def build_policy(model_name: str, mode: str, seed: int | None = None, *, device:
     try:  # the name is recorded in checkpoints
         return Policy.from_pretrained(model_name, config=config, device=device, dtype=dtype,
                                       quantize=quantize)
-    except Exception as exc:  # noqa: BLE001 - the loader's message says what it looked for
+    except Exception as exc:
         raise CLIError(f"cannot load model {model_name!r}: {exc}") from exc
 
 
@@ -449,7 +447,6 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
     number of processes wrote it)."""
     from textgym.trainers import Trainer
-
     from textgym.trainers.checkpoint import remove_stale_temporary
 
     checkpoint = run_dir / CHECKPOINT
@@ -536,8 +533,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
     def redraw() -> None:
         nonlocal last_plot
         last_plot = time.monotonic()
-        if process.is_main and (run_dir / "metrics.jsonl").is_file():
-            plot_runs([run_dir], run_dir / "curve.png", title=f"{run_dir.name}: {cfg.env}, "
+        if process.is_main and (run_dir / run_folder.METRICS).is_file():
+            plot_runs([run_dir], run_dir / run_folder.CURVE, title=f"{run_dir.name}: {cfg.env}, "
                       f"{cfg.model}, {cfg.algo}")
 
     from textgym.rollout import watch
@@ -666,7 +663,7 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         evaluation = with_stderr(trainer.evaluate(episodes=cfg.eval_episodes))
     if trainer is not None and not trainer.process.is_main:
         return {}
-    records = read_metrics(run_dir) if (run_dir / "metrics.jsonl").is_file() else []
+    records = read_metrics(run_dir) if (run_dir / run_folder.METRICS).is_file() else []
     summary = {
         "status": status,
         **({"stopped_by": stopped_by} if stopped_by else {}),
@@ -687,7 +684,7 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
     }
     if evaluation is not None:
         summary["eval"] = evaluation
-    runs.write_json(run_dir / "summary.json", summary)
+    runs.write_json(run_dir / run_folder.SUMMARY, summary)
     return summary
 
 

@@ -30,6 +30,8 @@ import time
 import gymnasium as gym
 
 import textgym
+from textgym.seeds import EVAL_BASE
+from textgym.trainers.config import ALGORITHMS
 
 
 class BlackjackAgent(textgym.Agent):
@@ -102,7 +104,7 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m", help="model name, hub id or folder")
     parser.add_argument("--episodes", type=int, default=200, help="training episodes")
     parser.add_argument("--eval-episodes", type=int, default=500, help="greedy evaluation episodes")
-    parser.add_argument("--algorithm", default="reinforce", choices=["reinforce", "grpo", "ppo"])
+    parser.add_argument("--algorithm", default="reinforce", choices=ALGORITHMS)
     parser.add_argument("--mode", default="generate", choices=["generate", "score"],
                         help="generate: free text parsed by extract_action (LlamaGym); score: choose "
                              "between 'Action: 0' and 'Action: 1'")
@@ -137,7 +139,7 @@ def main() -> None:
 
     total = 0.0
     for episode in range(args.eval_episodes):  # held-out seeds, greedy, not trained on
-        observation, _ = env.reset(seed=1_000_000 + episode)
+        observation, _ = env.reset(seed=EVAL_BASE + episode)
         done = False
         while not done:
             observation, reward, terminated, truncated, _info = env.step(agent.act(observation, greedy=True))

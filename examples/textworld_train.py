@@ -29,6 +29,7 @@ import textgym
 from textgym.envs.textworld import generate_game
 from textgym.rollout import collect
 from textgym.trainers import make_trainer
+from textgym.trainers.config import ALGORITHMS
 
 
 def model_win_rate(policy, env_kwargs: dict, num_envs: int) -> float:
@@ -61,7 +62,7 @@ def random_win_rate(env_kwargs: dict, repeats: int = 20, seed: int = 0) -> float
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="model name or folder (textgym.models.load)")
-    parser.add_argument("--algorithm", default="reinforce", choices=["reinforce", "grpo", "ppo"])
+    parser.add_argument("--algorithm", default="reinforce", choices=ALGORITHMS)
     parser.add_argument("--updates", type=int, default=12)
     parser.add_argument("--episodes-per-update", type=int, default=16)
     parser.add_argument("--num-envs", type=int, default=8)

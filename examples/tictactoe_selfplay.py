@@ -19,12 +19,13 @@ import time
 
 import textgym
 from textgym.selfplay import SelfPlay, SelfPlayConfig
+from textgym.trainers.config import ALGORITHMS
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m")
-    parser.add_argument("--algorithm", default="reinforce", choices=["reinforce", "grpo", "ppo"])
+    parser.add_argument("--algorithm", default="reinforce", choices=ALGORITHMS)
     parser.add_argument("--game", default="tictactoe", choices=["tictactoe", "connect_four"])
     parser.add_argument("--updates", type=int, default=10)
     parser.add_argument("--games-per-update", type=int, default=16)

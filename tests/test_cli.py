@@ -150,7 +150,7 @@ def test_config_unknown_key_and_wrong_type(cli, tmp_path):
     assert "unknown key 'epsiodes'" in line and "episodes" in line
     bad.write_text("episodes = 'many'\n")
     line = one_error_line(cli("train", "bandit", "--config", bad))
-    assert "'episodes' must be an integer" in line
+    assert "episodes must be an integer" in line and "'many'" in line
 
 
 def test_missing_config_file(cli, tmp_path):
@@ -517,7 +517,7 @@ def test_bad_trainer_setting_and_bad_sft_file(cli, tmp_path):
     cfg = tmp_path / "c.toml"
     cfg.write_text('model = "tiny"\n[trainer]\nepisodes_per_update = 0\n')
     line = one_error_line(cli("train", "bandit", "--config", cfg, "--out", tmp_path / "r1"))
-    assert "episodes_per_update must be >= 1" in line
+    assert "episodes_per_update must be an integer in [1, " in line
     cfg.write_text('model = "tiny"\n[trainer]\nbatch_sise = 4\n')
     line = one_error_line(cli("train", "bandit", "--config", cfg, "--out", tmp_path / "r1"))
     assert "batch_sise" in line

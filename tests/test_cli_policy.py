@@ -66,9 +66,9 @@ def test_policy_flags_are_saved_in_the_run_and_every_checkpoint_and_kept_on_resu
 
 @pytest.mark.parametrize(("flags", "message"), [
     (["--temperature", "0"], "temperature must be > 0"),
-    (["--top-p", "1.5"], "top_p must be in (0, 1]"),
-    (["--max-new-tokens", "0"], "max_new_tokens must be >= 1"),
-    (["--normalization", "mean"], "normalization must be one of ('sum', 'token', 'word')"),
+    (["--top-p", "1.5"], "Invalid value for '--top-p'"),
+    (["--max-new-tokens", "0"], "Invalid value for '--max-new-tokens'"),
+    (["--normalization", "mean"], "'mean' is not one of 'sum', 'token', 'word'"),
     (["--chat-template", "missing.jinja"], "chat template file missing.jinja does not exist"),
     (["--chat-template", "{bad}"], "line 1: unexpected '}'"),
     (["--config", "{policy_mode}"], "set mode with --mode, not in [policy]"),

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 import textgym
 from textgym.policy import Policy, PolicyConfig
+from textgym.seeds import EVAL_BASE
 
-HELD_OUT = 1_000_000  # evaluation seeds: never played in training
+HELD_OUT = EVAL_BASE  # evaluation seeds: never played in training
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import copy
 import pytest
 
 import textgym
+from textgym.seeds import EVAL_BASE
 from textgym.trainers import make_trainer
 
 BUDGET_UPDATES = 60  # 32 episodes each; every algorithm got there in 20-40 updates over seeds 0-4
@@ -65,7 +66,7 @@ def test_agent_learns_the_bandit(tiny_model_and_tokenizer):
             agent.terminate_episode(train=False)
         return total / episodes
 
-    before = greedy_reward(1_000_000)
+    before = greedy_reward(EVAL_BASE)
     history = []
     for episode in range(32 * BUDGET_UPDATES):  # the LlamaGym loop: act, step, reward, end
         cue, _ = env.reset(seed=episode)
@@ -74,7 +75,7 @@ def test_agent_learns_the_bandit(tiny_model_and_tokenizer):
             history.append(metrics)
             if metrics["return_mean"] >= 0.8:
                 break
-    after = greedy_reward(1_000_000)
+    after = greedy_reward(EVAL_BASE)
     assert before <= 0.6 and after >= 0.9, f"agent: greedy reward {before:.2f} -> {after:.2f}"
 
 

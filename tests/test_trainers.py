@@ -249,7 +249,7 @@ def test_lora_layers_adapts_only_the_top_layers(tiny_policy):
     before = _adapter_weights(trainer)
     trainer.train(updates=1)
     assert not _same(before, _adapter_weights(trainer))
-    with pytest.raises(ValueError, match="lora_layers must be >= 1"):
+    with pytest.raises(ValueError, match="lora_layers must be an integer >= 1"):
         ReinforceConfig(lora_layers=0)
 
 

@@ -86,6 +86,7 @@ from textgym.policy.conversation import Conversation
 from textgym.rollout import Episode, Step
 from textgym.trainers import TrainConfig, make_trainer
 from textgym.trainers.config import CONFIGS
+from textgym.wrappers.invalid_answer import AnswerCounter, InvalidAnswerRule
 
 logger = logging.getLogger("textgym.agent")
 
@@ -245,7 +246,9 @@ class Agent:
         self.conversation = Conversation(window) if window is not None else None
         self.current_episode: list[Step] = []     # the steps of the episode being played
         self.episodes: list[Episode] = []         # finished episodes (or parts) waiting for the next update
-        self.invalid_count = 0                    # answers extract_action could not read (all time)
+        # answers extract_action could not read (all time): the env's invalid-answer sequence,
+        # with default_action as the fallback
+        self.answers = AnswerCounter(InvalidAnswerRule(policy="default"))
 
     # --- LlamaGym's attributes -----------------------------------------------------------------
 
@@ -315,15 +318,27 @@ class Agent:
             action = self.extract_action(decision.text)
         except Exception as exc:  # noqa: BLE001 - a bad answer must never crash the loop
             action, error = None, f"{type(exc).__name__}: {exc}"
-        valid = action is not None
-        if not valid:
+        if action is not None:
+            record = self.answers.accept(decision.text, action, self._action_name(action),
+                                         "extract_action")
+        else:
+            _, record = self.answers.refuse(decision.text, error=error)  # policy "default"
             action = self.default_action
-            self.invalid_count += 1
-        parse = {"raw": decision.text, "action": action, "valid": valid,
-                 "policy": None if valid else "default", "error": error}
+            record = dataclasses.replace(record, action=action)
         self.current_episode.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
-                                         parse=parse, observation=text, env_index=0))
+                                         parse=record.to_dict(), observation=text, env_index=0))
         return action
+
+    @property
+    def invalid_count(self) -> int:
+        """Answers :meth:`extract_action` could not read, since the agent was made."""
+        return self.answers.invalid_count
+
+    def _action_name(self, action: Any) -> str:
+        """The name of an env action: its ``action_names`` entry (an index), else its text."""
+        if isinstance(action, int) and 0 <= action < len(self.action_names):
+            return self.action_names[action]
+        return str(action)
 
     def assign_reward(self, reward: float) -> None:
         """Credit ``reward`` to the latest action (called after each ``env.step``; adds up if called twice)."""

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from textgym import seeds
 from textgym.policy import Decision
 from textgym.rollout import Episode, Request, Step, SupportsAct, collect, play
 
@@ -72,8 +73,8 @@ class SelfPlayConfig:
     penalty: float = -1.0
     """Reward added to an invalid answer."""
     seed: int = 0
-    """Seed of the self-play games (update ``u`` plays seeds ``seed * 10**9 + u * 10**4 + i``)."""
-    eval_seed: int = 1_000_000
+    """Seed of the self-play games (update ``u`` plays :func:`textgym.seeds.rollout_seed` ``+ i``)."""
+    eval_seed: int = seeds.EVAL_BASE
     """First seed of the evaluation games (the same every evaluation, so they compare)."""
 
     def __post_init__(self) -> None:
@@ -204,7 +205,7 @@ def play_selfplay_games(policy: SupportsAct, game: str, games: int, num_games: i
 
 
 def evaluate_vs(policy: SupportsAct, game: str = "tictactoe", opponent: Opponent = "random", games: int = 20,
-                seed: int = 1_000_000, num_envs: int = 8, invalid: str = "penalty") -> dict[str, float]:
+                seed: int = seeds.EVAL_BASE, num_envs: int = 8, invalid: str = "penalty") -> dict[str, float]:
     """Greedy games of ``policy`` against ``opponent``, half from each seat.
 
     Returns ``win_rate``, ``draw_rate``, ``loss_rate`` overall and per seat (``first/win_rate``...).
@@ -270,7 +271,7 @@ class SelfPlay:
     # -- one update ----------------------------------------------------------------------------
     def collect(self) -> tuple[list[GameRecord], dict[str, float]]:
         cfg = self.config
-        seed = cfg.seed * 10**9 + self.updates * 10**4
+        seed = seeds.rollout_seed(cfg.seed, self.updates)
         return play_selfplay_games(self.policy, cfg.game, cfg.games_per_update, cfg.num_games, seed=seed,
                                    invalid=cfg.invalid, penalty=cfg.penalty)
 

@@ -55,6 +55,7 @@ PettingZoo is imported when a wrapper is built, not when this module is imported
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any
 
@@ -64,7 +65,9 @@ from textgym.envs.game_text import TextGame, game_for, generic_text_game
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import (
     INVALID_POLICIES,
+    AnswerCounter,
     InvalidAnswerRule,
+    ParseRecord,
     as_answer_text,
     renamed_invalid_kwargs,
 )
@@ -126,17 +129,6 @@ class _AgentText:
             return None, None, None
         return legal_idx[found.action_index], names[found.action_index], found.parser
 
-
-def _record(answer: Any, action: int | None, name: str | None, parser: str | None,
-            invalid_count: int, policy: str | None, retries: int = 0,
-            error: str | None = None) -> dict[str, Any]:
-    """The parse record of docs/design.md §1."""
-    record = {"raw": as_answer_text(answer), "action": action,
-              "action_name": name, "parser": parser, "valid": name is not None,
-              "invalid_count": invalid_count, "policy": policy, "retries": retries}
-    if error is not None:
-        record["error"] = error
-    return record
 
 
 @functools.lru_cache(maxsize=1)
@@ -261,8 +253,7 @@ def _classes() -> tuple[type, type]:
             self._forced_end = False
             self._feedback: dict[str, str] = {}
             self._last_parse: dict[str, dict[str, Any]] = {}
-            self._invalid_counts = {a: 0 for a in self.possible_agents}
-            self._retries = 0
+            self._answers = {a: AnswerCounter(self.rule) for a in self.possible_agents}
             self._cumulative_rewards = {}
             self._skip_agent_selection = None
             self.game_returns = {a: 0.0 for a in self.possible_agents}
@@ -300,27 +291,20 @@ def _classes() -> tuple[type, type]:
             self._cumulative_rewards[agent] = 0.0  # the agent acts: its reward since then restarts
             self._feedback.pop(agent, None)
             if name is not None:
-                self._retries = 0
-                self._play(agent, move, _record(action, move, name, parser,
-                                                self._invalid_counts[agent], None), 0.0)
+                self._play(agent, move, self._answers[agent].accept(action, move, name, parser), 0.0)
                 return
 
-            self._invalid_counts[agent] += 1
-            count = self._invalid_counts[agent]
-            verdict = self.rule.decide(self._retries)
-            self._retries = verdict.retries
-            error = self.text.last_error
+            # one agent's retries run until it answers or its fallback applies
+            verdict, record = self._answers[agent].refuse(action, error=self.text.last_error)
             if verdict.asks_again:
                 self._feedback[agent] = self.rule.feedback_line(self.text.legal(mask), verdict.retries,
                                                                 action)
-                self._last_parse[agent] = _record(action, None, None, None, count, verdict.policy,
-                                                  verdict.retries, error)
+                self._last_parse[agent] = record.to_dict()
                 self.rewards = {a: 0.0 for a in self.agents}
                 self.infos = {a: self._info(a, None) for a in self.agents}
                 return
             if verdict.ends_episode:
-                self._last_parse[agent] = _record(action, None, None, None, count, verdict.policy,
-                                                  error=error)
+                self._last_parse[agent] = record.to_dict()
                 self._forced_end = True
                 self.game_returns[agent] -= 1.0  # a forfeit: the offender loses
                 self.terminations = {a: True for a in self.agents}
@@ -335,11 +319,10 @@ def _classes() -> tuple[type, type]:
                 return
             # "penalty" / "default": a random legal move is played for the agent
             move = int(self._rng.choice(np.flatnonzero(mask)))
-            self._play(agent, move, _record(action, move, None, None, count, verdict.policy,
-                                            error=error), verdict.reward)
+            self._play(agent, move, dataclasses.replace(record, action=move), verdict.reward)
 
-        def _play(self, agent: str, move: int, record: dict[str, Any], extra: float) -> None:
-            self._last_parse[agent] = record
+        def _play(self, agent: str, move: int, parsed: ParseRecord, extra: float) -> None:
+            self._last_parse[agent] = record = parsed.to_dict()
             self.env.step(move)
             rewards = {a: float(r) for a, r in self.env.rewards.items()}
             for a, r in rewards.items():
@@ -384,7 +367,7 @@ def _classes() -> tuple[type, type]:
             if seed is not None:
                 self._rng = np.random.default_rng(seed)
             self._masks: dict[str, np.ndarray] = {}
-            self._invalid_counts = {a: 0 for a in self.possible_agents}
+            self._answers = {a: AnswerCounter(self.rule) for a in self.possible_agents}
             raw_obs, raw_infos = self.env.reset(seed=seed, options=options)
             self.agents = list(self.env.agents)
             return self._convert(raw_obs, raw_infos, {})
@@ -398,19 +381,16 @@ def _classes() -> tuple[type, type]:
                 move, name, parser = self.text.parse(answer, mask)
                 if name is not None:
                     moves[agent] = move
-                    parses[agent] = _record(answer, move, name, parser, self._invalid_counts[agent], None)
+                    parses[agent] = self._answers[agent].accept(answer, move, name, parser).to_dict()
                     continue
-                self._invalid_counts[agent] += 1
-                count = self._invalid_counts[agent]
-                verdict = self.rule.decide(0)
+                # no retries here (every agent acts at once): the rule never asks again
+                verdict, record = self._answers[agent].refuse(answer, error=self.text.last_error)
                 if verdict.ends_episode:
                     offenders.append(agent)
-                    parses[agent] = _record(answer, None, None, None, count, verdict.policy,
-                                            error=self.text.last_error)
+                    parses[agent] = record.to_dict()
                     continue
                 moves[agent] = int(self._rng.choice(np.flatnonzero(mask)))
-                parses[agent] = _record(answer, moves[agent], None, None, count, verdict.policy,
-                                        error=self.text.last_error)
+                parses[agent] = dataclasses.replace(record, action=moves[agent]).to_dict()
                 extra[agent] = verdict.reward
             if offenders:
                 # the game ends before anyone moves: offenders get the penalty, the others 0

@@ -54,6 +54,7 @@ textworld is imported when the env is built, not when this module is imported.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -71,7 +72,12 @@ import gymnasium as gym
 from textgym.registry import ReferencePlayer, TrainingDefaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.answer_format import generate_mode_defaults
-from textgym.wrappers.invalid_answer import INVALID_POLICIES, InvalidAnswerRule, as_answer_text
+from textgym.wrappers.invalid_answer import (
+    INVALID_POLICIES,
+    AnswerCounter,
+    InvalidAnswerRule,
+    as_answer_text,
+)
 from textgym.wrappers.parsers import answer_text
 
 __all__ = [
@@ -334,6 +340,7 @@ class TextWorldEnv(gym.Env):
         self.rule = InvalidAnswerRule(policy=invalid_policy, penalty=invalid_penalty,
                                       max_retries=max_retries, retry_fallback=retry_fallback,
                                       feedback=feedback)
+        self.answers = AnswerCounter(self.rule)  # this episode's invalid answers and retries
         if games is not None and games < 1:
             raise ValueError(f"games must be a positive int or None, got {games!r}")
         if max_episode_steps is not None and max_episode_steps < 1:
@@ -459,8 +466,7 @@ class TextWorldEnv(gym.Env):
         raw_objective = (self._state.get("objective") or "").strip()
         self.objective = clean_objective(raw_objective)
         self._steps = 0
-        self._invalid_count = 0
-        self._retries = 0
+        self.answers.reset()
         self._score = int(self._state.get("score") or 0)
         text = clean_feedback(self._state.get("feedback") or "")
         if raw_objective:  # the game opens with its objective: take it out, put the cleaned one back
@@ -494,56 +500,47 @@ class TextWorldEnv(gym.Env):
         if command is None and not self._valid() and typed and control_verb(typed) is None:
             # a game without TextWorld metadata lists no admissible commands: typed text is the action
             command, parser = typed, "text"
-        record = {"raw": answer, "action": command, "action_name": command, "parser": parser,
-                  "valid": command is not None, "invalid_count": self._invalid_count,
-                  "policy": None, "retries": 0}
-        if self._parse_error is not None:
-            record["error"] = self._parse_error
         penalty = 0.0
-        if command is None:
-            self._invalid_count += 1
-            verdict = self.rule.decide(self._retries)
-            record.update(invalid_count=self._invalid_count, policy=verdict.policy,
-                          retries=verdict.retries)
-            self._retries = verdict.retries
+        if command is not None:
+            record = self.answers.accept(answer, command, command, parser, error=self._parse_error)
+        else:
+            verdict, record = self.answers.refuse(answer, parser, error=self._parse_error)
             if verdict.asks_again:
                 feedback = self.rule.feedback_line(self._valid(), verdict.retries, answer)
                 obs = self._shown = f"{self._obs}\n{feedback}"[: self._max_length]
                 info = self._info()
-                info["parse"] = record
+                info["parse"] = record.to_dict()
                 info["feedback"] = feedback
                 return obs, 0.0, False, self._truncate(count=True), info
             if verdict.ends_episode:
                 info = self._info()
                 info["valid_actions"] = []
-                info["parse"] = record
+                info["parse"] = record.to_dict()
                 self._shown = "You gave up: that is not a command here."
                 return self._shown, verdict.reward, True, False, info
             # "penalty" / "default": the answer is typed into the game as it is
             command, penalty = typed, verdict.reward
-            record["action"] = command or None
-        else:
-            self._retries = 0
 
         blocked = control_verb(command) if command else None
         if blocked is not None:
-            record["action"] = None
+            command = None
             text = f"'{blocked}' controls the game, not the story: nothing happens."
         elif command:
             self._state, _, _ = self._game.step(command)
             text = clean_feedback(self._state.get("feedback") or "")
         else:
-            record["action"] = None
+            command = None
             text = "You say nothing."
+        record = dataclasses.replace(record, action=command)  # the command sent to the game
         score = int(self._state.get("score") or 0)
         # TextWorld's progress signal: +1 a step closer to winning, -1 a step away, else 0
-        progress = int(self._state.get("intermediate_reward") or 0) if record["action"] else 0
+        progress = int(self._state.get("intermediate_reward") or 0) if record.action else 0
         reward = float(score - self._score) + penalty + self.progress_reward * progress
         self._score = score
         terminated = self._done()
         self._obs = self._shown = self._observation(text)
         info = self._info()
-        info["parse"] = record
+        info["parse"] = record.to_dict()
         info["progress"] = progress
         return self._obs, reward, terminated, self._truncate(count=True) and not terminated, info
 

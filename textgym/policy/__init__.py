@@ -34,8 +34,24 @@ Example:
     True
 """
 
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# PolicyConfig is torch-free (``textgym --help`` reads it); the rest imports torch on first use.
 from textgym.policy.config import PolicyConfig
-from textgym.policy.decision import Decision, Evaluation
-from textgym.policy.policy import Policy
+
+if TYPE_CHECKING:
+    from textgym.policy.decision import Decision, Evaluation
+    from textgym.policy.policy import Policy
+
+_LAZY = {"Decision": "textgym.policy.decision", "Evaluation": "textgym.policy.decision",
+         "Policy": "textgym.policy.policy"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["Decision", "Evaluation", "Policy", "PolicyConfig"]

@@ -22,26 +22,34 @@ from typing import Any
 
 __all__ = ["ACT_DTYPES", "MODES", "NORMALIZATIONS", "PolicyConfig"]
 
+from textgym.settings import check, setting
+
 MODES = ("score", "generate")
 NORMALIZATIONS = ("sum", "token", "word")
 ACT_DTYPES = ("auto", "float32", "bfloat16", "int8")
+#: The longest answer a policy may generate, in tokens (beyond the context of any model textgym
+#: supports: a larger limit only lets a runaway answer run for hours).
+MAX_NEW_TOKENS = 32_768
+#: The ``--help`` panel of the policy settings that ``textgym train`` and ``eval`` take as flags.
+POLICY_PANEL = "Policy (default: the model's)"
 
 
 @dataclass(frozen=True)
 class PolicyConfig:
     """How a :class:`textgym.Policy` turns prompts into decisions."""
 
-    mode: str = "score"
+    mode: str = setting("score", choices=MODES)
     """``"score"``: rank the env's valid actions by their log-likelihood as the answer (the
     answer is always a valid action). ``"generate"``: sample free text, parsed by the env."""
-    temperature: float = 1.0
-    """Softmax temperature of the acting distribution (over candidates in score mode, over
-    tokens in generate mode). :meth:`Policy.evaluate` uses the same definition, so recorded and
-    recomputed log-probs agree. Use ``greedy=True`` for the argmax, not a temperature of 0."""
-    top_p: float = 1.0
+    temperature: float = setting(1.0, above=0, flag=True, panel=POLICY_PANEL)
+    """Sampling temperature over the candidates (score) or the tokens (generate).
+    It is the softmax temperature of the acting distribution. :meth:`Policy.evaluate` uses the
+    same definition, so recorded and recomputed log-probs agree. Use ``greedy=True`` for the argmax, not a temperature of 0."""
+    top_p: float = setting(1.0, above=0, at_most=1, flag=True, panel=POLICY_PANEL)
     """Generate mode: nucleus sampling threshold. The recorded log-probs are those of
     ``softmax(logits / temperature)`` without the top-p cut (what :meth:`Policy.evaluate` computes)."""
-    max_new_tokens: int = 32
+    max_new_tokens: int = setting(32, at_least=1, at_most=MAX_NEW_TOKENS, flag=True,
+                                  panel=POLICY_PANEL)
     """Generate mode: the answer length limit in tokens."""
     stop: tuple[str, ...] = ()
     """Generate mode: strings that end an answer (kept in the answer, as Hugging Face ``generate``
@@ -53,28 +61,29 @@ class PolicyConfig:
     tokens are part of ``Decision.prompt_ids`` (re-scoring conditions on them; training never
     trains on them) and ``Decision.text`` is ``prefill`` + the sampled text, so the env's parser
     reads the whole answer. ``""``: none."""
-    normalization: str = "sum"
-    """Score mode: how a candidate's token log-probs become its score: ``"sum"``, ``"token"``
-    (mean per token) or ``"word"`` (sum divided by the number of words)."""
+    normalization: str = setting("sum", choices=NORMALIZATIONS, flag=True, panel=POLICY_PANEL)
+    """Score mode: how a candidate's token log-probs make its score.
+    ``"sum"``, ``"token"`` (mean per token) or ``"word"`` (sum divided by the number of words)."""
     score_end: bool | str = "auto"
     """Score mode: append the end-of-turn token to the candidates: ``True`` always, ``False``
     never, ``"auto"`` only for an env whose candidates are not prefix-free (``"1"`` and ``"10"``:
     without the end token ``"1"`` would score at least as high as ``"10"``). Prefix-free
     single-token actions (``LEFT``/``RIGHT``) then need no extra pass."""
-    chat_template: str | None = None
-    """A Jinja chat template overriding the tokenizer's (``None``: the tokenizer's own)."""
-    system_role: bool = True
+    chat_template: str | None = setting(None, flag=True, panel=POLICY_PANEL, metavar="FILE")
+    """A Jinja chat template replacing the tokenizer's (a file on the command line).
+    ``None``: the tokenizer's own."""
+    system_role: bool = setting(True)
     """Whether the chat template takes a ``system`` message; if not, the system prompt goes in
     front of the user message (also done automatically when the template raises an error about
     the system role)."""
-    seed: int | None = None
+    seed: int | None = setting(None, at_least=0, at_most=2**32 - 1)
     """Seed of the sampling generator (``None``: a random seed); reseed with :meth:`Policy.seed`."""
-    prefix_cache_size: int = 4
+    prefix_cache_size: int = setting(4, at_least=1)
     """How many shared-prefix KV caches to keep (one per distinct system prompt)."""
-    score_chunk_bytes: int = 256 * 2**20
+    score_chunk_bytes: int = setting(256 * 2**20, at_least=1)
     """Score mode: memory budget of the candidate logits computed at once (rows are split into
     chunks when many long candidates would exceed it)."""
-    candidate_cache_size: int = 4096
+    candidate_cache_size: int = setting(4096, at_least=1)
     """How many action texts keep their token ids cached (least recently used ones are dropped:
     envs with free-form commands would otherwise grow the cache without limit)."""
     history: int | str | None = None
@@ -85,45 +94,32 @@ class PolicyConfig:
     :mod:`textgym.policy.conversation`). Each env's KV cache is kept across its turns, so a
     decision runs only its new tokens. An env wrapped in :class:`textgym.wrappers.History` uses
     that wrapper's window instead."""
-    act_dtype: str = "float32"
-    """The precision the policy acts in: ``"float32"`` (the weights themselves), ``"bfloat16"``,
+    act_dtype: str = setting("float32", choices=ACT_DTYPES, flag=True, panel=POLICY_PANEL)
+    """The precision the policy acts in. ``"float32"`` (the weights themselves), ``"bfloat16"``,
     ``"int8"`` (dynamically quantized Linear layers) or ``"auto"`` (the fastest of these whose
     greedy decisions agree with float32's, measured once per machine and model). Acting runs on a
     copy of the weights in that precision, rebuilt after each update; :meth:`Policy.evaluate` and
     the update keep the weights' own precision (see :mod:`textgym.policy.precision`)."""
-    history_tokens: int = 4096
+    history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be 'score' or 'generate', got {self.mode!r}")
         if self.score_end not in (True, False, "auto"):
             raise ValueError(f"score_end must be True, False or 'auto', got {self.score_end!r}")
-        if self.normalization not in NORMALIZATIONS:
-            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}")
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0 (use greedy=True for argmax), got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
-        if self.act_dtype not in ACT_DTYPES:
-            raise ValueError(f"act_dtype must be one of {', '.join(ACT_DTYPES)}; got {self.act_dtype!r}")
+        if isinstance(self.temperature, (int, float)) and self.temperature == 0:
+            raise ValueError("temperature must be > 0 (use greedy=True for argmax), got 0")
+        if isinstance(self.max_new_tokens, float) and self.max_new_tokens.is_integer():
+            object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
+        check(self)  # every field's range, as declared above
         if self.history is not None and self.history != "full" and (
                 isinstance(self.history, bool) or not isinstance(self.history, int) or self.history < 0):
             raise ValueError(f"history must be None, 'full' or a number of turns >= 0, got {self.history!r}")
-        for name in ("prefix_cache_size", "candidate_cache_size", "score_chunk_bytes", "history_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.chat_template is not None:  # a template that ignores the messages: one prompt for all
             from textgym.policy.prompts import check_chat_template
 
             check_chat_template(self.chat_template)
-        object.__setattr__(self, "temperature", float(self.temperature))
-        object.__setattr__(self, "top_p", float(self.top_p))
-        object.__setattr__(self, "max_new_tokens", int(self.max_new_tokens))
 
     def to_dict(self) -> dict[str, Any]:
         """Every setting, JSON-able (``stop`` as a list)."""

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from textgym import models
+from textgym import models, run_folder
 from textgym.lora import is_peft_model
 from textgym.policy.config import PolicyConfig
 
@@ -43,7 +43,8 @@ if TYPE_CHECKING:
     from textgym.policy.policy import Policy
 
 __all__ = ["CARD_FILE", "POLICY_FILE", "from_pretrained", "load", "model_card", "policy_record",
-           "read_record", "save", "save_adapter", "saved_record", "weights_folder", "write"]
+           "read_record", "save", "save_adapter", "saved_record", "weights_folder", "write",
+           "write_record"]
 
 POLICY_FILE = "policy.json"
 CARD_FILE = "README.md"
@@ -97,6 +98,12 @@ def saved_record(policy: Policy) -> dict[str, Any]:
     return {**record, "base_model": base, "lora": is_peft_model(policy.model)}
 
 
+def write_record(folder: str | os.PathLike, record: dict[str, Any]) -> None:
+    """Write ``policy.json`` (:func:`saved_record`'s content) into ``folder``: the one writer of
+    the file, for saved policies, checkpoints and exports."""
+    (Path(folder) / POLICY_FILE).write_text(json.dumps(record, indent=2))
+
+
 def write(policy: Policy, folder: str | os.PathLike, location: str | None = None) -> str:
     """Write ``policy`` into ``folder`` so that it can be used elsewhere (the layout of
     :func:`save` and of every trainer checkpoint): ``adapter/`` (PEFT format, its
@@ -118,7 +125,7 @@ def write(policy: Policy, folder: str | os.PathLike, location: str | None = None
         policy.model.save_pretrained(weights, safe_serialization=True)
         policy.tokenizer.save_pretrained(weights)
     policy.tokenizer.save_pretrained(folder / "tokenizer")
-    (folder / POLICY_FILE).write_text(json.dumps(record, indent=2))
+    write_record(folder, record)
     model_card(record, location=str(location or folder), nested=True).save(weights / CARD_FILE)
     return weights.name
 
@@ -147,11 +154,11 @@ def save(policy: Policy, directory: str | os.PathLike) -> Path:
     Written to ``<directory>.tmp`` and renamed, so a crash leaves any previous save intact.
     """
     target = Path(directory)
-    tmp = target.with_name(target.name + ".tmp")
+    tmp = run_folder.temporary(target)
     shutil.rmtree(tmp, ignore_errors=True)
     write(policy, tmp, location=str(target))
     if target.exists():
-        old = target.with_name(target.name + ".old")
+        old = run_folder.previous(target)
         shutil.rmtree(old, ignore_errors=True)
         os.replace(target, old)
         os.replace(tmp, target)
@@ -166,8 +173,8 @@ def read_record(directory: str | os.PathLike) -> dict[str, Any]:
     folder = Path(directory)
     settings_file = folder / POLICY_FILE
     if not settings_file.is_file():
-        hint = (f" (a run folder: load its checkpoint, {folder / 'checkpoint'})"
-                if (folder / "checkpoint").is_dir() else "")
+        checkpoint = folder / run_folder.CHECKPOINT
+        hint = f" (a run folder: load its checkpoint, {checkpoint})" if checkpoint.is_dir() else ""
         raise FileNotFoundError(f"{folder} is not a saved policy (no {POLICY_FILE}){hint}")
     return json.loads(settings_file.read_text())
 

@@ -15,13 +15,14 @@ Example:
 
 from __future__ import annotations
 
+import importlib
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from textgym.policy import Policy
-from textgym.rollout import Envs
-from textgym.trainers.base import Trainer
+# Torch-free: the configs and the algorithm registry (``textgym --help`` reads them); the trainers
+# themselves import torch, so they load on first use (``from textgym.trainers import Trainer``).
 from textgym.trainers.config import (
+    ALGORITHMS,
     CONFIGS,
     GRPOConfig,
     PPOConfig,
@@ -29,26 +30,39 @@ from textgym.trainers.config import (
     SFTConfig,
     TrainConfig,
     config_for,
+    trainer_class,
 )
 from textgym.trainers.early_stop import EarlyStop
-from textgym.trainers.grpo import GRPOTrainer
-from textgym.trainers.ppo import PPOTrainer
-from textgym.trainers.reinforce import ReinforceTrainer
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
+    from textgym.policy import Policy
+    from textgym.rollout import Envs
+    from textgym.trainers.base import Trainer
+    from textgym.trainers.grpo import GRPOTrainer
+    from textgym.trainers.ppo import PPOTrainer
+    from textgym.trainers.reinforce import ReinforceTrainer
 
-TRAINERS: dict[str, type[Trainer]] = {
-    "reinforce": ReinforceTrainer,
-    "grpo": GRPOTrainer,
-    "ppo": PPOTrainer,
+_LAZY = {
+    "Trainer": "textgym.trainers.base",
+    "ReinforceTrainer": "textgym.trainers.reinforce",
+    "GRPOTrainer": "textgym.trainers.grpo",
+    "PPOTrainer": "textgym.trainers.ppo",
 }
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    if name == "TRAINERS":  # the trainer class of each algorithm (read from CONFIGS)
+        return {algorithm: trainer_class(algorithm) for algorithm in ALGORITHMS}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  env_kwargs: dict[str, Any] | None = None, process: ProcessContext | None = None) -> Trainer:
-    """A trainer for ``algorithm`` (``"reinforce"``, ``"grpo"`` or ``"ppo"``).
+    """A trainer for ``algorithm`` (one of :data:`ALGORITHMS`: ``"reinforce"``, ``"grpo"``, ``"ppo"``).
 
     Args:
         algorithm: which algorithm.
@@ -62,19 +76,21 @@ def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textg
             :func:`textgym.distributed.init`: one process unless a launcher started several).
     """
     algorithm = algorithm.lower()
-    if algorithm not in TRAINERS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(TRAINERS)}")
-    return TRAINERS[algorithm](policy, env=env, config=config_for(algorithm, config), out_dir=out_dir,
-                               env_kwargs=env_kwargs, process=process)
+    config = config_for(algorithm, config)  # ValueError naming the algorithms for an unknown one
+    return trainer_class(algorithm)(policy, env=env, config=config, out_dir=out_dir,
+                                    env_kwargs=env_kwargs, process=process)
 
 
 def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
            out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
+    from textgym.trainers.base import Trainer
+
     return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
 
 
 __all__ = [
+    "ALGORITHMS",
     "CONFIGS",
     "TRAINERS",
     "EarlyStop",

@@ -38,7 +38,7 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
-from textgym import distributed, lora
+from textgym import distributed, lora, run_folder, seeds
 from textgym.distributed import ProcessContext
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.policy import Decision, Policy
@@ -55,10 +55,6 @@ from textgym.trainers.trackers import parse_report_to
 from textgym.transcripts import Source, TranscriptWriter
 
 logger = logging.getLogger("textgym.trainers")
-
-# Training seeds live far above the evaluation seeds (TrainConfig.eval_seed, default 1e6).
-_TRAIN_SEED_BASE = 10_000_000
-_SEEDS_PER_UPDATE = 10_000
 
 EpisodeRecord = tuple[float, int, int, "str | None"]
 """What the metrics window keeps of an episode: (env return, length, invalid answers, outcome)."""
@@ -254,7 +250,7 @@ class Trainer:
     def rollout_seed(self, update: int | None = None) -> int:
         """The env seed of update ``update``'s rollout (sub-env i gets seed + i): resumable, held out from eval."""
         update = self.update_count if update is None else update
-        return _TRAIN_SEED_BASE + self.config.seed * 1_000_000_000 + update * _SEEDS_PER_UPDATE
+        return seeds.rollout_seed(self.config.seed, update)
 
     def episode_shard(self) -> range:
         """The global indices of the episodes of an update this process plays (all of them in one
@@ -361,11 +357,11 @@ class Trainer:
         return history
 
     def _check_seeds_are_held_out(self, early_stop: EarlyStop) -> None:
-        seeds = early_stop.seeds()
-        if self.config.eval_seed in seeds or seeds.stop > _TRAIN_SEED_BASE:
-            raise ValueError(f"the early-stop check's seeds {seeds.start}..{seeds.stop - 1} must not reach the "
+        checked = early_stop.seeds()
+        if self.config.eval_seed in checked or seeds.overlaps_training(checked):
+            raise ValueError(f"the early-stop check's seeds {checked.start}..{checked.stop - 1} must not reach the "
                              f"evaluation seeds (from {self.config.eval_seed}) or the training seeds "
-                             f"(from {_TRAIN_SEED_BASE})")
+                             f"(from {seeds.TRAIN_BASE})")
 
     def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
                check: EarlyStop | None = None) -> dict[str, Any]:
@@ -596,7 +592,7 @@ class Trainer:
         if path is None:
             if self.out_dir is None:
                 raise ValueError("save_checkpoint() needs a path when the trainer has no out_dir")
-            path = self.out_dir / "checkpoint"
+            path = self.out_dir / run_folder.CHECKPOINT
         path = Path(path)
         if self.process.is_main:
             self._write_checkpoint(path)

@@ -31,6 +31,7 @@ import json
 import os
 import random
 import shutil
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -38,16 +39,19 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from textgym import run_folder
 from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
+from textgym.settings import check, setting
+from textgym.trainers.config import config_for
 
 __all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
            "policy_from_record", "policy_record", "read_state", "remove_stale_temporary", "save_checkpoint",
            "save_model_weights",
            "set_rng_states", "unflatten_optimizer"]
 
-STATE_FILE = "trainer_state.json"
+STATE_FILE = run_folder.STATE
 OPTIMIZER_FILE = "optimizer.safetensors"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
@@ -173,7 +177,7 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
             up to it, so that a line torn by a crash can be restored on resume).
     """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = run_folder.temporary(path)
     check_finite(policy.model if policy is not None else model, policy, path)
     remove_stale_temporary(path)
     try:
@@ -225,7 +229,7 @@ def check_finite(model: torch.nn.Module | None, policy: Policy | None = None, pa
 def remove_stale_temporary(path: str | Path) -> bool:
     """Remove ``<path>.tmp``, the half-written checkpoint a killed or failed save left (the
     checkpoint itself is untouched); returns whether there was one."""
-    tmp = Path(path).with_name(Path(path).name + ".tmp")
+    tmp = run_folder.temporary(Path(path))
     if not tmp.exists():
         return False
     shutil.rmtree(tmp) if tmp.is_dir() else tmp.unlink()
@@ -265,7 +269,7 @@ def _write_folder(tmp: Path, path: Path, *, optimizers: dict[str, torch.optim.Op
 def _swap_in(tmp: Path, path: Path) -> None:
     """Rename the written folder into place: the previous checkpoint survives as ``<path>.old``
     until the new one is there."""
-    old = path.with_name(path.name + ".old")
+    old = run_folder.previous(path)
     if path.exists():
         if old.exists():
             shutil.rmtree(old)
@@ -286,16 +290,51 @@ def checkpoint_dir(path: str | Path) -> Path:
     path = Path(path)
     if (path / STATE_FILE).is_file():
         return path
-    old = path.with_name(path.name + ".old")
+    old = run_folder.previous(path)
     if (old / STATE_FILE).is_file():
         return old
     raise FileNotFoundError(f"no checkpoint at {path} (expected {path / STATE_FILE})")
 
 
+@dataclass(frozen=True)
+class Counters:
+    """The run's progress counters in a checkpoint's state, checked when it is read (an edited
+    ``trainer_state.json`` fails in one line, before a model loads)."""
+
+    update_count: int = setting(0, at_least=0)
+    """Updates done."""
+    episodes_seen: int = setting(0, at_least=0)
+    """Training episodes played."""
+    decisions_seen: int = setting(0, at_least=0)
+    """Training decisions taken."""
+    nonfinite_updates: int = setting(0, at_least=0)
+    """Updates skipped because their loss or gradients were not finite."""
+    wall_time: float = setting(0.0, at_least=0)
+    """Seconds of training so far, over every session."""
+
+    def __post_init__(self) -> None:
+        check(self)
+
+
 def read_state(path: str | Path) -> dict[str, Any]:
-    """The JSON state of a checkpoint."""
-    with open(checkpoint_dir(path) / STATE_FILE) as f:
-        return json.load(f)
+    """The JSON state of a checkpoint, its counters and its algorithm's config checked.
+
+    Raises:
+        ValueError: a counter or a config field out of its range (the file was edited).
+    """
+    file = checkpoint_dir(path) / STATE_FILE
+    with open(file) as f:
+        state = json.load(f)
+    if not isinstance(state, dict):
+        raise ValueError(f"{file} is not a JSON object")  # noqa: TRY004 - a malformed file
+    try:
+        Counters(**{f.name: state[f.name] for f in fields(Counters) if f.name in state})
+        if isinstance(state.get("config"), dict):
+            config = dict(state["config"])
+            config_for(config.pop("algorithm", state.get("algorithm")), config)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{file}: {exc}") from None
+    return state
 
 
 def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dict[str, torch.optim.Optimizer],

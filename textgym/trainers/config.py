@@ -14,8 +14,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from textgym import distributed
+from textgym import distributed, seeds
 from textgym.lora import LoraSettings
+from textgym.settings import check, like, setting
+
+#: The most envs one process steps together (far beyond what fits a model's batch on one device).
+MAX_ENVS = 4096
+#: The largest seed (NumPy's legacy seeding limit, 2**32 - 1).
+MAX_SEED = 2**32 - 1
 
 
 @dataclass
@@ -23,42 +29,43 @@ class TrainConfig:
     """Knobs common to every trainer."""
 
     # --- optimisation -------------------------------------------------------------------
-    lr: float = 1e-4
-    """Peak learning rate of AdamW for the trained weights (the LoRA adapter, or the whole model)."""
-    lr_schedule: str = "constant"
+    lr: float = setting(1e-4, above=0)
+    """Peak learning rate of AdamW.
+    For the trained weights: the LoRA adapter, or the whole model."""
+    lr_schedule: str = setting("constant", choices=("constant", "linear", "cosine"))
     """Learning-rate schedule over updates: ``"constant"``, ``"linear"`` (decay to 0 at
     ``total_updates``) or ``"cosine"`` (to 0 at ``total_updates``)."""
-    warmup_updates: int = 0
+    warmup_updates: int = setting(0, at_least=0)
     """Updates of linear warm-up from 0 to ``lr`` before the schedule starts."""
-    total_updates: int | None = None
+    total_updates: int | None = setting(None, at_least=1)
     """Length of the ``linear``/``cosine`` schedule in updates. ``None``: taken from the budget of
     ``train(updates=...)``, else the schedule stays constant after warm-up."""
-    weight_decay: float = 0.0
+    weight_decay: float = setting(0.0, at_least=0)
     """AdamW weight decay."""
-    max_grad_norm: float | None = 1.0
+    max_grad_norm: float | None = setting(1.0, above=0)
     """Clip the global gradient norm to this value before each optimizer step (``None``: no clipping)."""
-    epochs: int = 1
+    epochs: int = setting(1, at_least=1, at_most=1000)
     """Passes over each batch of decisions per update."""
-    minibatch_size: int = 64
+    minibatch_size: int = setting(64, at_least=1)
     """Decisions per optimizer step. A batch of decisions is shuffled and cut into minibatches."""
-    gradient_accumulation_steps: int = 1
+    gradient_accumulation_steps: int = setting(1, at_least=1)
     """Forward/backward chunks per minibatch (gradients accumulate over them): trades speed for memory."""
-    max_chunk_answer_tokens: int | None = 2048
+    max_chunk_answer_tokens: int | None = setting(2048, at_least=1)
     """At most this many answer tokens (decisions x the longest answer among them) are re-scored
     in one forward/backward pass; a minibatch with more is split into more chunks (on top of
     ``gradient_accumulation_steps``), so long generated answers (``--think``) do not hold
     minibatch x length x vocabulary logits in memory at once. ``None``: no limit."""
 
     # --- data collection ----------------------------------------------------------------
-    num_envs: int = 8
-    """Environments stepped together in one vector env (one policy call per vector step); with
-    several data-parallel processes, in each process."""
-    episodes_per_update: int = 32
+    num_envs: int = setting(8, at_least=1, at_most=MAX_ENVS)
+    """Envs stepped together, one policy call per vector step.
+    With several data-parallel processes, in each process."""
+    episodes_per_update: int = setting(32, at_least=1, at_most=1_000_000)
     """Completed episodes collected before each update (the batch size, in episodes); with several
     data-parallel processes, of all of them together (each plays its share)."""
-    gamma: float = 1.0
+    gamma: float = setting(1.0, at_least=0, at_most=1)
     """Discount factor of returns (and of GAE for PPO)."""
-    max_train_episode_steps: int | None = None
+    max_train_episode_steps: int | None = setting(None, at_least=1)
     """Cut training episodes after this many steps (the last one is marked truncated), so that an
     update of a policy that already plays long episodes does not wait for the longest ones.
     Evaluation and greedy checks still play the env's own limit. PPO bootstraps a cut episode
@@ -66,16 +73,16 @@ class TrainConfig:
     which matters little when ``gamma`` is well below 1. ``None``: the env's own limit."""
 
     # --- regularisation -----------------------------------------------------------------
-    kl_coef: float = 0.0
+    kl_coef: float = setting(0.0, at_least=0)
     """Weight of the KL penalty to the reference policy (the model with the adapter disabled).
     0 skips the reference forward pass entirely."""
-    target_kl: float | None = None
+    target_kl: float | None = setting(None, above=0)
     """Stop an update early once the policy has moved this far from the rollout policy
     (approximate KL): no more epochs once an epoch's mean KL exceeds it, and no more optimizer
     steps once a minibatch's KL exceeds 1.5 times it (``None``: never stop early)."""
-    entropy_coef: float = 0.0
+    entropy_coef: float = setting(0.0, at_least=0)
     """Weight of the entropy bonus (subtracted from the loss)."""
-    state_centering: float = 0.0
+    state_centering: float = setting(0.0, at_least=0, at_most=1)
     """Score mode: how much of the update's *shared shift* to remove, in [0, 1]. Before the loss,
     each candidate's log-prob is centred over the minibatch's decisions that share the same
     candidates (its value is unchanged, only its gradient), so the part of the gradient that
@@ -91,58 +98,62 @@ class TrainConfig:
     ``min(pi_train / pi_act, act_correction_cap)`` (as verl and prime-rl do for vLLM rollouts);
     PPO/GRPO's clip ratio then compares with the training-precision log-probs. ``False``: measure
     only, the gradient is the uncorrected one. Acting in float32 needs neither."""
-    act_correction_cap: float = 2.0
+    act_correction_cap: float = setting(2.0, above=0)
     """The cap of the truncated importance ratio of ``act_correction`` (> 0)."""
 
     # --- model ----------------------------------------------------------------------------
-    use_lora: bool = True
-    """Train a LoRA adapter (peft). ``False`` fine-tunes every weight of the model."""
-    lora_r: int = 16
+    use_lora: bool = setting(True)
+    """Train a LoRA adapter (peft) or all weights.
+    ``False`` fine-tunes every weight of the model."""
+    lora_r: int = setting(16, at_least=1)
     """LoRA rank."""
-    lora_alpha: int = 32
+    lora_alpha: int = setting(32, at_least=1)
     """LoRA scaling numerator (the update is scaled by ``lora_alpha / lora_r``)."""
-    lora_dropout: float = 0.0
+    lora_dropout: float = setting(0.0, at_least=0, below=1)
     """Dropout on the LoRA branch."""
     lora_target_modules: list[str] | None = None
     """Module names LoRA wraps. ``None``: the model registry's defaults for the loaded model,
     else every attention and MLP projection (``"all-linear"``)."""
-    lora_layers: int | None = None
+    lora_layers: int | None = setting(None, at_least=1)
     """Adapt only the top this many transformer layers (``None``: all). The backward pass then
     stops below them, so an update costs much less (SmolLM2-135M, top 8 of 30 layers: about
     1.5x the decisions/s of a full-depth adapter on CartPole)."""
 
     # --- warm start -------------------------------------------------------------------------
-    sft_every: int = 0
+    sft_every: int = setting(0, at_least=0)
     """Online SFT: every this many updates, fine-tune on the best episodes of the replay buffer
     (0 disables it)."""
-    sft_top_fraction: float = 0.25
+    sft_top_fraction: float = setting(0.25, above=0, at_most=1)
     """Online SFT: fraction of the replay buffer's episodes (best returns first) to imitate."""
-    replay_size: int = 256
+    replay_size: int = setting(256, at_least=1)
     """Online SFT: episodes kept in the replay buffer."""
-    sft_lr: float = 1e-4
+    sft_lr: float = setting(1e-4, above=0)
     """Learning rate of the SFT steps (warm start and online SFT)."""
 
     # --- bookkeeping ----------------------------------------------------------------------
-    seed: int = 0
-    """Seed of torch/numpy/random and of the training envs (update k uses seeds derived from it)."""
-    eval_seed: int = 1_000_000
-    """First seed of the held-out evaluation episodes (far from the training seeds)."""
-    metrics_window: int = 100
+    seed: int = setting(0, at_least=0, at_most=MAX_SEED)
+    """Seed of torch, NumPy, random and the training envs.
+    Update k's envs use seeds derived from it (:mod:`textgym.seeds`)."""
+    eval_seed: int = setting(seeds.EVAL_BASE, at_least=0, at_most=seeds.TRAIN_BASE - 1)
+    """First seed of the held-out evaluation episodes (below the training seeds).
+    The seed layout is :mod:`textgym.seeds`."""
+    metrics_window: int = setting(100, at_least=1)
     """Episodes in the sliding window of ``return_mean``, ``length_mean`` and ``invalid_rate``."""
-    log_samples: int = 3
+    log_samples: int = setting(3, at_least=0)
     """(prompt, answer, reward) samples written with each update's metrics."""
-    checkpoint_every: int = 0
+    checkpoint_every: int = setting(0, at_least=0)
     """Write ``<out_dir>/checkpoint`` every this many updates (0: only when asked)."""
-    transcripts: int = 4
+    transcripts: int = setting(4, at_least=0, at_most=10_000)
     """Episodes of each update, greedy check and evaluation written whole to
     ``<out_dir>/transcripts.jsonl`` (:mod:`~textgym.transcripts`; 0: none)."""
-    transcripts_max_mb: float = 50.0
+    transcripts_max_mb: float = setting(50.0, above=0)
     """Size cap of ``transcripts.jsonl`` in MB: nothing more is written once it is reached."""
     report_to: str = "tensorboard"
     """Trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
     installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.trackers`), or ``none``."""
 
     algorithm = "base"  # not a field: the name make_trainer knows this config by
+    trainer = ""  # not a field: "module:Class" of the algorithm's trainer (imported on first use)
 
     def to_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, **dataclasses.asdict(self)}
@@ -176,28 +187,8 @@ class TrainConfig:
         return cls(**{k: v for k, v in data.items() if k in names})
 
     def __post_init__(self) -> None:
-        if self.lr_schedule not in ("constant", "linear", "cosine"):
-            raise ValueError(
-                f"lr_schedule must be 'constant', 'linear' or 'cosine', not {self.lr_schedule!r}"
-            )
-        for name in ("epochs", "minibatch_size", "gradient_accumulation_steps", "num_envs",
-                     "episodes_per_update"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_train_episode_steps is not None and self.max_train_episode_steps < 1:
-            raise ValueError(f"max_train_episode_steps must be >= 1 or None, got {self.max_train_episode_steps}")
-        if self.max_chunk_answer_tokens is not None and self.max_chunk_answer_tokens < 1:
-            raise ValueError(f"max_chunk_answer_tokens must be >= 1 or None, got {self.max_chunk_answer_tokens}")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"gamma must be in [0, 1], got {self.gamma}")
-        if not 0.0 <= self.state_centering <= 1.0:
-            raise ValueError(f"state_centering must be in [0, 1], got {self.state_centering}")
-        if not self.act_correction_cap > 0:
-            raise ValueError(f"act_correction_cap must be > 0, got {self.act_correction_cap}")
-        self.lora_settings()  # validates the lora_* fields
-        if self.transcripts < 0 or not self.transcripts_max_mb > 0:
-            raise ValueError(f"transcripts must be >= 0 and transcripts_max_mb > 0, got {self.transcripts} "
-                             f"and {self.transcripts_max_mb}")
+        check(self)  # every field's range, as declared above
+        self.lora_settings()  # validates the lora_* fields together
         from textgym.trainers.trackers import check_report_to
 
         check_report_to(self.report_to)
@@ -207,36 +198,32 @@ class TrainConfig:
 class ReinforceConfig(TrainConfig):
     """REINFORCE with a baseline (Williams, 1992)."""
 
-    lr: float = 1e-4
+    lr: float = like(TrainConfig, "lr", 1e-4)
     """Peak learning rate (see :class:`TrainConfig`)."""
-    baseline: str = "batch"
+    baseline: str = setting("batch", choices=("batch", "ema", "none"))
     """How returns become advantages: ``"batch"`` (subtract the batch mean and divide by its std),
     ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``."""
-    ema_decay: float = 0.9
+    ema_decay: float = setting(0.9, at_least=0, at_most=1)
     """Decay of the EMA baseline (``baseline="ema"``): new = decay * old + (1 - decay) * batch mean."""
 
     algorithm = "reinforce"
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.baseline not in ("batch", "ema", "none"):
-            raise ValueError(f"baseline must be 'batch', 'ema' or 'none', not {self.baseline!r}")
+    trainer = "textgym.trainers.reinforce:ReinforceTrainer"
 
 
 @dataclass
 class GRPOConfig(TrainConfig):
     """Group Relative Policy Optimization (Shao et al., 2024), for episodes."""
 
-    group_size: int = 4
+    group_size: int = setting(4, at_least=2)
     """G: episodes per group. Members of a group start from the same env seed; each episode's
     advantage is its return normalised by the group's mean and std."""
-    epochs: int = 2
+    epochs: int = like(TrainConfig, "epochs", 2)
     """Passes over each batch (the clipped ratio keeps later passes close to the rollout policy)."""
-    clip_eps: float = 0.2
+    clip_eps: float = setting(0.2, above=0)
     """Clip range of the importance ratio against the rollout log-probs."""
-    scale_rewards: bool = True
+    scale_rewards: bool = setting(True)
     """Divide group-centred returns by the group's std (``False``: only subtract the mean)."""
-    credit: str = "episode"
+    credit: str = setting("episode", choices=("episode", "turn"))
     """How decisions get their advantage. ``"episode"``: every decision carries its episode's
     group-normalised return (the original GRPO; suits one final reward). ``"turn"``: each decision's
     discounted return-to-go (``gamma``) minus the group's mean return-to-go at the same turn, so a
@@ -244,6 +231,7 @@ class GRPOConfig(TrainConfig):
     (suits per-step rewards, e.g. CartPole)."""
 
     algorithm = "grpo"
+    trainer = "textgym.trainers.grpo:GRPOTrainer"
 
     @property
     def episodes_per_group(self) -> int:
@@ -251,10 +239,6 @@ class GRPOConfig(TrainConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.group_size < 2:
-            raise ValueError(f"group_size must be >= 2, got {self.group_size}")
-        if self.credit not in ("episode", "turn"):
-            raise ValueError(f"credit must be 'episode' or 'turn', got {self.credit!r}")
         if self.episodes_per_update % self.group_size:
             raise ValueError(
                 f"episodes_per_update ({self.episodes_per_update}) must be a multiple of "
@@ -266,52 +250,67 @@ class GRPOConfig(TrainConfig):
 class PPOConfig(TrainConfig):
     """Proximal Policy Optimization (Schulman et al., 2017) with a value head and GAE."""
 
-    epochs: int = 4
+    epochs: int = like(TrainConfig, "epochs", 4)
     """Passes over each batch."""
-    gamma: float = 0.99
+    gamma: float = like(TrainConfig, "gamma", 0.99)
     """Discount factor of returns and GAE."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = setting(0.95, at_least=0, at_most=1)
     """GAE lambda (1: Monte-Carlo returns, 0: one-step TD)."""
-    clip_eps: float = 0.2
+    clip_eps: float = setting(0.2, above=0)
     """Clip range of the policy's importance ratio."""
-    value_clip: float | None = 0.2
+    value_clip: float | None = setting(0.2, above=0)
     """Clip range of the value update around the rollout's values (``None``: plain MSE)."""
-    value_coef: float = 0.5
+    value_coef: float = setting(0.5, at_least=0)
     """Weight of the value loss."""
-    value_lr: float = 1e-3
+    value_lr: float = setting(1e-3, above=0)
     """Learning rate of the value head (it starts from scratch, so it learns faster than LoRA)."""
-    value_hidden: int = 128
+    value_hidden: int = setting(128, at_least=1)
     """Width of the value head's hidden layer."""
-    value_detach: bool = True
+    value_detach: bool = setting(True)
     """Do not back-propagate the value loss into the language model (the value head reads the
     last hidden state as fixed features); keeps the policy's update clean."""
-    normalize_advantages: bool = True
+    normalize_advantages: bool = setting(True)
     """Normalise advantages over the batch."""
 
     algorithm = "ppo"
+    trainer = "textgym.trainers.ppo:PPOTrainer"
 
 
 @dataclass
 class SFTConfig:
     """Supervised fine-tuning on demonstrations (warm start before RL)."""
 
-    lr: float = 1e-4
+    lr: float = like(TrainConfig, "lr", 1e-4)
     """Learning rate of AdamW."""
-    epochs: int = 3
+    epochs: int = like(TrainConfig, "epochs", 3)
     """Passes over the demonstrations."""
-    batch_size: int = 16
+    batch_size: int = setting(16, at_least=1)
     """Examples per optimizer step."""
-    max_grad_norm: float | None = 1.0
+    max_grad_norm: float | None = like(TrainConfig, "max_grad_norm", 1.0)
     """Gradient-norm clip (``None``: none)."""
-    seed: int = 0
+    seed: int = like(TrainConfig, "seed", 0)
     """Shuffling seed."""
 
+    def __post_init__(self) -> None:
+        check(self)
 
+
+#: The algorithm registry: each algorithm's name, its config class and (``config.trainer``) its
+#: trainer. Everything that lists the algorithms reads it (``make_trainer``, ``textgym train
+#: --algo``, the run config's check); a new algorithm is one entry here.
 CONFIGS: dict[str, type[TrainConfig]] = {
-    "reinforce": ReinforceConfig,
-    "grpo": GRPOConfig,
-    "ppo": PPOConfig,
+    cls.algorithm: cls for cls in (ReinforceConfig, GRPOConfig, PPOConfig)
 }
+#: The algorithms' names, in the order the CLI lists them.
+ALGORITHMS: tuple[str, ...] = tuple(CONFIGS)
+
+
+def trainer_class(algorithm: str) -> type:
+    """The trainer class of ``algorithm`` (imports it, and torch with it)."""
+    import importlib
+
+    module, name = config_for(algorithm).trainer.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def config_for(algorithm: str, config: TrainConfig | dict | None = None) -> TrainConfig:
@@ -333,11 +332,15 @@ def config_for(algorithm: str, config: TrainConfig | dict | None = None) -> Trai
 
 
 __all__ = [
+    "ALGORITHMS",
     "CONFIGS",
+    "MAX_ENVS",
+    "MAX_SEED",
     "GRPOConfig",
     "PPOConfig",
     "ReinforceConfig",
     "SFTConfig",
     "TrainConfig",
     "config_for",
+    "trainer_class",
 ]

@@ -31,11 +31,12 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from textgym import seeds
+
 __all__ = ["CHECK_SEED", "CheckResult", "EarlyStop"]
 
-#: The first seed of the check's episodes: below the evaluation seeds (``TrainConfig.eval_seed``,
-#: 1,000,000 by default) and far below the training seeds (10,000,000 and up).
-CHECK_SEED = 500_000
+#: The first seed of the check's episodes (:data:`textgym.seeds.CHECK_BASE`; the layout is there).
+CHECK_SEED = seeds.CHECK_BASE
 
 
 @dataclass(frozen=True)
@@ -77,7 +78,7 @@ class EarlyStop:
 
     def seeds(self) -> range:
         """The seeds of the check's episodes."""
-        return range(self.seed, self.seed + self.episodes)
+        return seeds.check_seeds(self.episodes, self.seed)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ Example:
     >>> from textgym.trainers.evaluation import evaluate_greedy
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> venv = textgym.make_vec("textgym/Bandit-v0", num_envs=4)
-    >>> result = evaluate_greedy(policy, venv, episodes=8, seed=1_000_000)
+    >>> from textgym.seeds import EVAL_BASE
+    >>> result = evaluate_greedy(policy, venv, episodes=8, seed=EVAL_BASE)
     >>> result["episodes"], 0.0 <= result["return_mean"] <= 1.0
     (8, True)
 """

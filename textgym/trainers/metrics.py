@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METRICS_FILE = "metrics.jsonl"
+from textgym import run_folder
+
+METRICS_FILE = run_folder.METRICS
 
 
 def _jsonable(value: Any) -> Any:
@@ -132,7 +134,7 @@ class MetricsWriter:
                 self.tensorboard = False
                 return None
             # purge_step: TensorBoard hides the events of earlier sessions from this step on.
-            self._tb = SummaryWriter(log_dir=str(self.out_dir / "tb"), purge_step=self._purge_step)
+            self._tb = SummaryWriter(log_dir=str(self.out_dir / run_folder.TENSORBOARD), purge_step=self._purge_step)
         return self._tb
 
     def write(self, metrics: dict[str, Any]) -> None:
@@ -196,11 +198,11 @@ class MetricsWriter:
         text = "".join(f"{merged[u]}\n" for u in sorted(merged))
         old = self.path.read_bytes() if self.path.is_file() else b""
         if text.encode("utf-8") != old:
-            tmp = self.path.with_name(self.path.name + ".tmp")
+            tmp = run_folder.temporary(self.path)
             tmp.write_text(text, encoding="utf-8")
             os.replace(tmp, self.path)
         self._purge_step = update + 1
-        if past and (self.out_dir / "tb").is_dir():
+        if past and (self.out_dir / run_folder.TENSORBOARD).is_dir():
             self._tensorboard()  # hide the dropped steps now, even if no update follows
         self.repair = MetricsRepair(updates=len(merged), past_checkpoint=past, malformed=bad,
                                     restored=restored)

@@ -12,8 +12,10 @@ from textgym.wrappers.invalid_answer import (
     DEFAULT_FEEDBACK,
     INVALID_POLICIES,
     RETRY_FALLBACKS,
+    AnswerCounter,
     InvalidAnswer,
     InvalidAnswerRule,
+    ParseRecord,
     as_answer_text,
 )
 from textgym.wrappers.parse_action import (
@@ -64,6 +66,7 @@ __all__ = [
     "INVALID_POLICIES",
     "RETRY_FALLBACKS",
     "ActionTable",
+    "AnswerCounter",
     "Clip",
     "Constant",
     "EpisodeStats",
@@ -77,6 +80,7 @@ __all__ = [
     "KeywordParser",
     "LinearDecay",
     "ParseAction",
+    "ParseRecord",
     "ParseResult",
     "Parser",
     "ParserChain",

@@ -33,15 +33,17 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 __all__ = [
     "DEFAULT_FEEDBACK",
     "INVALID_POLICIES",
     "RETRY_FALLBACKS",
+    "AnswerCounter",
     "InvalidAnswer",
     "InvalidAnswerRule",
+    "ParseRecord",
     "as_answer_text",
     "renamed_invalid_kwargs",
 ]
@@ -160,6 +162,85 @@ class InvalidAnswerRule:
                                         retries_left=max(0, self.max_retries - retries))
         except (KeyError, IndexError, ValueError):  # a user template with other fields
             return self.feedback
+
+
+@dataclass(frozen=True)
+class ParseRecord:
+    """What an env made of one answer: ``info["parse"]`` (as a dict, :meth:`to_dict`) of every
+    text env (ParseAction, the PettingZoo wrappers, TextWorld) and of :class:`textgym.Agent`.
+
+    Build it through an :class:`AnswerCounter` (:meth:`AnswerCounter.accept`,
+    :meth:`AnswerCounter.refuse`), which keeps ``invalid_count`` and ``retries``.
+    """
+
+    raw: str
+    """The answer as text (:func:`as_answer_text`)."""
+    action: Any = None
+    """The env action applied (``None`` if none was)."""
+    action_name: str | None = None
+    """The legal action the answer named (``None`` for an invalid answer)."""
+    parser: str | None = None
+    """The parser that read it (``None``: none could)."""
+    valid: bool = False
+    """Whether the answer named a legal action."""
+    invalid_count: int = 0
+    """Invalid answers of this player so far in the episode (this one included)."""
+    policy: str | None = None
+    """The invalid-answer policy that applied (``None`` when valid)."""
+    retries: int = 0
+    """Consecutive retries of this decision after this answer."""
+    error: str | None = None
+    """The exception a user parser raised (the key is left out of the dict when ``None``)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """``info["parse"]``: a plain dict (``error`` only when a parser raised)."""
+        record = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "error"}
+        if self.error is not None:
+            record["error"] = self.error
+        return record
+
+
+class AnswerCounter:
+    """One player's invalid-answer sequence in an episode, the one implementation every env uses:
+    a valid answer is accepted (its retries end), an invalid one is counted and the rule decides
+    (retry, play the fallback, or end the episode).
+
+    Example:
+        >>> counter = AnswerCounter(InvalidAnswerRule(policy="retry", max_retries=1))
+        >>> verdict, record = counter.refuse("dance")
+        >>> verdict.policy, record.to_dict()["invalid_count"], record.retries
+        ('retry', 1, 1)
+        >>> counter.accept("LEFT", action=0, action_name="LEFT", parser="keyword").retries
+        0
+    """
+
+    def __init__(self, rule: InvalidAnswerRule) -> None:
+        self.rule = rule
+        self.invalid_count = 0
+        self.retries = 0
+
+    def reset(self) -> None:
+        """A new episode."""
+        self.invalid_count = 0
+        self.retries = 0
+
+    def accept(self, answer: Any, action: Any, action_name: str, parser: str | None,
+               error: str | None = None) -> ParseRecord:
+        """The record of a valid answer (the decision's retries end)."""
+        self.retries = 0
+        return ParseRecord(raw=as_answer_text(answer), action=action, action_name=action_name,
+                           parser=parser, valid=True, invalid_count=self.invalid_count, error=error)
+
+    def refuse(self, answer: Any, parser: str | None = None,
+               error: str | None = None) -> tuple[InvalidAnswer, ParseRecord]:
+        """The rule's verdict on an invalid answer and its record (``action`` unset: the env
+        fills in the fallback move it plays, with ``dataclasses.replace``)."""
+        self.invalid_count += 1
+        verdict = self.rule.decide(self.retries)
+        self.retries = verdict.retries
+        return verdict, ParseRecord(raw=as_answer_text(answer), parser=parser,
+                                    invalid_count=self.invalid_count, policy=verdict.policy,
+                                    retries=verdict.retries, error=error)
 
 
 def as_answer_text(action: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -15,7 +16,9 @@ from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import (
     DEFAULT_FEEDBACK,
     INVALID_POLICIES,
+    AnswerCounter,
     InvalidAnswerRule,
+    ParseRecord,
     as_answer_text,
 )
 from textgym.wrappers.parsers import ParseResult, ParserLike, as_parser
@@ -213,6 +216,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
                                       max_retries=max_retries, retry_fallback=retry_fallback,
                                       feedback=feedback)
         self.parser = as_parser(parser)
+        self.answers = AnswerCounter(self.rule)  # this episode's invalid answers and retries
 
         self._names, self._env_actions, self._mask_index = resolve_actions(env, action_names)
         self._names_tuple = tuple(self._names)
@@ -221,8 +225,6 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
         self._legal = [True] * len(self._names)
         self._mask_from_attr = False
-        self._invalid_count = 0
-        self._retries = 0
         self._last_obs: Any = None
         self._last_info: dict = {}
         self._warned: set[str] = set()
@@ -255,7 +257,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     @property
     def invalid_count(self) -> int:
         """Invalid answers so far in this episode."""
-        return self._invalid_count
+        return self.answers.invalid_count
 
     def env_action(self, name_or_index: str | int) -> Any:
         """The env action for an action name or index."""
@@ -267,8 +269,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
 
     def reset(self, *, seed: int | None = None, options: dict | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
-        self._invalid_count = 0
-        self._retries = 0
+        self.answers.reset()
         self._update_legal(info)
         self._remember(obs, info)
         info = dict(info)
@@ -281,34 +282,18 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         raw = as_answer_text(action)
         result, error = self._parse(raw)
         index = result.action_index if result is not None else None
-        record = {
-            "raw": raw,
-            "action": None,
-            "action_name": None,
-            "parser": result.parser if result is not None else None,
-            "valid": False,
-            "invalid_count": self._invalid_count,
-            "policy": None,
-            "retries": self._retries,
-        }
-        if error is not None:
-            record["error"] = error
-
         if index is not None and self._legal[index]:
-            record.update(action_name=self._names[index], valid=True, retries=0)
+            record = self.answers.accept(raw, None, self._names[index], result.parser, error)
             return self._apply(index, record, penalty=0.0)
 
         # Invalid: unparsed, or a masked (illegal) action.
-        self._invalid_count += 1
-        verdict = self.rule.decide(self._retries)
-        record.update(invalid_count=self._invalid_count, policy=verdict.policy, retries=verdict.retries)
-        self._retries = verdict.retries
+        verdict, record = self.answers.refuse(raw, result.parser if result is not None else None, error)
         if verdict.asks_again:
             return self._retry(record, raw)
         if verdict.ends_episode:
             info = self._copy_last_info()
             info["valid_actions"] = self.valid_actions
-            info["parse"] = record
+            info["parse"] = record.to_dict()
             return copy.deepcopy(self._last_obs), verdict.reward, True, False, info
         return self._apply(self._fallback_index(), record, penalty=verdict.reward)
 
@@ -331,21 +316,20 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             return None, None
         return ParseResult(int(index), self._names[int(index)], result.parser), None
 
-    def _apply(self, index: int, record: dict, penalty: float):
+    def _apply(self, index: int, record: ParseRecord, penalty: float):
         env_action = self.env_action(index)
         obs, reward, terminated, truncated, info = self.env.step(env_action)
-        self._retries = 0
         self._update_legal(info)
         self._remember(obs, info)
-        record["action"] = env_action.tolist() if isinstance(env_action, np.ndarray) else env_action
+        applied = env_action.tolist() if isinstance(env_action, np.ndarray) else env_action
         info = dict(info)
         info["valid_actions"] = self.valid_actions
-        info["parse"] = record
+        info["parse"] = dataclasses.replace(record, action=applied).to_dict()
         return obs, float(reward) + penalty, terminated, truncated, info
 
-    def _retry(self, record: dict, raw: str):
+    def _retry(self, record: ParseRecord, raw: str):
         valid = self.valid_actions
-        line = self.rule.feedback_line(valid, self._retries, raw)
+        line = self.rule.feedback_line(valid, self.answers.retries, raw)
         obs = copy.deepcopy(self._last_obs)
         if isinstance(obs, str):
             obs = f"{obs}\n{line}" if obs else line
@@ -354,7 +338,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 obs = obs[-limit:]
         info = self._copy_last_info()
         info["valid_actions"] = valid
-        info["parse"] = record
+        info["parse"] = record.to_dict()
         info["feedback"] = line
         return obs, 0.0, False, False, info
 
