@@ -464,7 +464,8 @@ class EnvFamily:
         package: its import name, to tell cheaply whether it is installed (``""``: unknown).
         training_defaults: a :class:`TrainingDefaults` for every id of the family, a callable
             ``(name) -> TrainingDefaults | None``, or the ``"module:attribute"`` of either.
-        source: who registers the family (as in :func:`register`).
+        source: the ``source`` its ids are listed with (:class:`EnvSpecInfo`), e.g. the package
+            the envs come from; default: who registers the family (as in :func:`register`).
     """
 
     prefix: str

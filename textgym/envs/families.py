@@ -21,12 +21,12 @@ def register_families() -> None:
     """Register the ``minigrid``, ``textarena`` and ``reasoning_gym`` families."""
     register_family("minigrid", "textgym.envs.minigrid_text:make", "textgym.envs.minigrid_text:list_ids",
                     description="MiniGrid/BabyAI grid world, BabyAI-Text style (minigrid package)",
-                    install="textgym[minigrid]", package="minigrid", source="textgym",
+                    install="textgym[minigrid]", package="minigrid", source="minigrid",
                     training_defaults="textgym.envs.minigrid_text:training_defaults")
     register_family("textarena", "textgym.envs.textarena_games:make", "textgym.envs.textarena_games:list_ids",
                     description="TextArena game (textarena package)", install="textgym[textarena]", package="textarena",
-                    source="textgym", training_defaults="textgym.envs.textarena_games:training_defaults")
+                    source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults")
     register_family("reasoning_gym", "textgym.envs.reasoning:make", "textgym.envs.reasoning:list_ids",
                     description="reasoning-gym task, one item per episode (reasoning-gym package)",
-                    install="textgym[reasoning]", package="reasoning_gym", source="textgym",
+                    install="textgym[reasoning]", package="reasoning_gym", source="reasoning-gym",
                     training_defaults="textgym.envs.reasoning:training_defaults")
