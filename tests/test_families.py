@@ -279,10 +279,14 @@ def test_reasoning_gym_config_and_curriculum_change_the_items():
         textgym.make("reasoning_gym/basic_arithmetic", difficulty=3)
 
 
-def test_reasoning_gym_candidates_make_a_score_mode_answer_set():
+def test_reasoning_gym_candidates_and_answer_formats():
     pytest.importorskip("reasoning_gym")
     env = textgym.make("reasoning_gym/basic_arithmetic", candidates=["1", "2"], **EASY)
     assert env.reset(seed=0)[1]["valid_actions"] == ["1", "2"]
+    think = textgym.make("reasoning_gym/basic_arithmetic", answer_format="think", **EASY)
+    assert "step-by-step" in think.reset(seed=0)[1]["system_prompt"]
+    with pytest.raises(ValueError, match="answer_format='json'"):
+        textgym.make("reasoning_gym/basic_arithmetic", answer_format="json")
 
 
 # ------------------------------------------------------------------ TextArena

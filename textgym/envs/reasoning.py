@@ -62,6 +62,8 @@ class ReasoningGymEnv(gym.Env):
         dataset: the reasoning-gym dataset name, e.g. ``"basic_arithmetic"``.
         level: the curriculum level of every item (``None``: the config as given).
         candidates: a finite answer set, offered as ``info["valid_actions"]`` (score mode).
+        answer_format: ``"direct"`` (default: reasoning-gym's prompt for the answer alone, in an
+            answer tag) or ``"think"`` (its step-by-step prompt; ``textgym train --think``).
         max_length: observation and answer length limit.
         **config: fields of the dataset's config (its difficulty); ``seed`` and ``size`` are set
             per item.
@@ -70,7 +72,8 @@ class ReasoningGymEnv(gym.Env):
     metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
 
     def __init__(self, dataset: str, level: int | None = None, candidates: list[str] | None = None,
-                 max_length: int = 8192, render_mode: str | None = None, **config: Any):
+                 max_length: int = 8192, render_mode: str | None = None, answer_format: str | None = None,
+                 **config: Any):
         import reasoning_gym
         from reasoning_gym.utils import SYSTEM_PROMPTS
 
@@ -87,7 +90,11 @@ class ReasoningGymEnv(gym.Env):
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length)
         self.action_space = TextSpace(max_length)
-        self.system_prompt = SYSTEM_PROMPTS["direct"]
+        if answer_format not in (None, "direct", "think"):
+            raise ValueError(f"answer_format={answer_format!r}: reasoning-gym answers go in an answer "
+                             "tag; choose 'direct' (the default) or 'think' (reason step by step first)")
+        # reasoning-gym's own prompts: the answer alone, or step-by-step reasoning first
+        self.system_prompt = SYSTEM_PROMPTS["default" if answer_format == "think" else "direct"]
         self._factory = reasoning_gym.factory
         self._curriculum = None
         if level is not None:
