@@ -315,7 +315,7 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
 def test_textarena_two_player_game_against_a_random_opponent():
     pytest.importorskip("textarena")
     env = textgym.make("textarena/TicTacToe-v0", seat="second")
-    obs, info = env.reset(seed=1)
+    _, info = env.reset(seed=1)
     assert info["seat"] == "second" and len(info["valid_actions"]) == 8     # the opponent moved first
     rng = np.random.default_rng(0)
     terminated = False

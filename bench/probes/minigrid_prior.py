@@ -18,7 +18,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a checkout without installing
 
-import textgym  # noqa: E402
+import textgym
 
 
 def main() -> None:
