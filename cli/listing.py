@@ -9,9 +9,12 @@ from rich.console import Console
 from rich.table import Table
 
 
-def run(json_out: bool = False) -> None:
+def run(json_out: bool = False, family: str | None = None) -> None:
     import textgym
 
+    if family is not None:
+        _family_ids(family, json_out)
+        return
     infos = textgym.list_envs()
     if json_out:
         rows = [
@@ -35,4 +38,42 @@ def run(json_out: bool = False) -> None:
     for info in infos:
         actions = ", ".join(info.action_names) if info.action_names is not None else "(free text)"
         table.add_row(info.id, info.short_name, info.source, actions, info.description)
+    console.print(table)
+    if not json_out:
+        _families(console)
+
+
+def _family_ids(prefix: str, json_out: bool) -> None:
+    from textgym.cli.errors import CLIError
+
+    from textgym.registry import UnknownEnvError, family_ids
+
+    try:
+        ids = family_ids(prefix)
+    except UnknownEnvError as exc:
+        raise CLIError(str(exc)) from exc
+    print(json.dumps(ids, indent=2) if json_out else "\n".join(ids))
+
+
+def _families(console: Console) -> None:
+    """The env families: their ids are made on demand, so they are counted, not listed."""
+    import importlib.util
+
+    from textgym.registry import UnknownEnvError, list_families
+
+    families = list_families()
+    if not families:
+        return
+    table = Table(title=f"{len(families)} env families (any id of the package: PREFIX/ID)",
+                  title_justify="left", expand=False)
+    for column in ("family", "ids", "description", "list them with"):
+        table.add_column(column, no_wrap=column != "description")
+    for family in families:
+        installed = not family.package or importlib.util.find_spec(family.package) is not None
+        try:
+            count = str(len(family.ids())) if installed else None
+        except UnknownEnvError:
+            count = None
+        table.add_row(f"{family.prefix}/...", count or f"not installed: pip install '{family.install}'",
+                      family.description, f"textgym envs --family {family.prefix}")
     console.print(table)

@@ -205,11 +205,13 @@ def list_runs(
 @app.command()
 def envs(
     json_out: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+    family: str | None = typer.Option(None, "--family", help="List the ids of one env family "
+                                      "(e.g. minigrid, textarena, reasoning_gym)."),
 ) -> None:
-    """List every registered text env (built-in and plugins) with its actions."""
+    """List every registered text env (built-in and plugins) with its actions, and the env families."""
     from textgym.cli import listing
 
-    listing.run(json_out=json_out)
+    listing.run(json_out=json_out, family=family)
 
 
 @app.command()

@@ -127,3 +127,52 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
         assert done
     env.close()
     assert list(tmp_path.iterdir()) == []
+
+
+# The families: a MiniGrid/BabyAI level goes through textgym.wrap (every invalid policy); the
+# reasoning-gym and TextArena envs pass every answer on (scored by the dataset, judged by the game).
+FAMILY_IDS = {
+    "minigrid/BabyAI-GoToRedBall-v0": ("minigrid", True),
+    "reasoning_gym/basic_arithmetic": ("reasoning_gym", False),
+    "textarena/GuessTheNumber-v0": ("textarena", False),
+    "textarena/TicTacToe-v0": ("textarena", False),
+}
+
+
+@pytest.mark.parametrize("env_id", sorted(FAMILY_IDS))
+def test_adversarial_answers_never_break_a_family_env(env_id, tmp_path, monkeypatch):
+    package, parsed = FAMILY_IDS[env_id]
+    pytest.importorskip(package)
+    monkeypatch.chdir(tmp_path)
+    policies = INVALID_POLICIES if parsed else (None,)
+    answers = GARBAGE_TEXT + EMPTY_NON_TEXT + OTHER_NON_TEXT
+    for policy in policies:
+        env = textgym.make(env_id, **({"invalid_policy": policy, "max_episode_steps": 25} if policy else {}))
+        env.reset(seed=0)
+        for answer in answers:
+            result = env.step(answer)
+            info = check_step(result, policy)
+            if parsed and answer in GARBAGE_TEXT:
+                assert info["parse"]["valid"] is False and info["parse"]["policy"] in (policy, "penalty")
+            if result[2] or result[3]:
+                assert "episode_stats" in info
+                env.reset()
+        env.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_adversarial_answers_never_break_a_continuous_env():
+    import gymnasium as gym
+
+    for policy in INVALID_POLICIES:
+        env = textgym.wrap(gym.make("Pendulum-v1", max_episode_steps=20), invalid_policy=policy)
+        env.reset(seed=0)
+        for answer in GARBAGE_TEXT + EMPTY_NON_TEXT + OTHER_NON_TEXT:
+            obs, reward, terminated, truncated, info = env.step(answer)
+            assert isinstance(obs, str) and math.isfinite(reward)
+            action = info["parse"]["action"]
+            assert action is None or -2.0 <= action[0] <= 2.0
+            if isinstance(answer, str) and answer in GARBAGE_TEXT:      # no digit: no action
+                assert info["parse"]["valid"] is False
+            if terminated or truncated:
+                env.reset()

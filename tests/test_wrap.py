@@ -154,8 +154,10 @@ def test_wrap_options():
 
 
 def test_wrap_errors_are_clear():
-    with pytest.raises(ValueError, match=r"Discrete and 1-D MultiBinary.*Box.*DiscretizeAction"):
-        textgym.wrap(gym.make("Pendulum-v1"))
+    text_actions = gym.make("CartPole-v1")
+    text_actions.action_space = gym.spaces.Text(8)          # a space textgym does not name
+    with pytest.raises(ValueError, match=r"Discrete, 1-D MultiBinary and Box .*got Text"):
+        textgym.wrap(text_actions)
     with pytest.raises(TypeError, match="invalid_polcy"):
         textgym.wrap(gym.make("CartPole-v1"), invalid_polcy="retry")
     with pytest.raises(ValueError, match="2 action names|got 3 action names"):

@@ -302,8 +302,12 @@ def test_user_parser_and_a_raising_parser():
 
 
 def test_parse_action_rejects_bad_configuration():
-    with pytest.raises(ValueError, match="Discrete and 1-D MultiBinary"):
-        ParseAction(gym.make("Pendulum-v1"))
+    text_actions = gym.make("CartPole-v1")
+    text_actions.action_space = gym.spaces.Text(8)
+    with pytest.raises(ValueError, match="Discrete, 1-D MultiBinary and Box"):
+        ParseAction(text_actions)
+    with pytest.raises(ValueError, match="Box action space takes numbers"):
+        ParseAction(gym.make("Pendulum-v1"), action_names=["weak", "strong"])
     with pytest.raises(ValueError, match="invalid_policy"):
         cartpole(invalid_policy="ignore")
     with pytest.raises(ValueError, match="retry_fallback"):

@@ -41,18 +41,22 @@ from gymnasium.envs.registration import parse_env_id
 __all__ = [
     "GENERIC_TRAINING_DEFAULTS",
     "DuplicateEnvError",
+    "EnvFamily",
     "EnvSpecInfo",
     "PluginLoadWarning",
     "ReferencePlayer",
     "ReferencePolicy",
     "TrainingDefaults",
     "UnknownEnvError",
+    "family_ids",
     "list_envs",
+    "list_families",
     "load_plugins",
     "make",
     "make_vec",
     "reference_policy",
     "register",
+    "register_family",
     "resolve_id",
     "training_defaults",
 ]
@@ -440,6 +444,140 @@ def _pick(ids: list[str], name: str) -> str | None:
     return max(members, key=lambda env_id: parse_env_id(env_id)[2] or -1)
 
 
+@dataclass(frozen=True)
+class EnvFamily:
+    """A family of envs made on demand from another package's own ids: ``prefix/<its id>``.
+
+    Registered with :func:`register_family`; :func:`resolve_id` registers ``prefix/<id>`` (in
+    textgym's and Gymnasium's registries) the first time it is asked for, so ``textgym.make``,
+    ``make_vec`` and the CLI accept any of the package's ids without importing it at start-up.
+
+    Args:
+        prefix: the id prefix, e.g. ``"minigrid"`` (ids read ``minigrid/BabyAI-GoToRedBall-v0``).
+        make: ``"module:function"`` or a callable ``make(name, max_episode_steps=None, **kwargs)
+            -> gym.Env`` making the text env of the package's id ``name`` (it applies the step
+            limit itself, inside its text wrappers).
+        list_ids: ``"module:function"`` or a callable ``() -> list[str]``: the package's ids.
+            Both import the package; an ``ImportError`` means it is not installed.
+        description: one line for ``textgym envs``.
+        install: what installs the package, for the one-line error (e.g. ``"textgym[minigrid]"``).
+        package: its import name, to tell cheaply whether it is installed (``""``: unknown).
+        training_defaults: a :class:`TrainingDefaults` for every id of the family, a callable
+            ``(name) -> TrainingDefaults | None``, or the ``"module:attribute"`` of either.
+        source: the ``source`` its ids are listed with (:class:`EnvSpecInfo`), e.g. the package
+            the envs come from; default: who registers the family (as in :func:`register`).
+    """
+
+    prefix: str
+    make: str | Callable[..., gym.Env]
+    list_ids: str | Callable[[], list[str]]
+    description: str = ""
+    install: str = ""
+    package: str = ""
+    training_defaults: Any = None
+    source: str = "textgym"
+
+    def ids(self) -> list[str]:
+        """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
+        try:
+            return list(_load(self.list_ids)())
+        except ImportError as error:
+            raise UnknownEnvError(
+                f"{self.prefix}/... envs need a package that is not installed ({error}); "
+                f"install it with: pip install '{self.install}'") from error
+
+
+_FAMILIES: dict[str, EnvFamily] = {}
+_FAMILY_IDS: set[str] = set()   # the ids registered for a family (no short names: they would shadow others)
+
+
+def _load(target: str | Callable[..., Any]) -> Callable[..., Any]:
+    if isinstance(target, str):
+        module, _, attribute = target.partition(":")
+        return getattr(importlib.import_module(module), attribute)
+    return target
+
+
+def register_family(prefix: str, make: str | Callable[..., gym.Env], list_ids: str | Callable[[], list[str]],
+                    **kwargs: Any) -> None:
+    """Register a family of envs: ``prefix/<id>`` for every id that ``list_ids()`` gives.
+
+    Plugins use it like :func:`register` (from their ``textgym.envs`` entry point). Keyword
+    arguments are the other fields of :class:`EnvFamily`.
+
+    Example:
+        >>> import gymnasium as gym, textgym
+        >>> textgym.registry.register_family(
+        ...     "gymclassic", lambda name, max_episode_steps=None: textgym.wrap(
+        ...         gym.make(name, max_episode_steps=max_episode_steps)),
+        ...     lambda: ["CartPole-v1", "Acrobot-v1"], install="gymnasium")
+        >>> textgym.make("gymclassic/CartPole-v1").reset(seed=0)[1]["valid_actions"]
+        ['0', '1']
+    """
+    if "/" in prefix or ":" in prefix or not prefix:
+        raise ValueError(f"a family prefix is a non-empty name without '/' or ':', got {prefix!r}")
+    kwargs.setdefault("source", _loading[-1][0] if _loading else _caller_package(1))
+    with _lock:
+        _FAMILIES[prefix.lower()] = EnvFamily(prefix=prefix, make=make, list_ids=list_ids, **kwargs)
+
+
+def list_families() -> list[EnvFamily]:
+    """The registered env families (see :func:`register_family`), sorted by prefix."""
+    load_plugins()
+    with _lock:
+        return sorted(_FAMILIES.values(), key=lambda family: family.prefix)
+
+
+def family_ids(prefix: str, register_all: bool = False) -> list[str]:
+    """The ids of family ``prefix`` (``"minigrid/..."``). ``register_all=True`` also registers each
+    one with Gymnasium, so plain ``gym.make(id)`` accepts them from then on."""
+    load_plugins()
+    family = _FAMILIES.get(prefix.lower())
+    if family is None:
+        raise UnknownEnvError(f"no env family {prefix!r}; the families are "
+                              f"{', '.join(sorted(_FAMILIES)) or 'none'}")
+    ids = [f"{family.prefix}/{name}" for name in family.ids()]
+    if register_all:
+        for env_id in ids:
+            _register_family_id(family, env_id.split("/", 1)[1])
+    return ids
+
+
+def make_family_env(family: str, name: str, **kwargs: Any) -> gym.Env:
+    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``."""
+    return _load(_FAMILIES[family.lower()].make)(name, **kwargs)
+
+
+def _register_family_id(family: EnvFamily, name: str) -> str:
+    env_id = f"{family.prefix}/{name}"
+    with _lock:
+        if env_id not in _INFOS:
+            defaults = family.training_defaults
+            if isinstance(defaults, str):
+                defaults = _load(defaults)
+            if callable(defaults):
+                defaults = defaults(name)
+            register(env_id, "textgym.registry:make_family_env", description=family.description,
+                     source=family.source, training_defaults=defaults,
+                     kwargs={"family": family.prefix, "name": name, "max_episode_steps": None})
+            _FAMILY_IDS.add(env_id)
+            _INFOS[env_id] = dataclasses.replace(_INFOS[env_id], short_name=env_id)
+    return env_id
+
+
+def _resolve_family(family: EnvFamily, name: str) -> str:
+    ids = family.ids()
+    by_lower = {i.lower(): i for i in ids}
+    found = name if name in ids else by_lower.get(name.strip().lower())
+    if found is None:
+        close = difflib.get_close_matches(name.strip().lower(), list(by_lower), n=3, cutoff=0.5)
+        hint = (f" Did you mean: {', '.join(f'{family.prefix}/{by_lower[c]}' for c in close)}?"
+                if close else "")
+        raise UnknownEnvError(f"no {family.prefix} env {name!r}.{hint} `textgym envs --family "
+                              f"{family.prefix}` lists its {len(ids)} ids.")
+    return _register_family_id(family, found)
+
+
 def resolve_id(name: str) -> str:
     """The full registered id for an id or a case-insensitive short name.
 
@@ -454,7 +592,8 @@ def resolve_id(name: str) -> str:
     env). Otherwise ``name`` is matched, ignoring case, against each textgym env's id, its id
     without version (``"textgym/taxi"``) and its short name (``"taxi"``, ``"taxi-v4"``);
     several versions resolve to the newest, and built-ins win over plugins with the same
-    short name. An unversioned Gymnasium id resolves to its newest version.
+    short name. An unversioned Gymnasium id resolves to its newest version. An id of a family
+    (``"minigrid/BabyAI-GoToRedBall-v0"``, see :func:`register_family`) is registered on first use.
 
     Raises:
         UnknownEnvError: nothing matches; the message names close matches.
@@ -469,10 +608,17 @@ def resolve_id(name: str) -> str:
     load_plugins()
     if name in gym.registry:
         return name
+    prefix, slash, rest = name.partition("/")
+    family = _FAMILIES.get(prefix.strip().lower()) if slash else None
+    if family is not None:   # "minigrid/BabyAI-GoToRedBall-v0": the family makes it on demand
+        return _resolve_family(family, rest)
     query = name.strip().lower()
     with _lock:
         aliases: dict[str, list[str]] = {}
         for env_id in _INFOS:
+            if env_id in _FAMILY_IDS:   # a family's id is only ever named in full
+                aliases.setdefault(env_id.lower(), []).append(env_id)
+                continue
             ns, base, version = parse_env_id(env_id)
             versioned = f"{base}-v{version}" if version is not None else base
             for alias in {env_id, versioned, base, f"{ns}/{base}" if ns else base}:

@@ -1,4 +1,4 @@
-"""textgym.wrap: any Gymnasium env with a discrete-like action space -> a text env, in one call."""
+"""textgym.wrap: any Gymnasium env with a discrete, binary or Box action space -> a text env, in one call."""
 
 from __future__ import annotations
 
@@ -42,7 +42,11 @@ def wrap(
 
     Supported action spaces: ``Discrete`` (with or without an action mask in
     ``info["action_mask"]``), 1-D ``MultiBinary`` (each combination is an action named
-    ``"A+B"``), or any space with ``actions={name: env_action}``.
+    ``"A+B"``), ``Box`` (the numbers of the answer, clipped to the bounds; the named actions,
+    for score mode, are a grid: see :func:`~textgym.wrappers.parsers.box_grid`), or any space
+    with ``actions={name: env_action}``. Where a describer is registered for the env
+    (:mod:`textgym.wrappers.describers`, e.g. MiniGrid's), its renderer and system prompt are
+    the defaults of ``formatter`` and ``system_prompt``.
 
     Example:
         >>> import gymnasium as gym, textgym
@@ -60,7 +64,8 @@ def wrap(
         env: a Gymnasium env, or an env id for ``gym.make``.
         actions: the action names (for ``MultiBinary``: the bit names), or a dict
             ``{name: env_action}``. Default: the env's own names (``get_action_meanings()``
-            as in Atari, or an ``action_names`` attribute), else ``"0".."n-1"``.
+            as in Atari, an ``action_names`` or other ``*_names`` attribute, an ``Actions``
+            enum as in MiniGrid), else ``"0".."n-1"``.
         formatter: observation -> text: ``None`` (a generic description of Box, Discrete,
             MultiBinary, Dict and Tuple observations), a function ``f(obs) -> str``, or a
             format string (see :class:`~textgym.wrappers.TextObservation`).
@@ -87,7 +92,7 @@ def wrap(
             ``retry_fallback``, ``feedback``, ``parser``.
 
     Raises:
-        ValueError: the action space is not supported (e.g. ``Box``), or ``render_mode`` is not
+        ValueError: the action space is not supported (e.g. ``Text``), or ``render_mode`` is not
             ``None`` or ``"ansi"``.
         TypeError: an unknown keyword argument.
     """
@@ -111,13 +116,18 @@ def wrap(
     if isinstance(env, str):
         env = gym.make(env)
     space = env.action_space
-    if not isinstance(actions, Mapping) and not isinstance(space, (spaces.Discrete, spaces.MultiBinary)):
+    if not isinstance(actions, Mapping) and not isinstance(space, (spaces.Discrete, spaces.MultiBinary, spaces.Box)):
         raise ValueError(
-            f"textgym.wrap supports Discrete and 1-D MultiBinary action spaces (optionally with an "
-            f"action mask in info['action_mask']), or actions={{name: env_action}} for any space; "
-            f"got {space}. For a Box action space, discretize it first, e.g. "
-            f"gymnasium.wrappers.DiscretizeAction(env, bins=3).")
+            f"textgym.wrap supports Discrete, 1-D MultiBinary and Box action spaces (optionally with "
+            f"an action mask in info['action_mask']), or actions={{name: env_action}} for any space; "
+            f"got {space}.")
     names = resolve_actions(env, actions).names
+    # What the env's family knows (its renderer, its task), for the arguments not given here.
+    from textgym.wrappers.describers import describer_settings
+
+    known = describer_settings(env)
+    formatter = known.get("formatter") if formatter is None else formatter
+    system_prompt = known.get("system_prompt") if system_prompt is None else system_prompt
 
     if system_prompt is None:
         env_id = env.spec.id if env.spec is not None else type(env.unwrapped).__name__
@@ -131,6 +141,10 @@ def wrap(
         instructions = format_named(answer_format).instructions(names)
     if instructions is None:
         instructions = _default_instructions(names, space, actions)
+        if isinstance(space, spaces.Box) and not isinstance(actions, Mapping):
+            from textgym.wrappers.parsers import box_instructions
+
+            instructions = box_instructions(space)
 
     env = TextObservation(env, formatter=formatter, system_prompt=system_prompt,
                           instructions=instructions, max_length=max_length,

@@ -58,3 +58,8 @@ _games.register_envs()
 from textgym.envs import textworld as _textworld
 
 _textworld.register_envs()
+
+# Families of other packages' ids (minigrid/..., textarena/..., reasoning_gym/...), made on demand.
+from textgym.envs import families as _families
+
+_families.register_families()

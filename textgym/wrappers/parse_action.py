@@ -21,7 +21,7 @@ from textgym.wrappers.invalid_answer import (
     ParseRecord,
     as_answer_text,
 )
-from textgym.wrappers.parsers import ParseResult, ParserLike, as_parser
+from textgym.wrappers.parsers import ParseResult, ParserLike, as_parser, box_grid, parse_numbers
 
 __all__ = ["DEFAULT_FEEDBACK", "INVALID_POLICIES", "MAX_MULTIBINARY", "ActionTable", "ParseAction",
            "env_action_names", "resolve_actions"]
@@ -33,14 +33,39 @@ MAX_MULTIBINARY = 8
 def env_action_names(env: gym.Env, n: int) -> list[str] | None:
     """The env's own names for its ``n`` actions, where it has them, else ``None``.
 
-    Looks for ``get_action_meanings()`` (Atari) and an ``action_names`` attribute on the
-    unwrapped env.
+    Looks on the unwrapped env for ``get_action_meanings()`` (Atari), an ``action_names``
+    attribute, an ``Actions`` or ``actions`` enum (MiniGrid: ``left``, ``right``, ``forward``...)
+    and any other ``*_names`` attribute with ``n`` names.
+
+    Example:
+        >>> import enum, gymnasium as gym
+        >>> class Moves(enum.IntEnum):
+        ...     up = 0
+        ...     down = 1
+        >>> env = gym.make("CartPole-v1")
+        >>> env.unwrapped.actions = Moves
+        >>> env_action_names(env, 2)
+        ['up', 'down']
     """
+    import enum
+
     base = env.unwrapped
-    for getter in (
+
+    def enum_names(value):
+        if isinstance(value, type) and issubclass(value, enum.Enum):
+            members = sorted(value, key=lambda m: m.value) if issubclass(value, enum.IntEnum) else list(value)
+            return [m.name for m in members]
+        return None
+
+    getters = [
         lambda: base.get_action_meanings(),
         lambda: base.action_names,
-    ):
+        lambda: enum_names(getattr(base, "Actions", None)),
+        lambda: enum_names(getattr(base, "actions", None)),
+    ]
+    getters += [(lambda attr=attr: getattr(base, attr)) for attr in sorted(vars(base))
+                if attr.endswith("_names") and attr not in ("action_names", "observation_names")]
+    for getter in getters:
         try:
             names = getter()
         except Exception:  # noqa: BLE001 - any failure just means "no names"
@@ -119,10 +144,15 @@ def resolve_actions(env: gym.Env, action_names: Sequence[str] | Mapping[str, Any
             names.append("+".join(set_bits) if set_bits else "NONE")
             env_actions.append(np.array(combo, dtype=space.dtype))
         return ActionTable(names, env_actions, None)
+    if isinstance(space, spaces.Box):
+        if action_names is not None:
+            raise ValueError("a Box action space takes numbers, not action names; give "
+                             "action_names={name: action_array} to name chosen actions")
+        names, env_actions = box_grid(space)
+        return ActionTable(names, env_actions, None)
     raise ValueError(
-        f"ParseAction supports Discrete and 1-D MultiBinary action spaces (optionally with an "
-        f"action mask), or action_names={{name: env_action}}; got {space}. For a Box action "
-        f"space, discretize it first, e.g. gymnasium.wrappers.DiscretizeAction.")
+        f"ParseAction supports Discrete, 1-D MultiBinary and Box action spaces (optionally with an "
+        f"action mask), or action_names={{name: env_action}}; got {space}.")
 
 
 class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
@@ -162,6 +192,11 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
     (``"UP+FIRE"``), ``"NONE"`` for all zeros. ``action_names`` may also be a dict
     ``{name: env_action}`` for any action space (e.g. a subset of Atari actions).
 
+    ``Box`` action spaces: the answer's numbers are the action (a JSON list, else the last numbers
+    of the text; :func:`~textgym.wrappers.parsers.parse_numbers`), clipped to the bounds; an answer
+    without them is invalid. The action names (score mode's candidates, and the default action)
+    are the grid of :func:`~textgym.wrappers.parsers.box_grid`; the default action is its centre.
+
     Example:
         >>> import gymnasium as gym
         >>> env = ParseAction(gym.make("CartPole-v1"), action_names=["LEFT", "RIGHT"])
@@ -184,7 +219,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         invalid_policy: ``"penalty"``, ``"default"``, ``"retry"`` or ``"terminate"``.
         invalid_penalty: the reward added for an invalid answer (``penalty``, ``terminate``).
         default_action: the action applied for an invalid answer: an index into
-            ``action_names`` or a name.
+            ``action_names`` or a name (``None``: the first one; for a Box space, the centre).
         max_retries: consecutive retries allowed before ``retry_fallback`` applies.
         retry_fallback: the policy after ``max_retries``: ``"penalty"``, ``"default"`` or ``"terminate"``.
         feedback: the retry feedback line; ``{valid_actions}``, ``{retries_left}`` and
@@ -199,7 +234,7 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         parser: ParserLike | Sequence[ParserLike] | None = None,
         invalid_policy: str = "penalty",
         invalid_penalty: float = -1.0,
-        default_action: int | str = 0,
+        default_action: int | str | None = None,
         max_retries: int = 2,
         retry_fallback: str = "penalty",
         feedback: str = DEFAULT_FEEDBACK,
@@ -219,6 +254,10 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         self.answers = AnswerCounter(self.rule)  # this episode's invalid answers and retries
 
         self._names, self._env_actions, self._mask_index = resolve_actions(env, action_names)
+        space = env.action_space
+        self._box = space if isinstance(space, spaces.Box) and not isinstance(action_names, Mapping) else None
+        if default_action is None:
+            default_action = len(self._names) // 2 if self._box is not None else 0
         self._names_tuple = tuple(self._names)
         self._default_index = self._resolve_default(default_action)
         self.action_space = TextSpace(max_length=max_length)
@@ -282,6 +321,13 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
         raw = as_answer_text(action)
         result, error = self._parse(raw)
         index = result.action_index if result is not None else None
+        if self._box is not None:
+            values = parse_numbers(raw, int(np.prod(self._box.shape)))
+            if values is not None:   # a continuous action: the numbers, clipped to the bounds
+                value = np.clip(np.asarray(values, dtype=np.float64).reshape(self._box.shape),
+                                self._box.low, self._box.high).astype(self._box.dtype)
+                record = self.answers.accept(raw, None, raw.strip()[:64], "numbers", error)
+                return self._apply(value, record, penalty=0.0)
         if index is not None and self._legal[index]:
             record = self.answers.accept(raw, None, self._names[index], result.parser, error)
             return self._apply(index, record, penalty=0.0)
@@ -316,8 +362,8 @@ class ParseAction(gym.Wrapper, gym.utils.RecordConstructorArgs):
             return None, None
         return ParseResult(int(index), self._names[int(index)], result.parser), None
 
-    def _apply(self, index: int, record: ParseRecord, penalty: float):
-        env_action = self.env_action(index)
+    def _apply(self, index: int | np.ndarray, record: ParseRecord, penalty: float):
+        env_action = index if isinstance(index, np.ndarray) else self.env_action(index)
         obs, reward, terminated, truncated, info = self.env.step(env_action)
         self._update_legal(info)
         self._remember(obs, info)

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -38,7 +39,10 @@ __all__ = [
     "TagParser",
     "answer_text",
     "as_parser",
+    "box_grid",
+    "box_instructions",
     "default_parser",
+    "parse_numbers",
 ]
 
 
@@ -661,3 +665,108 @@ def default_parser() -> ParserChain:
 
 _ANSWER_JSON = JSONParser()
 _ANSWER_TAG = TagParser()
+
+
+# --------------------------------------------------------------------------- continuous (Box) actions
+
+_NUMBER = re.compile(r"(?<![\w.])[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?(?!\w|\.\d)")
+_MAX_NUMBER_TEXT = 65536  # a longer answer is read from its end (where the final answer is)
+
+
+def parse_numbers(text: str, size: int) -> list[float] | None:
+    """The ``size`` numbers an answer gives for a continuous action, else ``None``.
+
+    The last JSON list of ``size`` numbers (``[0.5, -1]``, also as ``{"action": [0.5, -1]}``),
+    else the last ``size`` numbers of the answer tag's content or, without a tag, of the text.
+    Total and bounded like the other parsers.
+
+    Example:
+        >>> parse_numbers('{"action": [0.5, -1]}', 2), parse_numbers("Torque: -1.5 please", 1)
+        ([0.5, -1.0], [-1.5])
+        >>> parse_numbers("push left", 1) is None, parse_numbers("[1, 2, 3]", 2)
+        (True, [2.0, 3.0])
+    """
+    if not isinstance(text, str) or size < 1:
+        return None
+    text = text[-_MAX_NUMBER_TEXT:]
+    for chunk in reversed(re.findall(r"\[[^\[\]]{0,2000}\]", text)):
+        try:
+            values = json.loads(chunk)
+        except ValueError:
+            continue
+        if isinstance(values, list) and len(values) == size and all(
+                isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            return [float(v) for v in values]
+    tagged = _ANSWER_TAG._content(text) if "<" in text else None
+    numbers = _NUMBER.findall(tagged if tagged is not None else text)
+    if len(numbers) < size:
+        return None
+    try:
+        values = [float(n) for n in numbers[-size:]]
+    except ValueError:
+        return None
+    return values if all(math.isfinite(v) for v in values) else None
+
+
+def _bounds(space: Any) -> tuple[Any, Any]:
+    """The finite bounds of a Box space; an unbounded side is read as -1 or 1."""
+    import numpy as np
+
+    low = np.where(np.isfinite(space.low), space.low, -1.0).reshape(-1).astype(float)
+    high = np.where(np.isfinite(space.high), space.high, 1.0).reshape(-1).astype(float)
+    return low, high
+
+
+def _format_number(value: float) -> str:
+    text = format(round(float(value), 3), "g")
+    return "0" if text == "-0" else text
+
+
+def box_grid(space: Any) -> tuple[list[str], list[Any]]:
+    """The named actions of a Box action space (for score mode and for the invalid-answer default):
+    a grid of evenly spaced values per dimension, from the lower to the upper bound: 5 values for
+    1 or 2 dimensions, 3 for 3 to 5 dimensions, and for more only the centre and the corners of
+    each axis alone. An unbounded side is read as -1 or 1. A 1-D action is named by its number
+    (``"-2"``, ``"-1"``, ``"0"``...), a larger one by its JSON list (``"[0, -1]"``).
+
+    Example:
+        >>> import gymnasium as gym
+        >>> box_grid(gym.spaces.Box(-2.0, 2.0, (1,)))[0]
+        ['-2', '-1', '0', '1', '2']
+        >>> box_grid(gym.spaces.Box(-1.0, 1.0, (2,)))[0][:2]
+        ['[-1, -1]', '[-1, -0.5]']
+    """
+    import itertools
+
+    import numpy as np
+
+    low, high = _bounds(space)
+    dims = low.size
+    if dims <= 5:
+        bins = 5 if dims <= 2 else 3
+        axes = [np.linspace(lo, hi, bins) for lo, hi in zip(low, high)]
+        points = [np.array(p) for p in itertools.product(*axes)]
+    else:
+        centre = (low + high) / 2
+        points = [centre]
+        for i in range(dims):
+            for end in (low[i], high[i]):
+                point = centre.copy()
+                point[i] = end
+                points.append(point)
+    shape, dtype = space.shape, space.dtype
+    arrays = [p.reshape(shape).astype(dtype) for p in points]
+    if dims == 1:
+        names = [_format_number(p[0]) for p in points]
+    else:
+        names = ["[" + ", ".join(_format_number(v) for v in p) + "]" for p in points]
+    return names, arrays
+
+
+def box_instructions(space: Any) -> str:
+    """The answer format of a Box action space, e.g. ``"Answer with a number from -2 to 2."``."""
+    low, high = _bounds(space)
+    if low.size == 1:
+        return f"Answer with a number from {_format_number(low[0])} to {_format_number(high[0])}."
+    ranges = ", ".join(f"{_format_number(lo)}..{_format_number(hi)}" for lo, hi in zip(low, high))
+    return f"Answer with a JSON list of {low.size} numbers (ranges {ranges}), e.g. [{', '.join(['0'] * low.size)}]."

@@ -1,0 +1,227 @@
+"""TextArena's games as text envs: ``textarena/<TextArena id>``.
+
+A single-player game (``GuessTheNumber-v0``, ``Wordle-v0``...) is a Gymnasium text env: the
+observation is the game's own prompt and messages (TextArena's observation wrapper, as the id
+says), the answer goes to the game as it is, and the reward is the game's own at the end. A
+two-player game (``TicTacToe-v0``, ``Nim-v0``...) is played from one seat against a fixed
+opponent, like :class:`textgym.envs.games.TwoPlayerGameEnv`: ``"random"`` (one of the moves the
+game lists in the opponent's observation, e.g. ``'[4]'``), a function ``f(text, valid_actions)
+-> answer``, or a policy with ``.act`` (a frozen copy of the learner: self-play). Games for more
+than two players are refused.
+
+``info["valid_actions"]`` holds the moves the game lists in the observation (``[4]``...) where
+it lists them, so score mode works there; otherwise it is empty (free text, generate mode). An
+answer is counted invalid when the game answers it with its "invalid move" message.
+
+A game that needs data downloaded at run time (NLTK corpora for ``Wordle-v0``...) fails at
+``reset`` with one line naming the resource. ``textarena`` is imported when an env is made
+(``pip install 'textgym[textarena]'``).
+
+Example:
+    >>> import textgym
+    >>> env = textgym.make("textarena/GuessTheNumber-v0")      # doctest: +SKIP
+    >>> obs, info = env.reset(seed=0)                           # doctest: +SKIP
+    >>> obs, reward, terminated, truncated, info = env.step("[10]")  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import random
+import re
+import sys
+from typing import Any, ClassVar
+
+import gymnasium as gym
+
+from textgym.registry import TrainingDefaults
+from textgym.spaces import TextSpace
+from textgym.wrappers.invalid_answer import as_answer_text
+
+__all__ = ["TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
+
+SYSTEM_PROMPT = "You are playing a text game. Follow the game's instructions and answer with your move."
+
+_LISTED_MOVE = re.compile(r"'(\[[^\]\n]{1,40}\])'")
+
+
+def listed_moves(text: str) -> list[str]:
+    """The moves the game lists in its newest message (``Available Moves: '[0]', '[4]'`` -> ``['[0]', '[4]']``).
+
+    Example:
+        >>> listed_moves("Board...\\nAvailable Moves: '[0]', '[4]'")
+        ['[0]', '[4]']
+    """
+    tail = text[-4000:]
+    last = tail.rfind("[GAME]")
+    return list(dict.fromkeys(_LISTED_MOVE.findall(tail[last:] if last >= 0 else tail)))
+
+
+class TextArenaEnv(gym.Env):
+    """A TextArena game, one seat of it played by the learner (see the module docstring).
+
+    Args:
+        game: the TextArena id, e.g. ``"TicTacToe-v0"``.
+        opponent: for two-player games: ``"random"``, ``f(text, valid_actions) -> answer`` or
+            an object with ``act(observations, system_prompts, valid_actions)`` (a :class:`textgym.Policy`).
+        seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset).
+        max_length: observation and answer length limit (longer observations keep their end).
+        **game_kwargs: the TextArena env's own keyword arguments.
+    """
+
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"]}
+
+    def __init__(self, game: str, opponent: Any = "random", seat: str = "random", max_length: int = 16384,
+                 render_mode: str | None = None, **game_kwargs: Any):
+        import textarena as ta
+
+        if seat not in ("first", "second", "random"):
+            raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
+        self.game, self.opponent, self.seat = game, opponent, seat
+        # a fresh game per episode: TextArena's observation wrappers keep their history across resets
+        self._new_game = lambda: ta.make(game, **game_kwargs)
+        self.env = self._guard(self._new_game, silence_files=True)
+        self.num_players = self._players()
+        self.render_mode = render_mode
+        self.max_length = int(max_length)
+        self.observation_space = TextSpace(self.max_length)
+        self.action_space = TextSpace(self.max_length)
+        self.system_prompt = SYSTEM_PROMPT
+        self._learner, self._obs, self._done = 0, "", True
+        self._opponent_rng = random.Random(0)
+        self._invalid = 0
+
+    def _players(self) -> int:
+        """1 or 2: the numbers of players the game accepts (found by trying, as TextArena asserts)."""
+        for players in (1, 2):
+            try:
+                self._reset_game(players, 0)
+                return players
+            except (AssertionError, ValueError, TypeError):
+                continue
+        raise ValueError(f"textarena/{self.game} is a game for more than two players; textgym "
+                         "plays games for one or two")
+
+    def _reset_game(self, players: int, seed: int) -> None:
+        self._guard(lambda: self.env.reset(num_players=players, seed=seed))
+
+    def _guard(self, call: Any, silence_files: bool = False) -> Any:
+        """``call()``, its data downloads' chatter silenced and a missing resource one clear error.
+
+        ``silence_files``: also silence file descriptors 1 and 2 (nltk's downloader, run when a
+        game's module is imported, prints to the ``sys.stderr`` it saw at its own import)."""
+        quiet = io.StringIO()
+        saved: list[int] = []
+        try:
+            if silence_files:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                null = os.open(os.devnull, os.O_WRONLY)
+                saved = [os.dup(1), os.dup(2)]
+                os.dup2(null, 1)
+                os.dup2(null, 2)
+                os.close(null)
+            with contextlib.redirect_stdout(quiet), contextlib.redirect_stderr(quiet):
+                return call()
+        except LookupError as error:    # nltk's "Resource 'words' not found" and the like
+            found = re.search(r"Resource '?([\w/.-]+)'? not found", str(error))
+            resource = found.group(1) if found else str(error).strip().splitlines()[0]
+            raise RuntimeError(
+                f"textarena/{self.game} needs the NLTK resource {resource!r}, which TextArena "
+                f"downloads at run time (no network here?): run `python -m nltk.downloader "
+                f"{resource}` once") from None
+        finally:
+            for fd, copy in zip((1, 2), saved):
+                os.dup2(copy, fd)
+                os.close(copy)
+
+    def _text(self, obs: Any) -> str:
+        text = obs if isinstance(obs, str) else "\n".join(str(m[1]) for m in obs or [])
+        return text[-self.max_length:]
+
+    def _opponent_answer(self, text: str) -> str:
+        moves = listed_moves(text)
+        if self.opponent == "random":
+            return self._opponent_rng.choice(moves) if moves else ""
+        if hasattr(self.opponent, "act"):
+            decision = self.opponent.act([text], [self.system_prompt], [moves])[0]
+            return str(getattr(decision, "text", decision))
+        return str(self.opponent(text, moves))
+
+    def _advance(self) -> None:
+        """Let the opponent play until the learner's turn or the end; keep the learner's text."""
+        while not self._done:
+            player, obs = self.env.get_observation()
+            if player == self._learner:
+                self._obs = self._text(obs)
+                return
+            self._done, _ = self.env.step(self._opponent_answer(self._text(obs)))
+
+    def _info(self) -> dict[str, Any]:
+        return {"valid_actions": [] if self._done else listed_moves(self._obs),
+                "seat": "first" if self._learner == 0 else "second"}
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        game_seed = int(self.np_random.integers(2**31 - 1))
+        self._opponent_rng = random.Random(int(self.np_random.integers(2**31 - 1)))
+        seat = self.seat if self.seat != "random" else ("first", "second")[int(self.np_random.integers(2))]
+        self._learner = 0 if self.num_players == 1 or seat == "first" else 1
+        self.env = self._new_game()
+        self._reset_game(self.num_players, game_seed)
+        self._done, self._invalid = False, 0
+        self._advance()
+        info = self._info()
+        info["system_prompt"] = self.system_prompt
+        return self._obs, info
+
+    def step(self, action: Any):
+        if self._done:
+            raise RuntimeError("the game is over: call reset() before step()")
+        raw = as_answer_text(action)
+        before = self._obs
+        self._done, _ = self.env.step(raw)
+        self._advance()
+        reward = 0.0
+        if self._done:
+            rewards, _game_info = self.env.close()
+            reward = float((rewards or {}).get(self._learner, 0.0))
+        new = self._obs.removeprefix(before)
+        valid = "invalid move" not in new.lower()
+        self._invalid += not valid
+        info = self._info()
+        info["parse"] = {"raw": raw, "action": raw, "action_name": raw.strip() if valid else None,
+                         "parser": "text", "valid": valid, "invalid_count": self._invalid,
+                         "policy": None if valid else "game", "retries": 0}
+        return self._obs, reward, self._done, False, info
+
+    def render(self) -> str | None:
+        return self._obs if self.render_mode == "ansi" else None
+
+
+def list_ids() -> list[str]:
+    """Every TextArena id (imports ``textarena``)."""
+    import textarena
+
+    return sorted(textarena.envs.registration.ENV_REGISTRY)
+
+
+def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+    """The text env of TextArena id ``name`` (a step limit inside, then ``EpisodeStats``)."""
+    from textgym.wrappers.episode_stats import EpisodeStats
+    from textgym.wrappers.inner_time_limit import InnerTimeLimit
+
+    env: gym.Env = TextArenaEnv(name, **kwargs)
+    if max_episode_steps is not None and max_episode_steps > 0:
+        env = InnerTimeLimit(env, max_episode_steps)
+    return EpisodeStats(env)
+
+
+def training_defaults(name: str) -> TrainingDefaults:
+    """Rewards come at the end of a game (gamma 1); answers are short moves like ``[4]``."""
+    return TrainingDefaults(updates=8, num_envs=8, trainer={"episodes_per_update": 16, "gamma": 1.0},
+                            modes={"generate": {"policy": {"max_new_tokens": 16}}})
+
+
