@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from textgym.cli.config import HARDWARE, RUN, RunConfig
+from textgym.cli.config import BUDGET, HARDWARE, RUN, RunConfig
 from textgym.cli.errors import TextgymGroup
 from textgym.cli.options import flags_of, option, with_settings
 
@@ -50,8 +50,7 @@ class Baseline(str, Enum):
     scripted = "scripted"
 
 
-_MAX_EPISODE_STEPS_HELP = ("Cut episodes after N steps, marked truncated (the env's max_episode_steps); "
-                           "an env without a limit of its own is cut at 1000.")
+_MAX_EPISODE_STEPS_HELP = "Cut episodes at N steps (truncated; an env with no limit: 1000)."
 # Options that are settings are declared once, as config dataclass fields (cli/options.py derives
 # them: name, type, range, help, panel): RunConfig (cli/config.py), PolicyConfig, TrainConfig.
 _TRAIN_SETTINGS = ((RunConfig, flags_of(RunConfig), {}),
@@ -105,17 +104,17 @@ def train(
     settings: dict[str, Any] | None = None,
     max_episode_steps: int | None = typer.Option(
         None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
-        show_default="the env's"),
+        show_default=False, rich_help_panel=BUDGET),
     out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>", rich_help_panel=RUN,
         metavar="DIR",
     ),
     transcripts: int | None = typer.Option(
-        None, min=0, help="Episodes per update written whole to transcripts.jsonl (0: none).",
-        show_default="4"),
+        None, min=0, metavar="N", help="Episodes per update saved to transcripts.jsonl (4).",
+        show_default=False, rich_help_panel=RUN),
     report_to: str | None = typer.Option(
-        None, "--report-to", help="Trackers, comma-separated: tensorboard, trackio, wandb, or none.",
-        show_default="tensorboard"),
+        None, "--report-to", metavar="LIST", help="tensorboard (default), trackio, wandb or none.",
+        show_default=False, rich_help_panel=RUN),
     config: Path | None = typer.Option(
         None, "--config", help="TOML config file; flags override it.", metavar="FILE",
         rich_help_panel=RUN,
@@ -132,8 +131,8 @@ def train(
         help="Train data-parallel in N local processes (not under torchrun or accelerate).",
     ),
     step_timeout: float | None = typer.Option(
-        None, "--step-timeout", min=0.001, metavar="SECONDS", show_default="30",
-        help="openenv:URL envs: the longest a server may take to reset or step (else that episode is lost).",
+        None, "--step-timeout", min=0.001, metavar="SECONDS", show_default=False, rich_help_panel=HARDWARE,
+        help="openenv:URL envs: a server's longest reset or step (30).",
     ),
     stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,

@@ -94,8 +94,8 @@ class PolicyConfig:
     :mod:`textgym.policy.conversation`). Each env's KV cache is kept across its turns, so a
     decision runs only its new tokens. An env wrapped in :class:`textgym.wrappers.History` uses
     that wrapper's window instead."""
-    act_dtype: str = setting("float32", choices=ACT_DTYPES, flag=True, panel=POLICY_PANEL)
-    """The precision the policy acts in. ``"float32"`` (the weights themselves), ``"bfloat16"``,
+    act_dtype: str = setting("float32", choices=ACT_DTYPES, flag=True, panel=POLICY_PANEL, metavar="DTYPE")
+    """The precision the policy acts in: auto, float32, bfloat16 or int8. ``"float32"`` (the weights themselves), ``"bfloat16"``,
     ``"int8"`` (dynamically quantized Linear layers) or ``"auto"`` (the fastest of these whose
     greedy decisions agree with float32's, measured once per machine and model). Acting runs on a
     copy of the weights in that precision, rebuilt after each update; :meth:`Policy.evaluate` and
