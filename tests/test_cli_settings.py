@@ -9,33 +9,13 @@ import json
 import re
 
 import pytest
+from test_cli_runs import no_model_load, one_error_line  # noqa: F401 - no_model_load is a fixture
 from textgym.cli import config as run_config
 from textgym.cli.config import RunConfig
 
 from textgym.policy.config import PolicyConfig
 from textgym.settings import setting_of
 from textgym.trainers.config import ALGORITHMS, TrainConfig
-
-
-@pytest.fixture
-def no_model_load(monkeypatch):
-    """Loading a model fails loudly: a test using this proves the check came first."""
-    from textgym.cli import training
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("the model was loaded before the check")
-
-    monkeypatch.setattr(training, "build_policy", refuse)
-
-
-def one_error_line(result) -> str:
-    assert result.exit_code != 0, result.output
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, result.stderr
-    assert lines[0].startswith("textgym: error: "), lines[0]
-    assert "Traceback" not in result.output + result.stderr
-    return lines[0]
-
 
 # Each: the flags (or config file text), and what the one error line must say.
 BAD_SETTINGS = [
