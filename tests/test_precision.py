@@ -174,7 +174,7 @@ def test_cli_act_dtype(cli):
     bad = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "fp16")
     assert bad.exit_code != 0 and "Traceback" not in bad.output
     [line] = [line for line in bad.stderr.splitlines() if line.strip()]
-    assert line.startswith("textgym: error: ") and "act_dtype must be one of auto, float32, bfloat16, int8" in line
+    assert line.startswith("textgym: error: ") and "'fp16' is not one of 'auto', 'float32', 'bfloat16', 'int8'" in line
     result = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "bfloat16", "--episodes", "4", "--json")
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"]["tiny"]["episodes"] == 4
