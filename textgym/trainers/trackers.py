@@ -80,16 +80,21 @@ def _run_id(out_dir: Path) -> str:
 
 
 class Tracker:
-    """One experiment tracker: scalars per update, transcripts as tables."""
+    """One experiment tracker: scalars per update, transcripts as tables. trackio and wandb share
+    one API (``run.log``, ``Table``, ``run.finish``); a subclass opens ``self.run`` on ``self.module``."""
+
+    module: Any
+    run: Any
 
     def log(self, metrics: dict[str, float], step: int) -> None:
-        raise NotImplementedError
+        self.run.log(metrics, step=step)
 
     def log_transcripts(self, records: Sequence[dict[str, Any]], step: int) -> None:
-        raise NotImplementedError
+        table = self.module.Table(columns=TABLE_COLUMNS, data=transcript_rows(records))
+        self.run.log({"transcripts": table}, step=step)
 
     def close(self) -> None:
-        raise NotImplementedError
+        self.run.finish()
 
 
 class TrackioTracker(Tracker):
@@ -98,20 +103,10 @@ class TrackioTracker(Tracker):
     def __init__(self, out_dir: Path, config: dict[str, Any]):
         import trackio
 
-        self._trackio = trackio
+        self.module = trackio
         self.run = trackio.init(project=os.environ.get("TRACKIO_PROJECT", "textgym"), name=out_dir.name,
                                 config=config, resume="allow", embed=False,
                                 auto_log_cpu=False, auto_log_gpu=False)  # the run's metrics only
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(metrics, step=step)
-
-    def log_transcripts(self, records: Sequence[dict[str, Any]], step: int) -> None:
-        table = self._trackio.Table(columns=TABLE_COLUMNS, data=transcript_rows(records))
-        self.run.log({"transcripts": table}, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
 
 
 class WandbTracker(Tracker):
@@ -121,21 +116,11 @@ class WandbTracker(Tracker):
     def __init__(self, out_dir: Path, config: dict[str, Any]):
         import wandb
 
-        self._wandb = wandb
+        self.module = wandb
         out_dir.mkdir(parents=True, exist_ok=True)
         self.run = wandb.init(project=os.environ.get("WANDB_PROJECT", "textgym"), name=out_dir.name,
                               id=_run_id(out_dir), resume="allow", dir=str(out_dir), config=config,
                               reinit="create_new")
-
-    def log(self, metrics: dict[str, float], step: int) -> None:
-        self.run.log(metrics, step=step)
-
-    def log_transcripts(self, records: Sequence[dict[str, Any]], step: int) -> None:
-        table = self._wandb.Table(columns=TABLE_COLUMNS, data=transcript_rows(records))
-        self.run.log({"transcripts": table}, step=step)
-
-    def close(self) -> None:
-        self.run.finish()
 
 
 _TRACKERS = {"trackio": TrackioTracker, "wandb": WandbTracker}
