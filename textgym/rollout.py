@@ -30,6 +30,7 @@ import gymnasium as gym
 from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
 from textgym.vector import SubEnvError
+from textgym.wrap import MAX_TEXT_LENGTH
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
 logger = logging.getLogger("textgym.rollout")
@@ -45,9 +46,9 @@ DEFAULT_MAX_EPISODE_STEPS = 1000
 
 #: The longest observation (in characters) a rollout hands the policy; longer ones are cut, with
 #: a warning. An env made with :func:`textgym.wrap` cuts its texts at its ``max_length`` (the
-#: same 8192 by default); this guards the policy against a text env that does not (a plugin's
+#: same limit by default); this guards the policy against a text env that does not (a plugin's
 #: 1 MB observation would be a prompt of a quarter of a million tokens).
-MAX_OBSERVATION_CHARS = 8192
+MAX_OBSERVATION_CHARS = MAX_TEXT_LENGTH
 
 @dataclass(frozen=True)
 class RolloutProgress:

@@ -8,7 +8,10 @@ from typing import Any
 import gymnasium as gym
 from gymnasium import spaces
 
-__all__ = ["POLICY_KEYS", "wrap"]
+__all__ = ["MAX_TEXT_LENGTH", "POLICY_KEYS", "wrap"]
+
+#: The longest observation text a wrapped env gives (and the rollout hands a policy), in characters.
+MAX_TEXT_LENGTH = 8192
 
 #: The keyword arguments of :func:`wrap` that go to :class:`~textgym.wrappers.ParseAction`.
 POLICY_KEYS = ("invalid_policy", "invalid_penalty", "default_action", "max_retries",
@@ -28,7 +31,7 @@ def wrap(
     format_bonus: float = 0.0,
     format_bonus_steps: int | None = None,
     observation_names: Sequence[str] | None = None,
-    max_length: int = 8192,
+    max_length: int = MAX_TEXT_LENGTH,
     render_mode: str | None = None,
     **policy: Any,
 ) -> gym.Env:
