@@ -36,7 +36,8 @@ from textgym.cli.errors import CLIError
 
 from textgym.policy.config import MODES, PolicyConfig
 from textgym.settings import check_value, like, setting, setting_of
-from textgym.trainers.config import ALGORITHMS, MAX_ENVS, TrainConfig
+from textgym.trainers.config import ALGORITHMS, TrainConfig
+from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:
     from textgym.trainers.early_stop import EarlyStop
@@ -73,37 +74,22 @@ class RunConfig:
     ``None``: the newest observation alone; ``"full"``: the whole episode as a chat, its KV cache
     kept across turns; ``"N"``: at least the last N turns (a TOML integer works too). The
     policy's ``history`` setting (conversation mode), recorded in its checkpoints."""
-    updates: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, default_text="per env")
-    """Training updates in total (with episodes: whichever comes first).
-    When neither ``updates`` nor ``episodes`` is given (flags or file), the env's recommended
-    budget applies (``textgym.registry.training_defaults``), and a budget that is given replaces
-    it."""
+    # The budget and the early stop: declared (range, doc) with what an env recommends for them.
+    updates: int | None = like(TrainingDefaults, "updates", flag=True, panel=BUDGET, default_text="per env")
     think: bool = setting(False, flag="--think", panel=WHAT)
     """Generate mode: reason in free text, then answer in <answer></answer> tags.
     Implies ``--mode generate``: the env asks for the ``think`` answer format
     (``<answer>...</answer>`` after the reasoning) and the policy gets that format's stop string
     and token budget."""
-    episodes: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, default_text="per env")
-    """Training episodes in total (with updates: whichever comes first)."""
-    minutes: float | None = setting(None, above=0, flag=True, panel=BUDGET, default_text="none")
-    """Cap on this session's wall time; --resume replays the update cut.
-    At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
-    stays at the last complete update."""
-    until: float | None = setting(None, flag=True, panel=BUDGET, metavar="RETURN",
-                                  default_text="the env's solved return")
-    """Stop once the mean greedy return on held-out episodes reaches RETURN.
-    ``None``: the env's solved threshold, registered with its training defaults (no early stop
-    without one)."""
-    check_every: int | None = setting(None, at_least=0, flag=True, panel=BUDGET, metavar="K",
+    episodes: int | None = like(TrainingDefaults, "episodes", flag=True, panel=BUDGET, default_text="per env")
+    minutes: float | None = like(TrainingDefaults, "minutes", flag=True, panel=BUDGET, default_text="none")
+    until: float | None = like(TrainingDefaults, "until", flag=True, panel=BUDGET, metavar="RETURN",
+                               default_text="the env's solved return")
+    check_every: int | None = like(TrainingDefaults, "check_every", flag=True, panel=BUDGET, metavar="K",
+                                   default_text="per env")
+    check_episodes: int | None = like(TrainingDefaults, "check_episodes", flag=True, panel=BUDGET, metavar="M",
                                       default_text="per env")
-    """Greedy check every K updates (0: no early stop).
-    ``None``: the env's default, else ``textgym.trainers.EarlyStop``'s."""
-    check_episodes: int | None = setting(None, at_least=1, at_most=MAX_ENVS, flag=True, panel=BUDGET,
-                                         metavar="M", default_text="per env")
-    """Held-out greedy episodes per check, played together.
-    ``None``: the env's or ``EarlyStop``'s default."""
-    check_max_steps: int | None = setting(None, at_least=1)
-    """Cap on the length of a check's episodes (None: the env's default cap, else its own limit)."""
+    check_max_steps: int | None = like(TrainingDefaults, "check_max_steps")
     num_envs: int | None = like(TrainConfig, "num_envs", None, flag=True, panel=TRAINING,
                                 default_text="per env")
     lr: float | None = like(TrainConfig, "lr", None, flag=True, panel=TRAINING,
@@ -141,6 +127,33 @@ class RunConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+@dataclass
+class EnvSettings:
+    """``train`` flags that set a keyword argument of the env (the run's ``env_kwargs`` table, where
+    a config file sets them): declared here for their options (cli/options.py), checked by
+    :func:`env_flags`."""
+
+    max_episode_steps: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, metavar="N")
+    """Cut episodes at N steps (truncated; an env with no limit: 1000).
+    The env's own step limit (``textgym.make(..., max_episode_steps=N)``); without one the rollout
+    cuts an episode at ``textgym.rollout.DEFAULT_MAX_EPISODE_STEPS`` (a test checks the 1000)."""
+    step_timeout: float | None = setting(None, at_least=0.001, flag=True, panel=HARDWARE, metavar="SECONDS",
+                                         default_text="30")  # textgym.remote.DEFAULT_STEP_TIMEOUT (a test checks)
+    """openenv:URL envs: a server's longest reset or step.
+    Passed to ``textgym.remote.OpenEnvTextEnv``; other envs do not take it."""
+
+
+#: ``train`` flags that set an env keyword argument (the :class:`EnvSettings` fields).
+ENV_FLAGS = tuple(f.name for f in dataclasses.fields(EnvSettings))
+
+
+def env_flags(flags: dict[str, Any]) -> dict[str, Any]:
+    """``flags`` with the :data:`ENV_FLAGS` given moved into an ``env_kwargs`` table."""
+    settings = {name: flags[name] for name in ENV_FLAGS if flags.get(name) is not None}
+    rest = {k: v for k, v in flags.items() if k not in ENV_FLAGS}
+    return {**rest, "env_kwargs": {**(flags.get("env_kwargs") or {}), **settings}} if settings else rest
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}

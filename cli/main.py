@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import typer
-from textgym.cli.config import BUDGET, HARDWARE, RUN, RunConfig
+from textgym.cli.config import ENV_FLAGS, HARDWARE, RUN, TRAINER_FLAGS, EnvSettings, RunConfig
 from textgym.cli.errors import TextgymGroup
 from textgym.cli.options import flags_of, option, with_settings
 
@@ -50,11 +50,13 @@ class Baseline(str, Enum):
     scripted = "scripted"
 
 
-_MAX_EPISODE_STEPS_HELP = "Cut episodes at N steps (truncated; an env with no limit: 1000)."
 # Options that are settings are declared once, as config dataclass fields (cli/options.py derives
-# them: name, type, range, help, panel): RunConfig (cli/config.py), PolicyConfig, TrainConfig.
+# them: name, type, range, help, panel): RunConfig and EnvSettings (cli/config.py), PolicyConfig,
+# TrainConfig.
 _TRAIN_SETTINGS = ((RunConfig, flags_of(RunConfig), {}),
-                   (PolicyConfig, flags_of(PolicyConfig), {"default_text": ""}))  # the panel says
+                   (EnvSettings, ENV_FLAGS, {}),
+                   (PolicyConfig, flags_of(PolicyConfig), {"default_text": ""}),  # the panel says
+                   (TrainConfig, TRAINER_FLAGS, {"panel": RUN}))
 _EVAL_POLICY_PANEL = "Policy (default: the checkpoint's)"
 _EVAL_SETTINGS = (
     (RunConfig, ("mode",), {"default_text": "the run's", "panel": "Options"}),
@@ -63,6 +65,7 @@ _EVAL_SETTINGS = (
     (TrainConfig, ("num_envs",), {}),
     (TrainConfig, ("eval_seed",), {"flag": "--seed"}),
     (RunConfig, ("device", "dtype", "quantize"), {}),
+    (EnvSettings, ("max_episode_steps",), {"default_text": "the run's", "panel": "Options"}),
 )
 
 
@@ -102,19 +105,10 @@ def train(
         show_default=False, autocompletion=_complete_env, metavar="ENV",
     ),
     settings: dict[str, Any] | None = None,
-    max_episode_steps: int | None = typer.Option(
-        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
-        show_default=False, rich_help_panel=BUDGET),
     out: Path | None = typer.Option(
         None, help="Run folder.", show_default="runs/<env>-<algo>-<time>", rich_help_panel=RUN,
         metavar="DIR",
     ),
-    transcripts: int | None = typer.Option(
-        None, min=0, metavar="N", help="Episodes per update saved to transcripts.jsonl (4).",
-        show_default=False, rich_help_panel=RUN),
-    report_to: str | None = typer.Option(
-        None, "--report-to", metavar="LIST", help="tensorboard (default), trackio, wandb or none.",
-        show_default=False, rich_help_panel=RUN),
     config: Path | None = typer.Option(
         None, "--config", help="TOML config file; flags override it.", metavar="FILE",
         rich_help_panel=RUN,
@@ -130,10 +124,6 @@ def train(
         None, "--processes", min=1, show_default="1", metavar="N", rich_help_panel=HARDWARE,
         help="Train data-parallel in N local processes (not under torchrun or accelerate).",
     ),
-    step_timeout: float | None = typer.Option(
-        None, "--step-timeout", min=0.001, metavar="SECONDS", show_default=False, rich_help_panel=HARDWARE,
-        help="openenv:URL envs: a server's longest reset or step (30).",
-    ),
     stop_after: int | None = typer.Option(
         None, "--stop-after", min=1, hidden=True,
         help="Act as if Ctrl-C was pressed after N updates (tests of resume).",
@@ -142,10 +132,8 @@ def train(
     """Train an LLM agent on a text env, with a live display; writes a run folder."""
     from textgym.cli import training
 
-    extra = {"transcripts": transcripts, "report_to": report_to, "max_episode_steps": max_episode_steps,
-             "env_kwargs": {"step_timeout": step_timeout} if step_timeout is not None else None}  # textgym.remote
     training.run(
-        {"env": env, **(settings or {}), **extra}, config_file=config, out=out, resume=resume, force=force,
+        {"env": env, **(settings or {})}, config_file=config, out=out, resume=resume, force=force,
         quiet=quiet, stop_after=stop_after, processes=processes,
     )
 
@@ -169,9 +157,6 @@ def evaluate(
     ),
     episodes: int = typer.Option(50, min=1, help="Evaluation episodes.", metavar="N"),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
-    max_episode_steps: int | None = typer.Option(
-        None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
-        show_default="the run's"),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
@@ -186,7 +171,7 @@ def evaluate(
         num_envs=given["num_envs"] or defaults.num_envs,
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
-        quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=max_episode_steps,
+        quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],
     )
 
 

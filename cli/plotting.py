@@ -75,7 +75,7 @@ def run_env(run: str | Path) -> str | None:
     try:
         import tomllib
 
-        return tomllib.loads((folder / "config.toml").read_text(encoding="utf-8")).get("env")
+        return tomllib.loads((folder / run_folder.CONFIG).read_text(encoding="utf-8")).get("env")
     except (OSError, ValueError):
         return None
 

@@ -10,6 +10,8 @@ from typing import Any
 
 from textgym.cli.errors import CLIError
 
+from textgym import run_folder
+
 
 def _read_json(path: Path) -> dict[str, Any]:
     try:
@@ -30,11 +32,11 @@ def describe(run: Path) -> dict[str, Any]:
     from textgym.trainers.metrics import lines_by_update
 
     try:
-        config = run_config.load_toml(run / "config.toml")
+        config = run_config.load_toml(run / run_folder.CONFIG)
     except CLIError:
         config = {}
-    summary = _read_json(run / "summary.json")
-    lines, _ = lines_by_update(run / "metrics.jsonl") if (run / "metrics.jsonl").is_file() else ({}, 0)
+    summary = _read_json(run / run_folder.SUMMARY)
+    lines, _ = lines_by_update(run / run_folder.METRICS) if (run / run_folder.METRICS).is_file() else ({}, 0)
     records = [json.loads(lines[u]) for u in sorted(lines)[-1:]]
     metrics = summarize_metrics(records)
     try:
@@ -61,7 +63,7 @@ def run_folders(root: Path) -> list[Path]:
     """The run folders directly under ``root`` (a folder with a config.toml), newest first."""
     if not root.is_dir():
         raise CLIError(f"{root} is not a folder (give the folder that holds your runs: textgym runs DIR)")
-    found = [p for p in root.iterdir() if p.is_dir() and (p / "config.toml").is_file()]
+    found = [p for p in root.iterdir() if p.is_dir() and (p / run_folder.CONFIG).is_file()]
     return sorted(found, key=lambda p: p.stat().st_mtime, reverse=True)
 
 

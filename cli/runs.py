@@ -42,8 +42,9 @@ def is_run_folder(path: Path) -> bool:
     """Whether ``path`` is a textgym run folder, being trained into or with a run in it (a lock,
     or ``config.toml`` beside a checkpoint or metrics): stricter than :func:`looks_like_run`, so
     that a project folder with a ``config.toml`` of its own is not one."""
-    return (path / LOCK_FILE).exists() or ((path / "config.toml").is_file() and any(
-        (path / name).exists() for name in ("checkpoint", "checkpoint.old", "metrics.jsonl")))
+    return (path / LOCK_FILE).exists() or ((path / run_folder.CONFIG).is_file() and any(
+        (path / name).exists() for name in (run_folder.CHECKPOINT, run_folder.previous(Path(run_folder.CHECKPOINT)).name,
+                                            run_folder.METRICS)))
 
 
 def _contents(path: Path) -> list[Path]:

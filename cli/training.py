@@ -226,11 +226,8 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     process = _join_processes(processes) if distributed.is_launched() else None
     main = process is None or process.is_main
     file_layer = run_config.load_toml(config_file) if config_file is not None else {}
-    layer = run_config.trainer_flags(run_config.policy_flags(flags))  # as [policy] and [trainer] tables
-    if layer.get("max_episode_steps") is not None:  # the env's own step limit: an [env_kwargs] key
-        layer = {**layer, "env_kwargs": {**(layer.get("env_kwargs") or {}),
-                                         "max_episode_steps": layer["max_episode_steps"]}}
-    layer.pop("max_episode_steps", None)
+    # as [policy], [trainer] and [env_kwargs] tables
+    layer = run_config.env_flags(run_config.trainer_flags(run_config.policy_flags(flags)))
     if resume is not None:
         run_dir = Path(resume)
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)

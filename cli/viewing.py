@@ -28,6 +28,8 @@ from textgym.cli.errors import CLIError
 from textgym.cli.messages import say
 from textgym.cli.plotting import read_metrics
 
+from textgym import run_folder
+
 #: (metrics key, panel title) of the curves, in page order; a panel no run has data for is left out.
 CURVES = (
     ("return_mean", "mean return"),
@@ -166,7 +168,7 @@ def _read_text(path: Path) -> str:
 
 def _summary(run: Path) -> dict[str, Any]:
     try:
-        summary = json.loads(_read_text(run / "summary.json") or "{}")
+        summary = json.loads(_read_text(run / run_folder.SUMMARY) or "{}")
     except json.JSONDecodeError:  # being rewritten
         return {}
     return summary if isinstance(summary, dict) else {}
@@ -193,7 +195,7 @@ def build_report(runs: Sequence[str | Path]) -> str:
         if not folder.is_dir():
             raise CLIError(f"no run folder at {folder}")
     # A run whose first update is still going has its config.toml only: its page waits for data.
-    loaded = [(name, [] if not (folder / "metrics.jsonl").exists() and (folder / "config.toml").is_file()
+    loaded = [(name, [] if not (folder / run_folder.METRICS).exists() and (folder / run_folder.CONFIG).is_file()
                else read_metrics(folder)) for name, folder in zip(_names(folders), folders)]
     panels = [svg for key, title in CURVES if (svg := curve_svg(key, title, loaded)) is not None]
     data, sections = [], []
@@ -211,7 +213,7 @@ def build_report(runs: Sequence[str | Path]) -> str:
             f'<details class="settings"><summary><span class="swatch" style="background:'
             f'{COLORS[i % len(COLORS)]}"></span>{html.escape(name)}: {html.escape(progress)}'
             f'{" — " + html.escape(outcome) if outcome else ""}</summary>'
-            f'<pre>{html.escape(_read_text(folder / "config.toml")) or "(no config.toml)"}</pre></details>')
+            f'<pre>{html.escape(_read_text(folder / run_folder.CONFIG)) or "(no config.toml)"}</pre></details>')
     legend = "".join(f'<span class="legend"><span class="swatch" style="background:{COLORS[i % len(COLORS)]}">'
                      f'</span>{html.escape(name)}</span>' for i, (name, _) in enumerate(loaded))
     title = "textgym: " + ", ".join(name for name, _ in loaded)

@@ -56,7 +56,7 @@ class FakeClock:
 
 def test_a_time_cap_cuts_the_rollout_and_resume_replays_the_dropped_update(
         tiny_model_and_tokenizer, tmp_path, monkeypatch):
-    from textgym.trainers import base
+    from textgym.trainers import loop
 
     model, tokenizer = tiny_model_and_tokenizer
     reference = make_trainer("reinforce", textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0),
@@ -64,7 +64,7 @@ def test_a_time_cap_cuts_the_rollout_and_resume_replays_the_dropped_update(
     uncut = reference.train(updates=3)
 
     clock = FakeClock()
-    monkeypatch.setattr(base, "time", clock)
+    monkeypatch.setattr(loop, "time", clock)  # the clock of train()'s time cap
     policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
     act = policy.act
 

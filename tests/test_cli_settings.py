@@ -133,3 +133,44 @@ def test_help_at_80_columns_is_short_grouped_and_keeps_brackets(monkeypatch):
                   "Policy (default: the model's)", "Run folder"):
         assert re.search(r"─ " + re.escape(panel) + " ─", text), panel
     assert "[default: (smollm2-135m)]" in text  # the field's default, not a typed copy
+
+
+def test_train_and_eval_options_are_the_declared_settings():
+    """Every option of ``train`` but the launch options is a declared setting (a field of RunConfig,
+    EnvSettings, PolicyConfig or TrainConfig), and the defaults ``--help`` states by hand are the
+    code's."""
+    import inspect
+
+    from textgym.cli import main
+    from textgym.cli.config import ENV_FLAGS, TRAINER_FLAGS, EnvSettings
+    from textgym.cli.options import flags_of
+
+    from textgym import remote, rollout
+    from textgym.settings import field_docs
+
+    launch = {"env", "out", "config", "resume", "force", "quiet", "processes", "stop_after"}
+    declared = {*flags_of(RunConfig), *ENV_FLAGS, *TRAINER_FLAGS, *flags_of(PolicyConfig)}
+    assert set(inspect.signature(main.train).parameters) == launch | declared
+    eval_options = set(inspect.signature(main.evaluate).parameters)
+    assert "max_episode_steps" in eval_options and "step_timeout" not in eval_options
+    fields = {f.name: f for f in dataclasses.fields(EnvSettings)}
+    assert setting_of(fields["step_timeout"]).default_text == f"{remote.DEFAULT_STEP_TIMEOUT:g}"
+    assert f"no limit: {rollout.DEFAULT_MAX_EPISODE_STEPS})" in field_docs(EnvSettings)["max_episode_steps"]
+
+
+def test_an_env_recommends_the_settings_a_run_declares():
+    """TrainingDefaults and RunConfig share one declaration per setting (range and doc), so an env's
+    recommendation is checked like a flag."""
+    from textgym.settings import short_help
+    from textgym.training_defaults import TrainingDefaults
+
+    run = {f.name: f for f in dataclasses.fields(RunConfig)}
+    for field in dataclasses.fields(TrainingDefaults):
+        if field.name in ("trainer", "env_kwargs", "policy", "modes"):
+            continue
+        mine, theirs = setting_of(run[field.name]), setting_of(field)
+        assert (mine.at_least, mine.at_most, mine.above, mine.finite) == (
+            theirs.at_least, theirs.at_most, theirs.above, theirs.finite), field.name
+        assert short_help(RunConfig, field.name) == short_help(TrainingDefaults, field.name) != "", field.name
+    with pytest.raises(ValueError, match="check_episodes must be an integer in"):
+        TrainingDefaults(check_episodes=0)

@@ -32,11 +32,13 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
 from gymnasium.envs.registration import parse_env_id
+
+from textgym.training_defaults import TrainingDefaults
 
 __all__ = [
     "GENERIC_TRAINING_DEFAULTS",
@@ -88,93 +90,6 @@ class PluginLoadWarning(UserWarning):
 ReferencePlayer = Callable[[dict[str, Any]], str]
 #: A reference policy makes a player for one env: ``policy(env, seed) -> ReferencePlayer``.
 ReferencePolicy = Callable[[gym.Env, "int | None"], ReferencePlayer]
-
-
-@dataclass(frozen=True)
-class TrainingDefaults:
-    """What an env recommends for training on it: ``textgym train ENV`` starts from these (below
-    the config file and the flags), and Python users and ``bench/`` scripts read them with
-    :func:`training_defaults`.
-
-    Budgets are in updates (or episodes), so a default run does the same work on any machine;
-    ``minutes`` is an optional cap. ``until`` is the env's solved threshold: the default of
-    ``textgym train --until`` (training stops once a greedy check reaches it) and what the
-    collapse alarms (:mod:`textgym.trainers.alarms`) compare the return with.
-
-    Example:
-        >>> d = TrainingDefaults(updates=16, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
-        ...                      modes={"generate": {"lr": 1e-4, "trainer": {"gamma": 1.0}}})
-        >>> g = d.for_mode("generate")
-        >>> g.lr, g.trainer
-        (0.0001, {'episodes_per_update': 32, 'gamma': 1.0})
-        >>> d.for_mode("score") == TrainingDefaults(updates=16, num_envs=16, lr=3e-4,
-        ...                                          trainer={"episodes_per_update": 32})
-        True
-
-    Args:
-        updates: total training updates (each of the trainer's ``episodes_per_update`` episodes).
-        episodes: total training episodes (with ``updates``, whichever comes first).
-        minutes: a cap on the wall time of one training session (``None``: none).
-        until: the solved threshold, a mean greedy return (``None``: the env has none, and runs do
-            not stop early).
-        check_every: check greedily every this many updates whether ``until`` is reached
-            (``None``: :class:`textgym.trainers.early_stop.EarlyStop`'s default).
-        check_episodes: held-out greedy episodes per check (``None``: ``EarlyStop``'s default).
-        check_max_steps: cap on the length of a check's episodes (``None``: the env's own limit);
-            keep it where a capped return still says "solved" (CartPole: 200 steps for 195).
-        num_envs: envs stepped together (one forward pass per vector step).
-        lr: the learning rate (``None``: the algorithm's default).
-        trainer: fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`),
-            e.g. ``episodes_per_update``, ``gamma``.
-        env_kwargs: keyword arguments for :func:`make` (e.g. CartPole's ``shaping``).
-        policy: keyword arguments for :class:`textgym.Policy` (e.g. ``temperature``); the CLI
-            does not pass them yet.
-        modes: per policy mode (``"score"``, ``"generate"``), settings that replace the ones
-            above in that mode: ``{"generate": {"lr": 1e-4, "trainer": {...}}}``; a table
-            (``trainer``, ``env_kwargs``, ``policy``) is merged key by key.
-
-    Raises:
-        ValueError: a mode overrides a setting that does not exist.
-    """
-
-    updates: int | None = None
-    episodes: int | None = None
-    minutes: float | None = None
-    until: float | None = None
-    check_every: int | None = None
-    check_episodes: int | None = None
-    check_max_steps: int | None = None
-    num_envs: int | None = None
-    lr: float | None = None
-    trainer: Mapping[str, Any] = field(default_factory=dict)
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    policy: Mapping[str, Any] = field(default_factory=dict)
-    modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-    _TABLES = ("trainer", "env_kwargs", "policy")
-
-    def __post_init__(self) -> None:
-        for name in (*self._TABLES, "modes"):  # private copies: the defaults never change under us
-            object.__setattr__(self, name, dict(getattr(self, name)))
-        settings = {f.name for f in dataclasses.fields(self)} - {"modes"}
-        for mode, overrides in self.modes.items():
-            unknown = sorted(set(overrides) - settings)
-            if unknown:
-                raise ValueError(f"training defaults for mode {mode!r} set unknown settings {unknown}; "
-                                 f"the settings are {sorted(settings)}")
-
-    def for_mode(self, mode: str | None) -> TrainingDefaults:
-        """The defaults in policy mode ``mode`` (its overrides applied; ``modes`` emptied)."""
-        overrides = dict(self.modes.get(mode, {})) if mode is not None else {}
-        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "modes"}
-        for name, value in overrides.items():
-            values[name] = {**values[name], **value} if name in self._TABLES else value
-        return TrainingDefaults(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The settings as plain values (tables as dicts), ``None`` meaning "not set"."""
-        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
-                for f in dataclasses.fields(self)}
 
 
 #: What :func:`training_defaults` gives for an env that registered none, and what fills the

@@ -112,7 +112,7 @@ class OpenEnvTextEnv(gym.Env):
 
     def __init__(self, url: str, *, step_timeout: float = DEFAULT_STEP_TIMEOUT, invalid_penalty: float = -1.0,
                  max_retries: int = 2, render_mode: str | None = None):
-        from textgym.wrappers.invalid_answer import InvalidAnswerRule
+        from textgym.wrappers.invalid_answer import AnswerCounter, InvalidAnswerRule
 
         if not step_timeout > 0:
             raise ValueError(f"step_timeout must be > 0 seconds, got {step_timeout!r}")
@@ -123,6 +123,7 @@ class OpenEnvTextEnv(gym.Env):
         self.action_space = TextSpace()
         self.rule = InvalidAnswerRule(policy="retry", penalty=invalid_penalty, max_retries=max_retries,
                                       retry_fallback="terminate")
+        self._answers = AnswerCounter(self.rule)  # a foreign server's invalid answers (the §1 sequence)
         self._client = None
         self._textgym: bool | None = None   # decided by the first reset's reply
         self._schema: dict[str, Any] | None = None
@@ -292,16 +293,18 @@ class OpenEnvTextEnv(gym.Env):
         valid = self._valid_actions()
         self.action_names = valid or None
         self.system_prompt = f"You act in an environment served at {self.url}. {self._instructions(valid)}"
-        self._episode = {"return": 0.0, "length": 0, "invalid_count": 0, "retries": 0}
+        self._episode = {"return": 0.0, "length": 0, "invalid_count": 0}
+        self._answers.reset()
         return self._render(result.observation), self._foreign_info(result)
 
     def _parse(self, text: str) -> tuple[dict[str, Any] | None, dict[str, Any]]:
-        """The action a foreign server gets for ``text`` (``None``: it fits none) and the §1 parse record."""
+        """The action a foreign server gets for ``text`` (``None``: it fits none), and the legal
+        action it named and the parser that read it (``action_name``, ``parser``)."""
         from textgym.wrappers.parsers import default_parser
 
         fields = self._action_fields()
         valid = self._valid_actions()
-        record: dict[str, Any] = {"raw": text, "action": None, "action_name": None, "parser": None, "valid": False}
+        record: dict[str, Any] = {"action_name": None, "parser": None}
         if len(fields) == 1:
             (name, spec), = fields.items()
             if valid:
@@ -332,32 +335,29 @@ class OpenEnvTextEnv(gym.Env):
             if not isinstance(action, dict):
                 return None, record
             record["parser"] = "json"
-        record.update(action=action, valid=True)
         return action, record
 
     def _foreign_step(self, text: str):
         episode = self._episode
-        action, parse = self._parse(text)
+        action, named = self._parse(text)
         if action is not None:
             try:
                 result = self._call("step", action)
             except _Rejected:
-                action, parse = None, {**parse, "action": None, "valid": False}
+                action = None
         if action is None:  # not sent: asked again, then the episode ends (the §1 rule)
-            episode["invalid_count"] += 1
-            verdict = self.rule.decide(episode["retries"])
-            episode["retries"] = verdict.retries
-            parse.update(invalid_count=episode["invalid_count"], policy=verdict.policy, retries=verdict.retries)
-            info = {"system_prompt": self.system_prompt, "valid_actions": self._valid_actions(), "parse": parse}
+            verdict, record = self._answers.refuse(text, parser=named["parser"])
+            episode["invalid_count"] = self._answers.invalid_count
+            info = {"system_prompt": self.system_prompt, "valid_actions": self._valid_actions(),
+                    "parse": record.to_dict()}
             obs = self._last
             if verdict.asks_again:
                 info["feedback"] = self.rule.feedback_line(self._valid_actions() or ["a valid action"],
                                                            verdict.retries, text)
                 obs = f"{self._last}\n{info['feedback']}"
             return self._foreign_end(obs, verdict.reward, verdict.ends_episode, info)
-        episode["retries"] = 0
-        parse.update(invalid_count=episode["invalid_count"], policy=None, retries=0)
-        info = {**self._foreign_info(result), "parse": parse}
+        record = self._answers.accept(text, action=action, **named)
+        info = {**self._foreign_info(result), "parse": record.to_dict()}
         self._last = self._render(result.observation)
         reward = 0.0 if result.reward is None else float(result.reward)
         return self._foreign_end(self._last, reward, bool(result.done), info)

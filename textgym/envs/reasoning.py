@@ -33,7 +33,7 @@ import gymnasium as gym
 
 from textgym.registry import TrainingDefaults
 from textgym.spaces import TextSpace
-from textgym.wrappers.invalid_answer import as_answer_text
+from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 from textgym.wrappers.parsers import answer_text
 
 __all__ = ["ReasoningGymEnv", "list_ids", "make", "training_defaults"]
@@ -141,9 +141,9 @@ class ReasoningGymEnv(gym.Env):
         except Exception:  # noqa: BLE001 - a scorer that chokes on garbage: the answer is wrong
             score = 0.0
         entry, self._entry = self._entry, None
-        parse = {"raw": raw, "action": answer, "action_name": answer if valid else None, "parser": parser,
-                 "valid": valid, "invalid_count": int(not valid), "policy": None if valid else "penalty",
-                 "retries": 0}
+        parse = ParseRecord(raw=raw, action=answer, action_name=answer if valid else None, parser=parser,
+                            valid=valid, invalid_count=int(not valid),
+                            policy=None if valid else "penalty").to_dict()
         info = {"valid_actions": [], "parse": parse, "answer": str(entry["answer"]), "score": score}
         return self._question, score, True, False, info
 

@@ -38,7 +38,7 @@ import gymnasium as gym
 
 from textgym.registry import TrainingDefaults
 from textgym.spaces import TextSpace
-from textgym.wrappers.invalid_answer import as_answer_text
+from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 
 __all__ = ["TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
 
@@ -192,9 +192,9 @@ class TextArenaEnv(gym.Env):
         valid = "invalid move" not in new.lower()
         self._invalid += not valid
         info = self._info()
-        info["parse"] = {"raw": raw, "action": raw, "action_name": raw.strip() if valid else None,
-                         "parser": "text", "valid": valid, "invalid_count": self._invalid,
-                         "policy": None if valid else "game", "retries": 0}
+        info["parse"] = ParseRecord(raw=raw, action=raw, action_name=raw.strip() if valid else None,
+                                    parser="text", valid=valid, invalid_count=self._invalid,
+                                    policy=None if valid else "game").to_dict()
         return self._obs, reward, self._done, False, info
 
     def render(self) -> str | None:

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Alarm", "AlarmThresholds", "Reference", "UpdateStats", "answer_statistics", "detect", "raised"]
+__all__ = ["Alarm", "AlarmThresholds", "Reference", "UpdateStats", "answer_statistics", "detect", "raised", "record"]
 
 #: The hints, one line each, by alarm code.
 HINTS = {
@@ -276,6 +276,14 @@ def raised(history: Sequence[UpdateStats], reference: Reference = Reference(),
     condition that lasts is flagged once, again only after it cleared)."""
     before = {alarm.code for alarm in detect(history[:-1], reference, thresholds)}
     return [alarm for alarm in detect(history, reference, thresholds) if alarm.code not in before]
+
+
+def record(history: Sequence[UpdateStats], update: UpdateStats,
+           reference: Reference = Reference()) -> tuple[list[UpdateStats], list[Alarm]]:
+    """``history`` with the latest ``update`` recorded (and :func:`bounded`), and the alarms that
+    update raised (:func:`raised`): what a trainer does after each update."""
+    history = [*history, update]
+    return bounded(history), raised(history, reference)
 
 
 def answer_statistics(answers: Iterable[str]) -> tuple[str | None, float | None]:

@@ -144,12 +144,14 @@ class TrainConfig:
     checkpoint_every: int = setting(0, at_least=0)
     """Write ``<out_dir>/checkpoint`` every this many updates (0: only when asked)."""
     transcripts: int = setting(4, at_least=0, at_most=10_000)
-    """Episodes of each update, greedy check and evaluation written whole to
+    """Episodes per update to transcripts.
+    The episodes of each update, greedy check and evaluation written whole to
     ``<out_dir>/transcripts.jsonl`` (:mod:`~textgym.transcripts`; 0: none)."""
     transcripts_max_mb: float = setting(50.0, above=0)
     """Size cap of ``transcripts.jsonl`` in MB: nothing more is written once it is reached."""
-    report_to: str = "tensorboard"
-    """Trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
+    report_to: str = setting("tensorboard", metavar="LIST")
+    """tensorboard, trackio, wandb or none.
+    The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
     installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.trackers`), or ``none``."""
 
     algorithm = "base"  # not a field: the name make_trainer knows this config by

@@ -33,7 +33,7 @@ from typing import Any
 
 from textgym import seeds
 
-__all__ = ["CHECK_SEED", "CheckResult", "EarlyStop"]
+__all__ = ["CHECK_SEED", "CheckResult", "EarlyStop", "registered_until"]
 
 #: The first seed of the check's episodes (:data:`textgym.seeds.CHECK_BASE`; the layout is there).
 CHECK_SEED = seeds.CHECK_BASE
@@ -106,3 +106,18 @@ class CheckResult:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+def registered_until(env_id: str | None) -> float | None:
+    """The env's solved threshold, registered with its training defaults (``None``: it has none,
+    or there is no env id): the collapse alarms' reference when no early stop gives one."""
+    if env_id is None:
+        return None
+    import gymnasium as gym
+
+    from textgym.registry import training_defaults
+
+    try:
+        return training_defaults(env_id).until
+    except gym.error.Error:  # an env textgym's registry does not know
+        return None

@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,11 +21,13 @@ import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, Episode, SupportsAct, collect
+from textgym.trainers.early_stop import CheckResult
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
+    from textgym.trainers.early_stop import EarlyStop
 
-__all__ = ["evaluate_greedy"]
+__all__ = ["HeldOut", "evaluate_greedy"]
 
 
 def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
@@ -62,3 +65,60 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         **({"cut_episodes": cut} if cut else {}),  # this process's, ended by the rollout's step cap
         "seed": seed,
     }
+
+
+class HeldOut:
+    """Where a trainer plays its held-out episodes greedily: :meth:`evaluate` and :meth:`check`.
+
+    Made from the trainer's env id (``env_id``, with its ``env_kwargs``) with enough sub-envs for
+    this process's share of the episodes (at least the training's ``num_envs``, up to 16), else
+    the trainer's own vector env (``envs``). A check's envs are made once and reused, by size and
+    step cap: the episodes' seeds make every check play the same starts.
+    """
+
+    def __init__(self, env_id: str | None, env_kwargs: dict[str, Any], envs: Envs | None, num_envs: int,
+                 process: ProcessContext):
+        self.env_id, self.env_kwargs, self.envs = env_id, env_kwargs, envs
+        self.num_envs, self.process = num_envs, process
+        self._checks: dict[tuple[int, int | None], Envs] = {}
+
+    def _size(self, episodes: int) -> int:
+        mine = max(1, len(self.process.shard(episodes)))
+        return min(mine, max(self.num_envs, 16))
+
+    def evaluate(self, policy: SupportsAct, episodes: int, seed: int, num_envs: int | None = None,
+                 on_episodes: Callable[[list[Episode]], Any] | None = None) -> dict[str, Any]:
+        """:func:`evaluate_greedy` of ``episodes`` episodes from ``seed`` on new envs of
+        ``num_envs`` sub-envs (default: as many as this process's share needs, up to 16)."""
+        envs = self.envs
+        if self.env_id is not None:
+            import textgym
+
+            envs = textgym.make_vec(self.env_id, num_envs=num_envs or self._size(episodes), seed=seed,
+                                    **self.env_kwargs)
+        return evaluate_greedy(policy, envs, episodes=episodes, seed=seed, process=self.process,
+                               on_episodes=on_episodes)
+
+    def check(self, policy: SupportsAct, early_stop: EarlyStop, update: int,
+              on_episodes: Callable[[list[Episode]], Any] | None = None) -> CheckResult:
+        """Play ``early_stop``'s held-out episodes greedily, all together and capped at the tighter
+        of its ``max_steps`` and the run's ``max_episode_steps`` (with an env id), and compare their
+        mean return with its ``until`` (``update``: the update it follows)."""
+        started = time.monotonic()
+        envs, cap = self.envs, None
+        if self.env_id is not None:
+            kwargs = dict(self.env_kwargs)
+            if early_stop.max_steps is not None:
+                cap = min(early_stop.max_steps, kwargs.get("max_episode_steps") or early_stop.max_steps)
+                kwargs["max_episode_steps"] = cap
+            key = (self._size(early_stop.episodes), cap)
+            if key not in self._checks:
+                import textgym
+
+                self._checks[key] = textgym.make_vec(self.env_id, num_envs=key[0], seed=early_stop.seed, **kwargs)
+            envs = self._checks[key]
+        result = evaluate_greedy(policy, envs, episodes=early_stop.episodes, seed=early_stop.seed,
+                                 process=self.process, on_episodes=on_episodes)
+        return CheckResult(update=update, return_mean=result["return_mean"], episodes=result["episodes"],
+                           max_steps=cap, until=float(early_stop.until), solved=result["return_mean"] >= early_stop.until,
+                           seconds=round(time.monotonic() - started, 3))

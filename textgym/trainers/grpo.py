@@ -26,11 +26,11 @@ from collections.abc import Callable
 
 import torch
 
+from textgym.policy import Evaluation
 from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer, skipped_update
-from textgym.trainers.centering import evaluate_minibatch
+from textgym.trainers.base import Trainer
 from textgym.trainers.config import GRPOConfig
-from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.loss_step import LossStep, skipped_update
 from textgym.trainers.losses import (
     all_finite,
     clipped_surrogate,
@@ -38,7 +38,6 @@ from textgym.trainers.losses import (
     returns_to_go,
     turn_group_advantages,
 )
-from textgym.trainers.precision import ActingCorrection
 
 
 class GRPOTrainer(Trainer):
@@ -115,36 +114,22 @@ class GRPOTrainer(Trainer):
             advantages = torch.cat([adv for g in range(0, len(episodes), G)
                                     for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
 
-        # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
-        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
-        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
-                                              cfg.act_correction_cap)
+        # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
+        #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
+        step = LossStep.prepare(self.policy, decisions, cfg)
 
-        # 4. The clipped surrogate against the rollout's log-probs, KL penalty, entropy bonus.
-        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
-            weights = None
-            if correction is not None:
-                ev, weights = correction.apply(ev, idx)
+        # 4. The objective: the clipped surrogate against the rollout's log-probs.
+        def objective(ev: Evaluation, weights: torch.Tensor | None,
+                      idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             adv = advantages[idx].to(ev.logprobs.device)
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask, cfg.clip_eps,
                                                       weights)
-            entropy = ev.entropy.mean()
-            loss = policy_loss - cfg.entropy_coef * entropy
-            stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "clip_frac": clip_frac.item(),
-                     "kl": rollout_kl(ev)}
-            if ref is not None:
-                ref_kl = reference_kl(ev, ref, idx)
-                loss = loss + cfg.kl_coef * ref_kl
-                stats["ref_kl"] = ref_kl.item()
-            return loss, stats
+            return policy_loss, {"policy_loss": policy_loss.item(), "clip_frac": clip_frac.item()}
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
-        if correction is not None:
-            metrics.update(correction.metrics)
+        metrics.update(step.metrics)
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
         return metrics
 

@@ -24,12 +24,11 @@ from typing import Any
 
 import torch
 
-from textgym.policy import Decision
+from textgym.policy import Decision, Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer, skipped_update
-from textgym.trainers.centering import evaluate_minibatch
+from textgym.trainers.base import Trainer
 from textgym.trainers.config import PPOConfig
-from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.loss_step import LossStep, skipped_update
 from textgym.trainers.losses import (
     all_finite,
     clipped_surrogate,
@@ -37,7 +36,6 @@ from textgym.trainers.losses import (
     gae,
     normalize,
 )
-from textgym.trainers.precision import ActingCorrection
 from textgym.trainers.value_head import ValueHead
 
 
@@ -102,18 +100,13 @@ class PPOTrainer(Trainer):
         if cfg.normalize_advantages and len(all_advantages) > 1:
             advantages = normalize(all_advantages)[mine]
 
-        # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
-        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
-        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
-                                              cfg.act_correction_cap)
+        # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
+        #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
+        step = LossStep.prepare(self.policy, decisions, cfg)
 
-        # 4. Epochs of clipped policy and value steps; stop once the policy moved past target_kl.
-        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
-            weights = None
-            if correction is not None:
-                ev, weights = correction.apply(ev, idx)
+        # 4. The objective: the clipped surrogate plus the clipped value loss.
+        def objective(ev: Evaluation, weights: torch.Tensor | None,
+                      idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             device = ev.logprobs.device
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, advantages[idx].to(device),
                                                        ev.mask, cfg.clip_eps, weights)
@@ -121,21 +114,12 @@ class PPOTrainer(Trainer):
             new_values = self.value_head(hidden)
             value_loss = clipped_value_loss(new_values, values[idx].to(device), returns[idx].to(device),
                                             cfg.value_clip)
-            entropy = ev.entropy.mean()
-            loss = policy_loss + cfg.value_coef * value_loss - cfg.entropy_coef * entropy
-            stats = {"policy_loss": policy_loss.item(), "value_loss": value_loss.item(),
-                     "entropy": entropy.item(), "clip_frac": clip_frac.item(),
-                     "kl": rollout_kl(ev)}
-            if ref is not None:
-                ref_kl = reference_kl(ev, ref, idx)
-                loss = loss + cfg.kl_coef * ref_kl
-                stats["ref_kl"] = ref_kl.item()
-            return loss, stats
+            return policy_loss + cfg.value_coef * value_loss, {
+                "policy_loss": policy_loss.item(), "value_loss": value_loss.item(), "clip_frac": clip_frac.item()}
 
-        # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
-        if correction is not None:
-            metrics.update(correction.metrics)
+        # 5. Epochs of minibatch steps; stop once the policy moved past target_kl (Trainer.optimize).
+        metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
+        metrics.update(step.metrics)
         all_values, _ = self.global_batch(values)
         all_returns, _ = self.global_batch(returns)
         metrics["value_mean"] = float(all_values.mean())

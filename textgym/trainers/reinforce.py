@@ -23,13 +23,12 @@ from typing import Any
 
 import torch
 
+from textgym.policy import Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer, skipped_update
-from textgym.trainers.centering import evaluate_minibatch
+from textgym.trainers.base import Trainer
 from textgym.trainers.config import ReinforceConfig
-from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.loss_step import LossStep, skipped_update
 from textgym.trainers.losses import EMABaseline, all_finite, normalize, returns_to_go
-from textgym.trainers.precision import ActingCorrection
 
 
 class ReinforceTrainer(Trainer):
@@ -64,35 +63,22 @@ class ReinforceTrainer(Trainer):
             all_advantages = all_returns
         advantages = all_advantages[mine]
 
-        # 3. Reference log-probs for the KL penalty (adapter disabled), once per update.
-        ref = reference_logprobs(self.policy, decisions, cfg.minibatch_size) if cfg.kl_coef else None
-        # 3'. Acting in another precision: the rollout re-scored in the training one (mismatch, correction).
-        correction = ActingCorrection.measure(self.policy, decisions, cfg.minibatch_size, cfg.act_correction,
-                                              cfg.act_correction_cap)
+        # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
+        #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
+        step = LossStep.prepare(self.policy, decisions, cfg)
 
-        # 4. Loss per minibatch: -A * log pi(answer), KL penalty, entropy bonus.
-        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
-            ev = evaluate_minibatch(self.policy, decisions, idx, cfg.state_centering)
-            weights = None
-            if correction is not None:
-                ev, weights = correction.apply(ev, idx)
+        # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting).
+        def objective(ev: Evaluation, weights: torch.Tensor | None,
+                      idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             units = ev.logprobs * ev.mask if weights is None else ev.logprobs * weights
-            logprob = units.sum(dim=1)  # log pi of the whole answer (each token importance-weighted)
+            logprob = units.sum(dim=1)  # log pi of the whole answer
             policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
-            entropy = ev.entropy.mean()
-            loss = policy_loss - cfg.entropy_coef * entropy
-            stats = {"policy_loss": policy_loss.item(), "entropy": entropy.item(), "kl": rollout_kl(ev)}
-            if ref is not None:
-                ref_kl = reference_kl(ev, ref, idx)
-                loss = loss + cfg.kl_coef * ref_kl
-                stats["ref_kl"] = ref_kl.item()
-            return loss, stats
+            return policy_loss, {"policy_loss": policy_loss.item()}
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(decisions, loss_fn, groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
-        if correction is not None:
-            metrics.update(correction.metrics)
+        metrics.update(step.metrics)
         return metrics
 
     def _algorithm_state(self) -> dict[str, Any]:

@@ -167,7 +167,8 @@ class InvalidAnswerRule:
 @dataclass(frozen=True)
 class ParseRecord:
     """What an env made of one answer: ``info["parse"]`` (as a dict, :meth:`to_dict`) of every
-    text env (ParseAction, the PettingZoo wrappers, TextWorld) and of :class:`textgym.Agent`.
+    text env (ParseAction, the PettingZoo wrappers, TextWorld, the reasoning and TextArena envs,
+    OpenEnv servers) and of :class:`textgym.Agent`.
 
     Build it through an :class:`AnswerCounter` (:meth:`AnswerCounter.accept`,
     :meth:`AnswerCounter.refuse`), which keeps ``invalid_count`` and ``retries``.
@@ -224,7 +225,7 @@ class AnswerCounter:
         self.invalid_count = 0
         self.retries = 0
 
-    def accept(self, answer: Any, action: Any, action_name: str, parser: str | None,
+    def accept(self, answer: Any, action: Any, action_name: str | None, parser: str | None,
                error: str | None = None) -> ParseRecord:
         """The record of a valid answer (the decision's retries end)."""
         self.retries = 0

@@ -1,0 +1,112 @@
+"""The loss step every algorithm shares, written once: what surrounds its own objective.
+
+Per update, :meth:`LossStep.prepare` computes what the whole batch needs once: the reference
+policy's log-probs for the KL penalty (adapter disabled; only when ``kl_coef > 0``) and the
+acting-precision correction (:class:`~textgym.trainers.precision.ActingCorrection`). Per
+minibatch, :meth:`LossStep.loss_fn` re-scores the decisions (with grad; state centering when
+configured), hands them to the algorithm's ``objective`` (REINFORCE's ``-A log pi``, GRPO's
+clipped surrogate, PPO's clipped surrogate plus value loss) and adds the terms common to all:
+the entropy bonus, the KL to the rollout policy (reported, and what ``target_kl`` stops on) and
+the KL penalty to the reference policy. The algorithm's update (``reinforce.py``, ``grpo.py``,
+``ppo.py``) reads top to bottom: advantages, ``LossStep.prepare``, its objective, then
+``Trainer.optimize(decisions, step.loss_fn(objective))``.
+
+Example:
+    >>> import textgym, torch
+    >>> from textgym.rollout import collect, decisions_of
+    >>> from textgym.trainers.config import ReinforceConfig
+    >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
+    >>> rollout = collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
+    >>> decisions = decisions_of(rollout.episodes)
+    >>> step = LossStep.prepare(policy, decisions, ReinforceConfig())
+    >>> def objective(ev, weights, idx):            # the algorithm's own term
+    ...     loss = -(ev.logprobs * ev.mask).sum(dim=1).mean()
+    ...     return loss, {"policy_loss": loss.item()}
+    >>> loss, stats = step.loss_fn(objective)(torch.tensor([0, 1]))
+    >>> sorted(stats)
+    ['entropy', 'kl', 'policy_loss']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from textgym.policy import Decision, Evaluation, Policy
+from textgym.trainers.centering import evaluate_minibatch
+from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.optimization import LossFn
+from textgym.trainers.precision import ActingCorrection
+
+if TYPE_CHECKING:
+    from textgym.trainers.config import TrainConfig
+
+__all__ = ["LossStep", "Objective", "skipped_update"]
+
+logger = logging.getLogger("textgym.trainers")
+
+Objective = Callable[[Evaluation, "torch.Tensor | None", torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
+"""An algorithm's own term: ``objective(ev, weights, indices) -> (loss, statistics)`` of the
+minibatch at ``indices`` re-scored as ``ev`` (``weights``: the acting correction's per-unit
+importance weights, ``None`` when not correcting)."""
+
+
+def skipped_update(what: str) -> dict[str, Any]:
+    """The metrics of an update skipped because its inputs (``what``: rewards, advantages...) are
+    not finite: the weights are left as they were."""
+    logger.warning("non-finite %s: update skipped", what)
+    return {"nonfinite": True, "epochs": 0}
+
+
+@dataclass
+class LossStep:
+    """One update's shared loss terms (see the module docstring)."""
+
+    policy: Policy
+    decisions: Sequence[Decision]
+    config: TrainConfig
+    reference: list[torch.Tensor] | None
+    """Per decision, the reference policy's log-probs of its units (``None``: no KL penalty)."""
+    correction: ActingCorrection | None
+    """The acting-precision correction (``None``: the policy acts in float32)."""
+
+    @classmethod
+    def prepare(cls, policy: Policy, decisions: Sequence[Decision], config: TrainConfig) -> LossStep:
+        """What the update's minibatches share, computed once over ``decisions`` (no grad)."""
+        size = config.minibatch_size
+        reference = reference_logprobs(policy, decisions, size) if config.kl_coef else None
+        correction = ActingCorrection.measure(policy, decisions, size, config.act_correction,
+                                              config.act_correction_cap)
+        return cls(policy, decisions, config, reference, correction)
+
+    def loss_fn(self, objective: Objective) -> LossFn:
+        """The minibatch loss of :func:`textgym.trainers.optimization.run_minibatches`: the
+        algorithm's ``objective`` minus ``entropy_coef`` x entropy plus ``kl_coef`` x the KL to
+        the reference policy; its statistics plus ``entropy``, ``kl`` and ``ref_kl``."""
+        cfg = self.config
+
+        def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            ev = evaluate_minibatch(self.policy, self.decisions, idx, cfg.state_centering)
+            weights = None
+            if self.correction is not None:
+                ev, weights = self.correction.apply(ev, idx)
+            loss, stats = objective(ev, weights, idx)
+            entropy = ev.entropy.mean()
+            loss = loss - cfg.entropy_coef * entropy
+            stats = {**stats, "entropy": entropy.item(), "kl": rollout_kl(ev)}
+            if self.reference is not None:
+                ref_kl = reference_kl(ev, self.reference, idx)
+                loss = loss + cfg.kl_coef * ref_kl
+                stats["ref_kl"] = ref_kl.item()
+            return loss, stats
+
+        return loss_fn
+
+    @property
+    def metrics(self) -> dict[str, float]:
+        """The update's metrics of the shared terms: the acting mismatch (when acting in another precision)."""
+        return dict(self.correction.metrics) if self.correction is not None else {}

@@ -1,0 +1,116 @@
+"""What an env recommends for training on it, declared once: :class:`TrainingDefaults`.
+
+Each setting here is also a setting of a run (``textgym train``'s ``RunConfig`` declares its
+budget and early-stop fields ``like`` these, and ``num_envs``/``lr`` are
+:class:`~textgym.trainers.TrainConfig`'s): one range and one doc per setting, whichever way a
+value comes in (an env's registration, a config file, a flag). Envs register their defaults with
+:func:`textgym.register` (``textgym.registry`` re-exports this class); this module is torch- and
+gymnasium-free, so ``textgym --help`` reads it at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from textgym.settings import check, like, setting
+from textgym.trainers.config import MAX_ENVS, TrainConfig
+
+__all__ = ["TrainingDefaults"]
+
+
+@dataclass(frozen=True)
+class TrainingDefaults:
+    """What an env recommends for training: ``textgym train ENV`` starts from these (below the
+    config file and the flags), and Python users and ``bench/`` scripts read them with
+    :func:`textgym.registry.training_defaults`. ``None`` means "not set".
+
+    Budgets are in updates (or episodes), so a default run does the same work on any machine;
+    ``minutes`` is an optional cap. ``until`` is the env's solved threshold: the default of
+    ``textgym train --until`` (training stops once a greedy check reaches it) and what the
+    collapse alarms (:mod:`textgym.trainers.alarms`) compare the return with.
+
+    Example:
+        >>> d = TrainingDefaults(updates=16, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
+        ...                      modes={"generate": {"lr": 1e-4, "trainer": {"gamma": 1.0}}})
+        >>> g = d.for_mode("generate")
+        >>> g.lr, g.trainer
+        (0.0001, {'episodes_per_update': 32, 'gamma': 1.0})
+        >>> d.for_mode("score") == TrainingDefaults(updates=16, num_envs=16, lr=3e-4,
+        ...                                          trainer={"episodes_per_update": 32})
+        True
+        >>> TrainingDefaults(updates=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: updates must be an integer >= 1, got 0
+
+    Raises:
+        ValueError: a setting out of its range, or a mode overrides a setting that does not exist.
+    """
+
+    updates: int | None = setting(None, at_least=1)
+    """Training updates in total (with episodes: whichever comes first).
+    Each of the trainer's ``episodes_per_update`` episodes. When a run gives neither ``updates``
+    nor ``episodes`` (flags or file), the env's recommended budget applies, and a budget that is
+    given replaces it."""
+    episodes: int | None = setting(None, at_least=1)
+    """Training episodes in total (with updates: whichever comes first)."""
+    minutes: float | None = setting(None, above=0)
+    """Cap on this session's wall time; --resume replays the update cut.
+    At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
+    stays at the last complete update."""
+    until: float | None = setting(None)
+    """Stop once the mean greedy return on held-out episodes reaches RETURN.
+    The env's solved threshold (``None``: it has none, and runs do not stop early); a run's
+    ``None`` takes the env's."""
+    check_every: int | None = setting(None, at_least=0)
+    """Greedy check every K updates (0: no early stop).
+    ``None``: the env's default, else ``textgym.trainers.EarlyStop``'s."""
+    check_episodes: int | None = setting(None, at_least=1, at_most=MAX_ENVS)
+    """Held-out greedy episodes per check, played together.
+    ``None``: the env's or ``EarlyStop``'s default."""
+    check_max_steps: int | None = setting(None, at_least=1)
+    """Cap on the length of a check's episodes (None: the env's default cap, else its own limit).
+    Keep it where a capped return still says "solved" (CartPole: 200 steps for 195)."""
+    num_envs: int | None = like(TrainConfig, "num_envs", None)
+    lr: float | None = like(TrainConfig, "lr", None)
+    trainer: Mapping[str, Any] = field(default_factory=dict)
+    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`), e.g.
+    ``episodes_per_update``, ``gamma``."""
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for :func:`textgym.make` (e.g. CartPole's ``shaping``)."""
+    policy: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments for :class:`textgym.Policy` (e.g. ``temperature``); the CLI does not pass
+    them yet."""
+    modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per policy mode (``"score"``, ``"generate"``), settings that replace the ones above in that
+    mode: ``{"generate": {"lr": 1e-4, "trainer": {...}}}``; a table (``trainer``, ``env_kwargs``,
+    ``policy``) is merged key by key."""
+
+    _TABLES = ("trainer", "env_kwargs", "policy")
+
+    def __post_init__(self) -> None:
+        for name in (*self._TABLES, "modes"):  # private copies: the defaults never change under us
+            object.__setattr__(self, name, dict(getattr(self, name)))
+        check(self)
+        settings = {f.name for f in dataclasses.fields(self)} - {"modes"}
+        for mode, overrides in self.modes.items():
+            unknown = sorted(set(overrides) - settings)
+            if unknown:
+                raise ValueError(f"training defaults for mode {mode!r} set unknown settings {unknown}; "
+                                 f"the settings are {sorted(settings)}")
+
+    def for_mode(self, mode: str | None) -> TrainingDefaults:
+        """The defaults in policy mode ``mode`` (its overrides applied; ``modes`` emptied)."""
+        overrides = dict(self.modes.get(mode, {})) if mode is not None else {}
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "modes"}
+        for name, value in overrides.items():
+            values[name] = {**values[name], **value} if name in self._TABLES else value
+        return TrainingDefaults(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as plain values (tables as dicts), ``None`` meaning "not set"."""
+        return {f.name: (dict(v) if isinstance(v := getattr(self, f.name), Mapping) else v)
+                for f in dataclasses.fields(self)}
