@@ -7,6 +7,7 @@
     textgym plot runs/a runs/b             # learning curves of several runs, overlaid
     textgym view runs/a runs/b             # an HTML page: curves, settings, episode transcripts
     textgym export runs/a --out my-agent --merge   # a model folder any Hugging Face tool loads
+    textgym benchmark --suite quick        # a fixed suite of runs, greedy results beside references
 
 This module stays cheap to import (``textgym --help`` is instant): torch, transformers,
 peft, trl and even gymnasium are imported inside the commands that need them.
@@ -23,6 +24,7 @@ from textgym.cli.config import BUDGET, HARDWARE, RUN, RunConfig
 from textgym.cli.errors import TextgymGroup
 from textgym.cli.options import flags_of, option, with_settings
 
+from textgym.benchmark import SUITES
 from textgym.policy.config import PolicyConfig
 from textgym.trainers.config import TrainConfig
 
@@ -43,6 +45,9 @@ def _complete_env(incomplete: str) -> list[str]:
 
     names = sorted({info.short_name for info in textgym.list_envs()})
     return [name for name in names if name.startswith(incomplete.lower())]
+
+
+Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # textgym.benchmark's suites
 
 
 class Baseline(str, Enum):
@@ -188,6 +193,25 @@ def evaluate(
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=max_episode_steps,
     )
+
+
+@app.command()
+def benchmark(
+    suite: Suite = typer.Option(..., help="smoke (tiny model, a test), quick (30 min) or full (the targets)."),
+    seeds: int | None = typer.Option(None, min=1, metavar="N", help="Training seeds per row.",
+                                     show_default="the suite's: smoke 1, quick 1, full 3"),
+    model: str | None = typer.Option(None, metavar="TEXT", help="Model every row trains.",
+                                     show_default="the suite's: tiny for smoke, else smollm2-135m"),
+    out: Path | None = typer.Option(None, metavar="DIR", help="Output folder; the same again resumes.",
+                                    show_default="runs/benchmark-<suite>"),
+    doc: Path | None = typer.Option(None, metavar="FILE", help="Also write the table into this "
+                                    "Markdown file's generated block (docs/results.md)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+) -> None:
+    """Train a fixed suite of runs from the untrained model; greedy held-out results beside references."""
+    from textgym.cli import benchmarking
+
+    benchmarking.run(suite.value, seeds=seeds, model=model, out=out, doc=doc, quiet=quiet)
 
 
 @app.command("runs")
