@@ -163,10 +163,12 @@ class BenchmarkDisplay:
         from textgym.cli.display import progress_line
 
         if self._progress is not None:
-            line = progress_line(progress)
-            if not progress.greedy:
-                line = line.replace("evaluating, ", "training: ", 1) if line.startswith("evaluating") \
-                    else f"training: {line}"
+            if progress.greedy:  # the evaluation, or a greedy check during training
+                line = progress_line(progress)
+            elif progress.finished:
+                line = f"training: optimising on {progress.decisions} decisions"
+            else:
+                line = f"training: {progress_line(progress)}"
             self._progress.stats = Text(f"{self.current}: {line}", no_wrap=True, overflow="ellipsis")
             self._progress.refresh()
 
@@ -321,10 +323,17 @@ def run(suite_name: str, seeds: int | None, model: str | None, out: Path | None,
     command = f"textgym benchmark --suite {suite.name} --seeds {seeds} --model {model} --out {out}"
     results: dict[str, Any] = {
         "suite": suite.name, "description": suite.description, "model": model, "seeds": seeds,
-        "command": command, "textgym": textgym.__version__, "commit": _commit(),
+        "command": command, "textgym": textgym.__version__,
+        # the commit of each session that ran a step (a resumed benchmark may span several)
+        "commits": list(earlier.get("commits") or ([earlier["commit"]] if earlier.get("commit") else [])),
         "started": earlier.get("started") or time.strftime("%Y-%m-%d %H:%M:%S %Z"),
         "rows": {}}
     rows: dict[str, Any] = results["rows"]
+    commit = _commit() or "unknown"
+
+    def ran_a_step() -> None:
+        if commit not in results["commits"]:
+            results["commits"].append(commit)
 
     def save() -> None:
         write_json(out / RESULTS_JSON, results)
@@ -348,6 +357,7 @@ def run(suite_name: str, seeds: int | None, model: str | None, out: Path | None,
             record = _reuse(path, plan.spec(model))
             again = record is not None
             if record is None:
+                ran_a_step()
                 record = _references(plan, model, path)
             entry["references"] = record["references"]
             display.done(f"{row.name}: references {'(done before) ' if again else ''}"
@@ -359,11 +369,13 @@ def run(suite_name: str, seeds: int | None, model: str | None, out: Path | None,
                 record = _reuse(run_dir / RUN_RECORD, {**plan.spec(model), "seed": seed})
                 again = record is not None
                 if record is None:
+                    ran_a_step()
                     record = _train_and_evaluate(plan, model, seed, run_dir)
                 entry["runs"].append({k: v for k, v in record.items() if k != "spec"})
                 entry["trained"] = seed_summary([r["eval"] for r in entry["runs"]])
                 display.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
-                             f"{record['updates']} updates, {record['episodes']} episodes; greedy "
+                             f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "
+                             f"{record['episodes']} episodes; greedy "
                              f"{_short(record['eval'])} on {row.eval_episodes} held-out episodes")
                 save()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
@@ -377,7 +389,9 @@ def run(suite_name: str, seeds: int | None, model: str | None, out: Path | None,
 
 def _markdown(suite: Suite, results: dict[str, Any]) -> str:
     """``results.md``: what was run, then the table."""
-    head = (f"`{results['command']}` (textgym {results['textgym']}, commit {results['commit']}); "
+    commits = results.get("commits") or ["unknown"]
+    head = (f"`{results['command']}` (textgym {results['textgym']}, "
+            f"commit{'s' if len(commits) > 1 else ''} {', '.join(commits)}); "
             f"each row trained from the untrained {results['model']} with {results['seeds']} "
             f"seed{'s' if results['seeds'] > 1 else ''}, greedy mean return on held-out seeds "
             "(from 1,000,000) beside the untrained model and the env's reference policies.")

@@ -39,6 +39,7 @@ def test_smoke_suite_writes_the_table_and_json_with_references(smoke_out):
     out, result = smoke_out
     data = json.loads((out / "results.json").read_text())
     assert (data["suite"], data["model"], data["seeds"]) == ("smoke", "tiny", 1)
+    assert len(data["commits"]) == 1  # the commit of the session that ran the steps
     assert list(data["rows"]) == [row.name for row in SMOKE.rows]
     table = (out / "results.md").read_text().splitlines()
     lines = [line for line in table if line.startswith("| ") and not line.startswith("| run ")]
@@ -82,7 +83,7 @@ def test_the_same_command_again_trains_and_evaluates_nothing(smoke_out, cli, mon
     assert result.exit_code == 0, result.output + result.stderr
     assert result.stdout.count("(done before)") == len(SMOKE.rows) * 2
     after = json.loads((out / "results.json").read_text())
-    assert after["rows"] == before["rows"]
+    assert after["rows"] == before["rows"] and after["commits"] == before["commits"]
 
 
 def test_a_half_finished_run_resumes_from_its_checkpoint(smoke_out, cli, monkeypatch):

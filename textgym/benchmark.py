@@ -234,14 +234,17 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
 
 
 def _budget(row: Mapping[str, Any] | None, declared: BenchmarkRow) -> str:
-    """The budget a run used (its resolved config), else the declared one."""
+    """The budget a run used (its resolved config), else the declared one, and the mean training
+    time of the runs (wall time: on a shared machine it says little)."""
     budget = (row or {}).get("budget") or {}
+    seconds = [r["train_seconds"] for r in (row or {}).get("runs") or [] if r.get("train_seconds")]
+    took = f" ({sum(seconds) / len(seconds) / 60:.1f} min)" if seconds else ""
     updates = budget.get("updates", declared.settings.get("updates"))
     per_update = budget.get("episodes_per_update", (declared.settings.get("trainer") or {}).get("episodes_per_update"))
     if updates is None:
-        return "the env's registered budget"
+        return "the env's registered budget" + took
     text = f"{updates} update{'' if updates == 1 else 's'}"
-    return text + (f" of {per_update} episodes" if per_update else "")
+    return text + (f" of {per_update} episodes" if per_update else "") + took
 
 
 def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
