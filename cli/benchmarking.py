@@ -30,11 +30,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn
 from rich.text import Text
 from textgym.cli import config as run_config
-from textgym.cli.errors import CLIError
+from textgym.cli.errors import EXIT_USAGE, CLIError
 from textgym.cli.messages import say
 
 from textgym import run_folder
-from textgym.benchmark import SUITES, BenchmarkRow, Suite, markdown_table, seed_summary
+from textgym.benchmark import (
+    SUITES,
+    BenchmarkConfig,
+    BenchmarkRow,
+    Suite,
+    markdown_table,
+    seed_summary,
+)
 
 RESULTS_JSON = "results.json"
 RESULTS_MD = "results.md"
@@ -301,18 +308,22 @@ def _short(result: dict[str, Any]) -> str:
     return result_cell(result)
 
 
-def run(suite_name: str, seeds: int | None, model: str | None, out: Path | None, doc: Path | None,
-        quiet: bool = False) -> None:
-    """The ``benchmark`` command (see the module docstring). Every check (model, output folder,
-    ``--doc`` file, each row's settings) comes before anything is loaded or written."""
+def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: bool = False) -> None:
+    """The ``benchmark`` command (see the module docstring): ``settings`` are the options of
+    :class:`textgym.benchmark.BenchmarkConfig` (``None``: not given). Every check (options, model,
+    output folder, ``--doc`` file, each row's settings) comes before anything is loaded or written."""
     from textgym.cli.modelcheck import check_model
     from textgym.cli.runs import write_json
 
     import textgym
 
-    suite = SUITES[suite_name]
-    model = model or suite.model
-    seeds = seeds or suite.seeds
+    if settings.get("suite") is None:
+        raise CLIError(f"missing --suite: one of {', '.join(SUITES)}", exit_code=EXIT_USAGE)
+    try:
+        config = BenchmarkConfig(**{k: v for k, v in settings.items() if v is not None}).resolved()
+    except ValueError as exc:
+        raise CLIError(str(exc), exit_code=EXIT_USAGE) from None
+    suite, seeds, model = SUITES[config.suite], config.seeds, config.model
     out = Path(out) if out is not None else Path("runs") / f"benchmark-{suite.name}"
     check_model(model)
     earlier = _check_out(out, suite, model)

@@ -24,7 +24,7 @@ from textgym.cli.config import BUDGET, HARDWARE, RUN, RunConfig
 from textgym.cli.errors import TextgymGroup
 from textgym.cli.options import flags_of, option, with_settings
 
-from textgym.benchmark import SUITES
+from textgym.benchmark import BenchmarkConfig
 from textgym.policy.config import PolicyConfig
 from textgym.trainers.config import TrainConfig
 
@@ -45,9 +45,6 @@ def _complete_env(incomplete: str) -> list[str]:
 
     names = sorted({info.short_name for info in textgym.list_envs()})
     return [name for name in names if name.startswith(incomplete.lower())]
-
-
-Suite = Enum("Suite", {name: name for name in SUITES}, type=str)  # textgym.benchmark's suites
 
 
 class Baseline(str, Enum):
@@ -196,12 +193,9 @@ def evaluate(
 
 
 @app.command()
+@with_settings((BenchmarkConfig, flags_of(BenchmarkConfig), {}))
 def benchmark(
-    suite: Suite = typer.Option(..., help="smoke (tiny model, a test), quick (30 min) or full (the targets)."),
-    seeds: int | None = typer.Option(None, min=1, metavar="N", help="Training seeds per row.",
-                                     show_default="the suite's: smoke 1, quick 1, full 3"),
-    model: str | None = typer.Option(None, metavar="TEXT", help="Model every row trains.",
-                                     show_default="the suite's: tiny for smoke, else smollm2-135m"),
+    settings: dict[str, Any] | None = None,
     out: Path | None = typer.Option(None, metavar="DIR", help="Output folder; the same again resumes.",
                                     show_default="runs/benchmark-<suite>"),
     doc: Path | None = typer.Option(None, metavar="FILE", help="Also write the table into this "
@@ -211,7 +205,7 @@ def benchmark(
     """Train a fixed suite of runs from the untrained model; greedy held-out results beside references."""
     from textgym.cli import benchmarking
 
-    benchmarking.run(suite.value, seeds=seeds, model=model, out=out, doc=doc, quiet=quiet)
+    benchmarking.run(settings or {}, out=out, doc=doc, quiet=quiet)
 
 
 @app.command("runs")

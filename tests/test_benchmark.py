@@ -113,6 +113,7 @@ def test_a_half_finished_run_resumes_from_its_checkpoint(smoke_out, cli, monkeyp
 
 @pytest.mark.parametrize("args, exit_code, says", [
     (["--suite", "huge"], 2, "huge"),
+    (["--seeds", "2"], 2, "missing --suite"),
     (["--suite", "smoke", "--seeds", "0"], 2, "--seeds"),
     (["--suite", "smoke", "--model", "no-such-model-here"], 1, "no-such-model-here"),
 ])

@@ -34,7 +34,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["SUITES", "BenchmarkRow", "Suite", "markdown_table", "result_cell", "seed_summary"]
+from textgym.settings import check, setting
+
+__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "markdown_table", "result_cell", "seed_summary"]
 
 
 @dataclass(frozen=True)
@@ -180,6 +182,36 @@ FULL = Suite(
 
 #: Every suite by name (``textgym benchmark --suite``).
 SUITES: dict[str, Suite] = {suite.name: suite for suite in (SMOKE, QUICK, FULL)}
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """What ``textgym benchmark`` runs: its options are these fields (``textgym.cli.options``).
+
+    Example:
+        >>> BenchmarkConfig("smoke").resolved()
+        BenchmarkConfig(suite='smoke', seeds=1, model='tiny')
+        >>> BenchmarkConfig("huge")
+        Traceback (most recent call last):
+        ...
+        ValueError: suite must be one of smoke, quick, full, got 'huge'
+    """
+
+    suite: str = setting(choices=tuple(SUITES), flag=True)
+    """The suite: smoke (tiny model, a test), quick (30 minutes) or full (the targets)."""
+    seeds: int | None = setting(None, at_least=1, flag=True, metavar="N",
+                                default_text="the suite's: smoke 1, quick 1, full 3")
+    """Training seeds per row (seeds 0 to N-1)."""
+    model: str | None = setting(None, flag=True, default_text="the suite's: tiny for smoke, else smollm2-135m")
+    """The model every row trains from (registry name, Hugging Face id or folder)."""
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def resolved(self) -> BenchmarkConfig:
+        """The suite's seeds and model where none is given."""
+        suite = SUITES[self.suite]
+        return BenchmarkConfig(self.suite, self.seeds or suite.seeds, self.model or suite.model)
 
 
 # ---------------------------------------------------------------------------------------------
