@@ -353,16 +353,18 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
     out.mkdir(parents=True, exist_ok=True)
     display = BenchmarkDisplay(total=len(plans) * (1 + seeds), quiet=quiet)
     with display.shown():
-        for plan in plans:
-            row = plan.row
+        for plan in plans:  # every row's resolved settings, so a partial table shows them too
             cfg = plan.config
-            entry = rows[row.name] = {
-                "env": cfg.env, "target": row.target, "budget_note": row.budget,
-                "settings": dict(row.settings),
+            rows[plan.row.name] = {
+                "env": cfg.env, "target": plan.row.target, "budget_note": plan.row.budget,
+                "settings": dict(plan.row.settings),
                 "budget": {"updates": cfg.updates, "episodes": cfg.episodes,
                            "episodes_per_update": plan.episodes_per_update},
-                "eval_episodes": row.eval_episodes, "eval_env_kwargs": dict(row.eval_env_kwargs),
+                "eval_episodes": plan.row.eval_episodes, "eval_env_kwargs": dict(plan.row.eval_env_kwargs),
                 "references": {}, "runs": [], "trained": {}}
+        for plan in plans:
+            row = plan.row
+            entry = rows[row.name]
             path = out / "references" / f"{row.name}.json"
             display.start(f"{row.name} references")
             record = _reuse(path, plan.spec(model))

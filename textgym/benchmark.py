@@ -298,8 +298,8 @@ def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
         env = (row or {}).get("env") or declared.env
         cells = [declared.name, env.split("/")[-1], _budget(row, declared), result_cell(trained),
                  result_cell(references.get("untrained")),
-                 *(result_cell(references.get(name)) if (row is None or name in references)
-                   else "none" for name in names),
+                 *(result_cell(references.get(name)) if (not references or name in references)
+                   else "none" for name in names),  # "none": the env has no such reference
                  declared.target or "-"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
