@@ -40,6 +40,7 @@ from textgym.benchmark import (
     BenchmarkRow,
     Suite,
     markdown_table,
+    result_cell,
     seed_summary,
 )
 
@@ -299,13 +300,7 @@ def _commit() -> str | None:
                              capture_output=True, text=True, timeout=10, check=False)
     except (OSError, subprocess.SubprocessError):
         return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
-
-
-def _short(result: dict[str, Any]) -> str:
-    from textgym.benchmark import result_cell
-
-    return result_cell(result)
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
 
 
 def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: bool = False) -> None:
@@ -374,7 +369,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                 record = _references(plan, model, path)
             entry["references"] = record["references"]
             display.done(f"{row.name}: references {'(done before) ' if again else ''}"
-                         + ", ".join(f"{name} {_short(r)}" for name, r in record["references"].items()))
+                         + ", ".join(f"{name} {result_cell(r)}" for name, r in record["references"].items()))
             save()
             for seed in range(seeds):
                 run_dir = out / "runs" / f"{row.name}-seed{seed}"
@@ -389,7 +384,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                 display.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
                              f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "
                              f"{record['episodes']} episodes; greedy "
-                             f"{_short(record['eval'])} on {row.eval_episodes} held-out episodes")
+                             f"{result_cell(record['eval'])} on {row.eval_episodes} held-out episodes")
                 save()
     results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     save()
