@@ -7,6 +7,7 @@ invalid-answer rate (invalid answers per decision).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from pathlib import Path
@@ -49,9 +50,12 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
                       episodes: int, num_envs: int, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
+                      env_overrides: dict[str, Any] | None = None, announce: bool = True,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
-    ``overrides``: policy settings given as flags, over the checkpoint's own."""
+    ``overrides``: policy settings given as flags, over the checkpoint's own; ``env_overrides``:
+    env settings over the run's (``textgym benchmark``: a step cap, held-out TextWorld games);
+    ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
     from textgym.trainers import make_trainer
@@ -85,8 +89,9 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
         settings, env_kwargs = dict(registered.policy), dict(registered.env_kwargs)
     if max_episode_steps is not None:  # the env's own step limit, over the run's
         env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
+    env_kwargs = {**(env_kwargs or {}), **(env_overrides or {})}
     overrides = overrides or {}
-    if checkpoint is not None:
+    if checkpoint is not None and announce:
         _say_settings(settings, overrides)
     settings.update(overrides)
     # Device, precision and quantization are this machine's choice (flags), not the run's.
@@ -108,9 +113,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     label = "checkpoint" if checkpoint is not None else model
     from textgym.cli.display import evaluation_progress
 
-    say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
-        f"{policy.act_precision}", err=True)
-    with evaluation_progress():
+    if announce:
+        say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
+            f"{policy.act_precision}", err=True)
+    with evaluation_progress() if announce else contextlib.nullcontext():
         result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
     return label, with_stderr(result), dict(env_kwargs or {})
 

@@ -7,6 +7,7 @@
     textgym plot runs/a runs/b             # learning curves of several runs, overlaid
     textgym view runs/a runs/b             # an HTML page: curves, settings, episode transcripts
     textgym export runs/a --out my-agent --merge   # a model folder any Hugging Face tool loads
+    textgym benchmark --suite quick        # a fixed suite of runs, greedy results beside references
 
 This module stays cheap to import (``textgym --help`` is instant): torch, transformers,
 peft, trl and even gymnasium are imported inside the commands that need them.
@@ -23,6 +24,7 @@ from textgym.cli.config import ENV_FLAGS, HARDWARE, RUN, TRAINER_FLAGS, EnvSetti
 from textgym.cli.errors import TextgymGroup
 from textgym.cli.options import flags_of, option, with_settings
 
+from textgym.benchmark import BenchmarkConfig
 from textgym.policy.config import PolicyConfig
 from textgym.trainers.config import TrainConfig
 
@@ -173,6 +175,22 @@ def evaluate(
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],
     )
+
+
+@app.command()
+@with_settings((BenchmarkConfig, flags_of(BenchmarkConfig), {}))
+def benchmark(
+    settings: dict[str, Any] | None = None,
+    out: Path | None = typer.Option(None, metavar="DIR", help="Output folder; the same again resumes.",
+                                    show_default="runs/benchmark-<suite>"),
+    doc: Path | None = typer.Option(None, metavar="FILE", help="Also write the table into this "
+                                    "Markdown file's generated block (docs/results.md)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+) -> None:
+    """Train a fixed suite of runs from the untrained model; greedy held-out results beside references."""
+    from textgym.cli import benchmarking
+
+    benchmarking.run(settings or {}, out=out, doc=doc, quiet=quiet)
 
 
 @app.command("runs")

@@ -74,7 +74,9 @@ class CartPoleText(Renderer):
         word: which direction the word names. ``"spin"``: where the pole turns (``turning
             left``); pushing that way balances for ~200 steps. ``"heading"``: where the pole is
             falling, the sign of ``angle + 0.3 * spin`` (its lean about 0.3 s ahead: ``falling
-            left``); pushing that way balances for the whole 500 steps.
+            left``); pushing that way balances for the whole 500 steps. ``"none"``: no direction
+            word, the numbers only (the hard form: the policy must learn the sign rule from the
+            numbers themselves; ``textgym benchmark`` trains on it).
         compact: the direction word first and the numbers in hundredths, as integers (each
             digit is a token: ~23 tokens instead of ~34). With the heading word the untrained
             model's greedy answer follows the word in 95% of random-play states, against 38%
@@ -87,9 +89,13 @@ class CartPoleText(Renderer):
         'Pole +0.09 rad, spin -0.23, falling right; cart at +0.02, velocity -0.15.'
         >>> CartPoleText("heading", compact=True)([0.02, -0.15, 0.09, -0.23])
         'Pole falling right: angle +9, spin -23; cart +2, velocity -15.'
+        >>> CartPoleText("none")([0.02, -0.15, 0.09, -0.23])
+        'Pole +0.09 rad, spin -0.23; cart at +0.02, velocity -0.15.'
+        >>> CartPoleText("none", compact=True)([0.02, -0.15, 0.09, -0.23])
+        'Pole: angle +9, spin -23; cart +2, velocity -15.'
     """
 
-    WORDS = ("spin", "heading")
+    WORDS = ("spin", "heading", "none")
     #: ``angle + LOOKAHEAD * spin``: the pole's lean this many seconds ahead, roughly.
     LOOKAHEAD = 0.3
 
@@ -105,12 +111,17 @@ class CartPoleText(Renderer):
     def __call__(self, obs: Sequence[float]) -> str:
         x, velocity, angle, spin = (float(v) for v in obs)
         if self.compact:
+            if self.word == "none":
+                return (f"Pole: angle {round(100 * angle):+d}, spin {round(100 * spin):+d}; "
+                        f"cart {round(100 * x):+d}, velocity {round(100 * velocity):+d}.")
             side = angle + self.LOOKAHEAD * spin if self.word == "heading" else spin
             words = "falling" if self.word == "heading" else "turning"
             cent = [round(100 * v) for v in (angle, spin, x, velocity)]
             return (f"Pole {words} {'left' if side < 0 else 'right'}: angle {cent[0]:+d}, spin {cent[1]:+d}; "
                     f"cart {cent[2]:+d}, velocity {cent[3]:+d}.")
-        if self.word == "heading":
+        if self.word == "none":
+            pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}"
+        elif self.word == "heading":
             falling = "left" if angle + self.LOOKAHEAD * spin < 0 else "right"
             pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}, falling {falling}"
         else:
@@ -435,15 +446,17 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
         system_prompt: replaces the default system prompt.
         max_episode_steps: step limit (``-1``: none); default: Gymnasium's (500).
         shaping: weight of the shaping (0: none).
-        word: the renderer's direction word (:class:`CartPoleText`): ``"spin"`` or ``"heading"``.
+        word: the renderer's direction word (:class:`CartPoleText`): ``"spin"``, ``"heading"``,
+            or ``"none"`` (the numbers only).
         potential: the shaping potential, ``"spin"`` or ``"heading"``; default: the one ``word``
-            names.
+            names (``"heading"`` for the numbers only: the reward may say what the prompt does not).
         compact: the renderer's short form (:class:`CartPoleText`: the word first, integers).
         **kwargs: ``CartPole-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
     """
     if shaping < 0:
         raise ValueError(f"shaping must be >= 0, got {shaping}")
-    potential = word if potential is None else potential
+    if potential is None:
+        potential = word if word in _POTENTIALS else "heading"
     if potential not in _POTENTIALS:
         raise ValueError(f"potential must be one of {tuple(_POTENTIALS)}, got {potential!r}")
     if formatter is None:

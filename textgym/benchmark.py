@@ -1,0 +1,305 @@
+"""The benchmark suites of ``textgym benchmark``: fixed lists of (env, settings, budget) runs.
+
+A suite (:class:`Suite`) is a list of rows (:class:`BenchmarkRow`). Each row is trained once per
+seed from the untrained model, with the env's registered training settings
+(:func:`textgym.registry.training_defaults`) and the row's ``settings`` on top, exactly as
+``textgym train ENV`` with those settings as flags; then the trained policy plays
+``eval_episodes`` greedy episodes on the held-out evaluation seeds (:mod:`textgym.seeds`), and so
+do the references: the untrained model and the env's registered reference policies (``random``,
+``scripted``: a PD controller, basic strategy, value iteration...; :mod:`textgym.baselines`).
+
+======  ======================================================  =========================================
+suite   what                                                    cost
+======  ======================================================  =========================================
+smoke   the tiny random model, tiny budgets on 3 classic envs   about a minute on 2 cores (a test)
+quick   the default model, short budgets on the issue-31 envs   fits 30 minutes on 2 cores, 1 seed
+full    the default model, the issue-31 targets, 3 seeds        at most 30 minutes per run
+======  ======================================================  =========================================
+
+The runner (``textgym.cli.benchmarking``) writes ``results.json`` and ``results.md`` (the table
+of :func:`markdown_table`) to its ``--out`` folder, one run folder per (row, seed).
+
+Example:
+    >>> suite = SUITES["smoke"]
+    >>> suite.model, [row.name for row in suite.rows]
+    ('tiny', ['bandit', 'cartpole-numbers', 'blackjack'])
+    >>> print(markdown_table(suite, {"rows": {}}).splitlines()[2])
+    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | 1.0 (the scripted player) |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from textgym.settings import check, setting
+
+__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "markdown_table", "result_cell", "seed_summary"]
+
+
+@dataclass(frozen=True)
+class BenchmarkRow:
+    """One row of a suite: an env trained with fixed settings and budget, once per seed.
+
+    Args:
+        name: the row's id (its run folders are ``runs/<name>-seed<k>`` in the output folder).
+        env: the env's id or short name.
+        settings: ``textgym train`` settings over the env's registered ones, as keys of a run
+            config file (``updates``, ``lr``, ``check_every``, ``[trainer]``, ``[env_kwargs]``,
+            ``[policy]``...: ``textgym.cli.config.RunConfig``); a budget given here replaces the
+            env's as a whole, as a flag does.
+        eval_episodes: greedy held-out episodes per trained run and per reference.
+        eval_env_kwargs: env settings of the evaluation over the run's (e.g. a step cap, or
+            TextWorld's held-out pool of games).
+        target: what the row should reach (issue 31's target), shown in the table.
+        budget: how the budget was chosen.
+    """
+
+    name: str
+    env: str
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    eval_episodes: int = 100
+    eval_env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    target: str = ""
+    budget: str = ""
+
+
+@dataclass(frozen=True)
+class Suite:
+    """A fixed list of benchmark rows, with the model they train and how many seeds by default.
+
+    Args:
+        name: ``smoke``, ``quick`` or ``full``.
+        description: one line.
+        model: the model every row trains (``textgym benchmark --model`` replaces it).
+        seeds: training seeds per row (``--seeds`` replaces it): seeds ``0 .. seeds - 1``.
+        rows: the runs.
+    """
+
+    name: str
+    description: str
+    model: str
+    seeds: int
+    rows: tuple[BenchmarkRow, ...]
+
+
+# ---------------------------------------------------------------------------------------------
+# The suites. Budgets are chosen from the per-update costs measured on a quiet machine for the
+# default model (smollm2-135m, score mode, LoRA on the top 8 layers, 2 CPU cores; docs/results.md):
+# TicTacToe ~73 s per update of 64 games, TextWorld one-command quests ~33 s per update of 16
+# games, Blackjack ~15 s per update of 64 hands, CartPole ~5 decisions/s while training; plus the
+# evaluations (references and trained runs), a few minutes per row. The quick suite's 30 minutes is
+# that sum, not yet timed as a whole on a quiet machine.
+
+#: CartPole with the numbers only: the heading shaping still credits each push (the reward may
+#: say what the prompt does not), the check and step cap as CartPole-v0's "195 over 200 steps".
+_CARTPOLE_NUMBERS = {"env_kwargs": {"word": "none", "shaping": 1.0}}
+_CARTPOLE_EVAL = {"max_episode_steps": 200}
+_CARTPOLE_TARGET = "greedy >= 195 (200 steps)"
+
+#: TextWorld one-command quests (examples/textworld_train.py's setting, docs/results.md): one
+#: room, 3 objects, quests of one command, 3 commands per game, a pool of 32 training games
+#: (game seeds 0-31); score mode over the admissible commands, mean log-prob per token.
+_TEXTWORLD = {
+    "lr": 1e-3, "num_envs": 8,
+    "trainer": {"episodes_per_update": 16, "gamma": 0.9, "lora_layers": 8},
+    "env_kwargs": {"world_size": 1, "nb_objects": 3, "quest_length": 1, "max_episode_steps": 3,
+                   "list_commands": False, "games": 32, "first_game": 0, "progress_reward": 0.5},
+    "policy": {"normalization": "token", "temperature": 1.0},
+}
+
+
+def _textworld_eval(games: int) -> dict[str, Any]:
+    """Held-out games (game seeds 1000 on, never trained on); the return is the game's own score,
+    so its mean is the win rate (a one-command quest scores 1 when won)."""
+    return {"games": games, "first_game": 1000, "progress_reward": 0.0}
+
+
+_TEXTWORLD_TARGET = ">= 85% won (held-out games)"
+_TICTACTOE_TARGET = ">= 90% wins, <= 2% losses"
+_BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
+
+SMOKE = Suite(
+    "smoke", "The tiny random model, one small update per row: checks the machinery, not learning.",
+    model="tiny", seeds=1,
+    rows=(
+        BenchmarkRow("bandit", "bandit", {"updates": 1, "num_envs": 8, "check_every": 0,
+                                          "trainer": {"episodes_per_update": 8}},
+                     eval_episodes=16, target="1.0 (the scripted player)",
+                     budget="the smallest update; the table's shape, not a result"),
+        BenchmarkRow("cartpole-numbers", "cartpole",
+                     {**_CARTPOLE_NUMBERS, "updates": 1, "num_envs": 4, "check_every": 0,
+                      "trainer": {"episodes_per_update": 4}},
+                     eval_episodes=4, eval_env_kwargs={"max_episode_steps": 20},
+                     target=_CARTPOLE_TARGET, budget="the smallest update; evaluation capped at 20 steps"),
+        BenchmarkRow("blackjack", "blackjack", {"updates": 1, "num_envs": 8,
+                                                "trainer": {"episodes_per_update": 8}},
+                     eval_episodes=16, target=_BLACKJACK_TARGET, budget="the smallest update"),
+    ),
+)
+
+QUICK = Suite(
+    "quick", "The default model on the issue-31 envs with short budgets: a trend in 30 minutes, "
+    "not the targets.",
+    model="smollm2-135m", seeds=1,
+    rows=(
+        BenchmarkRow("tictactoe", "tictactoe", {"updates": 4}, eval_episodes=100,
+                     target=_TICTACTOE_TARGET,
+                     budget="4 of the registered 8 updates (64 games each): ~5 min"),
+        BenchmarkRow("textworld-one-command", "textworld", {**_TEXTWORLD, "updates": 6},
+                     eval_episodes=32, eval_env_kwargs=_textworld_eval(32), target=_TEXTWORLD_TARGET,
+                     budget="half of the example's 12 updates: ~3.5 min, and ~2 min to generate "
+                            "the 64 games once (cached)"),
+        BenchmarkRow("cartpole-numbers", "cartpole", {**_CARTPOLE_NUMBERS, "updates": 4},
+                     eval_episodes=20, eval_env_kwargs=_CARTPOLE_EVAL, target=_CARTPOLE_TARGET,
+                     budget="4 updates of 16 episodes (~500 decisions each at first): ~6 min; "
+                            "stops early once a check passes"),
+        BenchmarkRow("blackjack", "blackjack", {"updates": 16}, eval_episodes=500,
+                     target=_BLACKJACK_TARGET,
+                     budget="16 of the registered 80 updates (64 hands each): ~4 min"),
+    ),
+)
+
+FULL = Suite(
+    "full", "The issue-31 targets with the default model, 3 seeds per row, at most 30 minutes per run.",
+    model="smollm2-135m", seeds=3,
+    rows=(
+        BenchmarkRow("tictactoe", "tictactoe", {"updates": 24}, eval_episodes=400,
+                     target=_TICTACTOE_TARGET,
+                     budget="24 updates of 64 games against the random opponent: ~29 min"),
+        BenchmarkRow("textworld-one-command", "textworld", {**_TEXTWORLD, "updates": 40},
+                     eval_episodes=100, eval_env_kwargs=_textworld_eval(100),
+                     target=_TEXTWORLD_TARGET,
+                     budget="40 updates of 16 games: ~22 min (100 held-out games, generated once)"),
+        BenchmarkRow("cartpole-numbers", "cartpole", {**_CARTPOLE_NUMBERS, "updates": 16},
+                     eval_episodes=50, eval_env_kwargs=_CARTPOLE_EVAL, target=_CARTPOLE_TARGET,
+                     budget="16 updates of 16 episodes: up to ~30 min as episodes lengthen; "
+                            "stops early once a check passes"),
+        BenchmarkRow("blackjack", "blackjack", {}, eval_episodes=2000, target=_BLACKJACK_TARGET,
+                     budget="the registered 80 updates of 64 hands: ~20 min"),
+    ),
+)
+
+#: Every suite by name (``textgym benchmark --suite``).
+SUITES: dict[str, Suite] = {suite.name: suite for suite in (SMOKE, QUICK, FULL)}
+
+
+@dataclass(frozen=True)
+class BenchmarkConfig:
+    """What ``textgym benchmark`` runs: its options are these fields (``textgym.cli.options``).
+
+    Example:
+        >>> BenchmarkConfig("smoke").resolved()
+        BenchmarkConfig(suite='smoke', seeds=1, model='tiny')
+        >>> BenchmarkConfig("huge")
+        Traceback (most recent call last):
+        ...
+        ValueError: suite must be one of smoke, quick, full, got 'huge'
+    """
+
+    suite: str = setting(choices=tuple(SUITES), flag=True)
+    """The suite: smoke (tiny model, a test), quick (30 minutes) or full (the targets)."""
+    seeds: int | None = setting(None, at_least=1, flag=True, metavar="N",
+                                default_text="the suite's: smoke 1, quick 1, full 3")
+    """Training seeds per row (seeds 0 to N-1)."""
+    model: str | None = setting(None, flag=True, default_text="the suite's: tiny for smoke, else smollm2-135m")
+    """The model every row trains from (registry name, Hugging Face id or folder)."""
+
+    def __post_init__(self) -> None:
+        check(self)
+
+    def resolved(self) -> BenchmarkConfig:
+        """The suite's seeds and model where none is given."""
+        suite = SUITES[self.suite]
+        return BenchmarkConfig(self.suite, self.seeds or suite.seeds, self.model or suite.model)
+
+
+# ---------------------------------------------------------------------------------------------
+# The table
+
+
+def seed_summary(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The mean over seeds of each run's greedy statistics (``return_mean``, and the win/draw/loss
+    rates of games), with ``return_seed_std``, the spread of the runs' returns (``ddof=0``).
+
+    Example:
+        >>> seed_summary([{"return_mean": 1.0, "win_rate": 0.5}, {"return_mean": 0.0, "win_rate": 0.25}])
+        {'return_mean': 0.5, 'return_seed_std': 0.5, 'win_rate': 0.375, 'seeds': 2}
+    """
+    if not results:
+        return {}
+    returns = [float(r["return_mean"]) for r in results]
+    mean = sum(returns) / len(returns)
+    summary: dict[str, Any] = {
+        "return_mean": mean,
+        "return_seed_std": math.sqrt(sum((x - mean) ** 2 for x in returns) / len(returns)),
+    }
+    for rate in ("win_rate", "draw_rate", "loss_rate"):
+        if all(rate in r for r in results):
+            summary[rate] = sum(float(r[rate]) for r in results) / len(results)
+    summary["seeds"] = len(results)
+    return summary
+
+
+def result_cell(result: Mapping[str, Any] | None) -> str:
+    """A table cell for one evaluation (or a :func:`seed_summary`): the mean greedy return, its
+    spread over seeds when there are several, and win/draw/loss for games.
+
+    Example:
+        >>> result_cell({"return_mean": 0.3, "win_rate": 0.615, "draw_rate": 0.07, "loss_rate": 0.315})
+        '+0.300 (W/D/L 62/7/32%)'
+        >>> result_cell({"return_mean": 187.25, "return_seed_std": 9.5, "seeds": 3})
+        '187 ± 9.5 (3 seeds)'
+        >>> result_cell(None)
+        'not run'
+    """
+    if result is None:
+        return "not run"
+    value = float(result["return_mean"])
+    text = f"{value:.3g}" if abs(value) >= 10 else f"{value:+.3f}"
+    if result.get("seeds", 1) > 1:
+        text += f" ± {float(result['return_seed_std']):.2g} ({result['seeds']} seeds)"
+    if "win_rate" in result:
+        rates = "/".join(f"{100 * float(result[k]):.0f}" for k in ("win_rate", "draw_rate", "loss_rate"))
+        text += f" (W/D/L {rates}%)"
+    return text
+
+
+def _budget(row: Mapping[str, Any] | None, declared: BenchmarkRow) -> str:
+    """The budget a run used (its resolved config), else the declared one, and the mean training
+    time of the runs (wall time: on a shared machine it says little)."""
+    budget = (row or {}).get("budget") or {}
+    seconds = [r["train_seconds"] for r in (row or {}).get("runs") or [] if r.get("train_seconds")]
+    took = f" ({sum(seconds) / len(seconds) / 60:.1f} min)" if seconds else ""
+    updates = budget.get("updates", declared.settings.get("updates"))
+    per_update = budget.get("episodes_per_update", (declared.settings.get("trainer") or {}).get("episodes_per_update"))
+    if updates is None:
+        return "the env's registered budget" + took
+    text = f"{updates} update{'' if updates == 1 else 's'}"
+    return text + (f" of {per_update} episodes" if per_update else "") + took
+
+
+def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
+    """The Markdown table of a suite's results (``results.json``'s content): one line per row,
+    the trained policy's greedy return (mean over seeds) beside the untrained model's and the
+    references', with the row's target. A row not run yet says so."""
+    names = ["random", "scripted"]
+    lines = [
+        "| run | env | budget per seed | trained (greedy) | untrained | random | scripted | target |",
+        "|---|---|---|---:|---:|---:|---:|---|",
+    ]
+    rows = results.get("rows") or {}
+    for declared in suite.rows:
+        row = rows.get(declared.name)
+        references = (row or {}).get("references") or {}
+        trained = (row or {}).get("trained") or None
+        env = (row or {}).get("env") or declared.env
+        cells = [declared.name, env.split("/")[-1], _budget(row, declared), result_cell(trained),
+                 result_cell(references.get("untrained")),
+                 *(result_cell(references.get(name)) if (not references or name in references)
+                   else "none" for name in names),  # "none": the env has no such reference
+                 declared.target or "-"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
