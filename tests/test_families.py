@@ -61,11 +61,16 @@ def test_a_family_id_is_made_on_demand_everywhere(toy_family):
     assert registry.family_ids("toyfam") == ["toyfam/CartPole-v1", "toyfam/Acrobot-v1"]
 
 
-def test_gym_make_takes_every_id_of_a_family_once_registered(toy_family):
-    with pytest.raises(gym.error.Error):
-        gym.make("toyfam/Acrobot-v1")
+def test_gym_make_takes_any_id_of_a_family_without_textgym_resolving_it_first(toy_family):
+    assert "toyfam/Acrobot-v1" not in gym.registry
+    assert isinstance(gym.make("toyfam/Acrobot-v1").reset(seed=0)[0], str)    # Gymnasium's own make
+    assert len(gym.make_vec("toyfam/acrobot-v1", num_envs=2).reset(seed=0)[0]) == 2
+    with pytest.raises(registry.UnknownEnvError, match="Did you mean: toyfam/CartPole-v1"):
+        gym.make("toyfam/CartPol-v1")
+    with pytest.raises(gym.error.Error):      # other ids: Gymnasium's lookup, unchanged
+        gym.make("nofam/CartPole-v1")
     registry.family_ids("toyfam", register_all=True)
-    assert isinstance(gym.make("toyfam/Acrobot-v1").reset(seed=0)[0], str)
+    assert "toyfam/CartPole-v1" in gym.registry
 
 
 def test_an_unknown_id_of_a_family_names_its_closest_ids(toy_family):
@@ -351,3 +356,23 @@ def test_textarena_game_needing_a_download_fails_with_one_line():
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and "needs the NLTK resource" in lines[0], result.stdout
     assert "nltk_data" not in result.stderr
+
+
+def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_candidate():
+    pytest.importorskip("reasoning_gym")
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    from textgym.baselines import BaselineNotApplicable, evaluate_baseline
+
+    env = textgym.make("reasoning_gym/basic_arithmetic")
+    with pytest.raises(BaselineNotApplicable, match=r"^reasoning_gym/basic_arithmetic: the random baseline "
+                                                    r".*free-text answers; no baseline applies to it$"):
+        evaluate_baseline(env, "random", episodes=2)
+    result = CliRunner().invoke(app, ["eval", "reasoning_gym/basic_arithmetic", "--baseline", "random",
+                                      "--episodes", "2"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code != 0 and len(lines) == 1 and "no baseline applies" in lines[0], result.output
+    # with a finite answer set (candidates), random picks one of them, a valid answer
+    boolean = textgym.make("reasoning_gym/basic_arithmetic", candidates=["True", "False"])
+    assert evaluate_baseline(boolean, "random", episodes=4)["invalid_rate"] == 0.0
