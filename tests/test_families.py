@@ -376,3 +376,34 @@ def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_can
     # with a finite answer set (candidates), random picks one of them, a valid answer
     boolean = textgym.make("reasoning_gym/basic_arithmetic", candidates=["True", "False"])
     assert evaluate_baseline(boolean, "random", episodes=4)["invalid_rate"] == 0.0
+
+
+def test_textarena_two_player_game_against_scripted_and_policy_opponents(tiny_policy):
+    pytest.importorskip("textarena")
+    with pytest.raises(ValueError, match="has no scripted player; games with one: TicTacToe"):
+        textgym.make("textarena/Nim-v0", opponent="scripted")
+    with pytest.raises(ValueError, match="opponent='best'"):
+        textgym.make("textarena/TicTacToe-v0", opponent="best")
+    # the scripted player takes the centre, then blocks the learner's line 0-1-2
+    env = textgym.make("textarena/TicTacToe-v0", opponent="scripted", seat="first")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("[0]")
+    assert "[4]" not in info["valid_actions"] and len(info["valid_actions"]) == 7
+    _, _, _, _, info = env.step("[1]")
+    assert "[2]" not in info["valid_actions"] and len(info["valid_actions"]) == 5
+    # self-play: the learner's own policy in the other seat (a frozen copy in training)
+    calls = []
+
+    class Recording:
+        def act(self, observations, system_prompts, valid_actions):
+            calls.append(valid_actions[0])
+            return tiny_policy.act(observations, system_prompts, valid_actions, greedy=True)
+
+    env = textgym.make("textarena/TicTacToe-v0", opponent=Recording(), seat="second")
+    obs, info = env.reset(seed=0)
+    system_prompt, terminated = info["system_prompt"], False
+    while not terminated:
+        answer = tiny_policy.act([obs], [system_prompt], [info["valid_actions"]], greedy=True)[0].text
+        obs, reward, terminated, _, info = env.step(answer)
+        assert info["parse"]["valid"] is True
+    assert calls and len(calls[0]) == 9 and reward in (-1.0, 0.0, 1.0)
