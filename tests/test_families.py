@@ -41,8 +41,13 @@ def toy_family():
     registry.register_family("toyfam", _toy_make, lambda: ["CartPole-v1", "Acrobot-v1"],
                              install="toy-package", description="toys")
     yield
-    registry._FAMILIES.pop("toyfam")
-    for env_id in [i for i in registry._INFOS if i.startswith("toyfam/")]:
+    _drop_family("toyfam")
+
+
+def _drop_family(prefix):
+    """Forget a test's family and the ids it registered (textgym's and Gymnasium's registries)."""
+    registry._FAMILIES.pop(prefix)
+    for env_id in [i for i in registry._INFOS if i.startswith(prefix + "/")]:
         registry._INFOS.pop(env_id)
         registry._FAMILY_IDS.discard(env_id)
         gym.registry.pop(env_id, None)
@@ -407,3 +412,21 @@ def test_textarena_two_player_game_against_scripted_and_policy_opponents(tiny_po
         obs, reward, terminated, _, info = env.step(answer)
         assert info["parse"]["valid"] is True
     assert calls and len(calls[0]) == 9 and reward in (-1.0, 0.0, 1.0)
+
+
+def test_a_family_env_that_raises_mid_episode_is_one_line_naming_the_id_and_seed(tiny_policy):
+    from faultenvs import FaultyTextEnv
+
+    from textgym.rollout import EnvError
+
+    registry.register_family("faultfam", lambda name, max_episode_steps=None: FaultyTextEnv("raise", raise_at=2),
+                             lambda: ["Raise-v0"])
+    try:
+        venv = textgym.make_vec("faultfam/Raise-v0", num_envs=1)
+        with pytest.raises(EnvError) as error:
+            textgym.collect(tiny_policy, venv, episodes=2, seed=7)
+        message = str(error.value)
+        assert "\n" not in message and message.startswith("env faultfam/Raise-v0 raised RuntimeError")
+        assert "at step 2 of the episode with seed 7" in message
+    finally:
+        _drop_family("faultfam")
