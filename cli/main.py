@@ -172,6 +172,9 @@ def evaluate(
     max_episode_steps: int | None = typer.Option(
         None, "--max-episode-steps", min=1, metavar="N", help=_MAX_EPISODE_STEPS_HELP,
         show_default="the run's"),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML file: its env_kwargs table, for --model and --baseline "
+        "(as for train; a checkpoint plays with its run's)."),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
@@ -187,6 +190,7 @@ def evaluate(
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=max_episode_steps,
+        config=config,
     )
 
 

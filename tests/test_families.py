@@ -363,7 +363,7 @@ def test_textarena_game_needing_a_download_fails_with_one_line():
     assert "nltk_data" not in result.stderr
 
 
-def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_candidate():
+def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_candidate(tmp_path):
     pytest.importorskip("reasoning_gym")
     from textgym.cli.main import app
     from typer.testing import CliRunner
@@ -378,9 +378,16 @@ def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_can
                                       "--episodes", "2"])
     lines = result.output.strip().splitlines()
     assert result.exit_code != 0 and len(lines) == 1 and "no baseline applies" in lines[0], result.output
-    # with a finite answer set (candidates), random picks one of them, a valid answer
-    boolean = textgym.make("reasoning_gym/basic_arithmetic", candidates=["True", "False"])
-    assert evaluate_baseline(boolean, "random", episodes=4)["invalid_rate"] == 0.0
+    # with a finite answer set (candidates, from eval's --config), random picks one of them
+    config = tmp_path / "add.toml"
+    config.write_text('[env_kwargs]\nmin_terms = 2\nmax_terms = 2\nmax_digits = 1\noperators = ["+"]\n'
+                      'allow_negation = false\ncandidates = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", '
+                      '"10", "11", "12", "13", "14", "15", "16", "17", "18"]\n')
+    result = CliRunner().invoke(app, ["eval", "reasoning_gym/basic_arithmetic", "--config", str(config),
+                                      "--baseline", "random", "--episodes", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    random = json.loads(result.stdout)["results"]["random"]
+    assert random["invalid_rate"] == 0.0 and 0.0 <= random["return_mean"] < 0.5
 
 
 def test_textarena_two_player_game_against_scripted_and_policy_opponents(tiny_policy):
