@@ -12,9 +12,7 @@ has one, is a schedule of levels (``level=`` at make, ``options={"level": n}`` a
 ``info["answer"]`` when the episode ends (never in the prompt).
 
 Generate mode is the natural mode (the model writes the answer); ``candidates=[...]`` names a
-finite answer set (e.g. ``["True", "False"]``) for score mode, offered in the answer tag that the
-prompt asks for (``<answer>True</answer>``), so that score mode scores the answers in the form
-the model was asked to write them.
+finite answer set (e.g. ``["True", "False"]``) for score mode.
 
 ``reasoning_gym`` is imported when an env is made (``pip install 'textgym[reasoning]'``).
 
@@ -63,8 +61,7 @@ class ReasoningGymEnv(gym.Env):
     Args:
         dataset: the reasoning-gym dataset name, e.g. ``"basic_arithmetic"``.
         level: the curriculum level of every item (``None``: the config as given).
-        candidates: a finite answer set, offered as ``info["valid_actions"]`` in the answer tag
-            (``<answer>7</answer>``; score mode). A bare candidate is a valid answer too.
+        candidates: a finite answer set, offered as ``info["valid_actions"]`` (score mode).
         answer_format: ``"direct"`` (default: reasoning-gym's prompt for the answer alone, in an
             answer tag) or ``"think"`` (its step-by-step prompt; ``textgym train --think``).
         max_length: observation and answer length limit.
@@ -130,8 +127,7 @@ class ReasoningGymEnv(gym.Env):
         self._data = self._factory.create_dataset(self.dataset, **self._item_config(item_seed))
         self._entry = self._data[0]
         self._question = str(self._entry["question"])
-        info = {"system_prompt": self.system_prompt,
-                "valid_actions": [f"<answer>{candidate}</answer>" for candidate in self.candidates],
+        info = {"system_prompt": self.system_prompt, "valid_actions": list(self.candidates),
                 "item_seed": item_seed}
         return self._question, info
 
