@@ -320,8 +320,10 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
             high = guess - 1
     assert reward == 1.0 and info["episode_stats"]["length"] <= 5
     obs, info = env.reset(seed=0)
-    _, _, _, _, info = env.step("no brackets at all")
-    assert info["parse"]["valid"] is False
+    _, _, terminated, _, info = env.step("no brackets at all")
+    assert info["parse"]["valid"] is False and not terminated
+    _, _, terminated, _, info = env.step("still none")     # the game ends it: still counted invalid
+    assert terminated and info["parse"]["valid"] is False and info["parse"]["invalid_count"] == 2
 
 
 def test_textarena_two_player_game_against_a_random_opponent():

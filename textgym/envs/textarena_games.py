@@ -224,12 +224,14 @@ class TextArenaEnv(gym.Env):
         before = self._obs
         self._done, _ = self.env.step(raw)
         self._advance()
-        reward = 0.0
+        reward, ended_invalid = 0.0, False
         if self._done:
-            rewards, _game_info = self.env.close()
+            rewards, game_info = self.env.close()
             reward = float((rewards or {}).get(self._learner, 0.0))
+            # a game ended by the learner's invalid move shows no new message: its info says so
+            ended_invalid = bool(((game_info or {}).get(self._learner) or {}).get("invalid_move"))
         new = self._obs.removeprefix(before)
-        valid = "invalid move" not in new.lower()
+        valid = "invalid move" not in new.lower() and not ended_invalid
         self._invalid += not valid
         info = self._info()
         info["parse"] = {"raw": raw, "action": raw, "action_name": raw.strip() if valid else None,
