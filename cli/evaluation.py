@@ -51,10 +51,12 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
                       dtype: str | None = None, quantize: str | None = None,
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       env_overrides: dict[str, Any] | None = None, announce: bool = True,
+                      given_kwargs: dict[str, Any] | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
-    ``overrides``: policy settings given as flags, over the checkpoint's own; ``env_overrides``:
-    env settings over the run's (``textgym benchmark``: a step cap, held-out TextWorld games);
+    ``overrides``: policy settings given as flags, over the checkpoint's own; ``given_kwargs``:
+    env kwargs (``--config``) over a bare model's registered ones; ``env_overrides``: env
+    settings over the run's (``textgym benchmark``: a step cap, held-out TextWorld games);
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
@@ -86,7 +88,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
         from textgym.registry import training_defaults
 
         registered = training_defaults(env_id, mode)
-        settings, env_kwargs = dict(registered.policy), dict(registered.env_kwargs)
+        settings, env_kwargs = dict(registered.policy), {**registered.env_kwargs, **(given_kwargs or {})}
     if max_episode_steps is not None:  # the env's own step limit, over the run's
         env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
     env_kwargs = {**(env_kwargs or {}), **(env_overrides or {})}
@@ -137,7 +139,9 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
 def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode: str | None,
         baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
-        policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> None:
+        policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None,
+        config: Path | None = None) -> None:
+    from textgym.cli.envtools import check_env_kwargs
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -145,17 +149,21 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
     if overrides:
         policy_config(None, mode, None, overrides)  # bad values fail here, before any model loads
     env_id = resolve_env(env)
+    given_kwargs = (run_config.load_toml(config).get("env_kwargs") or {}) if config is not None else {}
+    if not isinstance(given_kwargs, dict):
+        raise CLIError(f"{config}: 'env_kwargs' must be a table")
+    check_env_kwargs(env_id, given_kwargs)
     checkpoints = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint or [])
     if not checkpoints and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")
     if len({find_checkpoint(c)[0].resolve() for c in checkpoints}) < len(checkpoints):  # before any model loads
         raise CLIError("the same checkpoint is given twice")
     results: dict[str, dict[str, Any] | None] = {}
-    env_kwargs: dict[str, Any] = {}
+    env_kwargs: dict[str, Any] = dict(given_kwargs)
     for one in checkpoints or ([None] if model is not None else []):
         label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
-                                                      overrides, max_episode_steps)
+                                                      overrides, max_episode_steps, given_kwargs)
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline

@@ -159,6 +159,9 @@ def evaluate(
     ),
     episodes: int = typer.Option(50, min=1, help="Evaluation episodes.", metavar="N"),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
+    config: Path | None = typer.Option(
+        None, "--config", help="TOML file: its env_kwargs table, for --model and --baseline "
+        "(as for train; a checkpoint plays with its run's)."),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation
@@ -174,6 +177,7 @@ def evaluate(
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],
+        config=config,
     )
 
 

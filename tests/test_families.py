@@ -41,8 +41,13 @@ def toy_family():
     registry.register_family("toyfam", _toy_make, lambda: ["CartPole-v1", "Acrobot-v1"],
                              install="toy-package", description="toys")
     yield
-    registry._FAMILIES.pop("toyfam")
-    for env_id in [i for i in registry._INFOS if i.startswith("toyfam/")]:
+    _drop_family("toyfam")
+
+
+def _drop_family(prefix):
+    """Forget a test's family and the ids it registered (textgym's and Gymnasium's registries)."""
+    registry._FAMILIES.pop(prefix)
+    for env_id in [i for i in registry._INFOS if i.startswith(prefix + "/")]:
         registry._INFOS.pop(env_id)
         registry._FAMILY_IDS.discard(env_id)
         gym.registry.pop(env_id, None)
@@ -61,11 +66,16 @@ def test_a_family_id_is_made_on_demand_everywhere(toy_family):
     assert registry.family_ids("toyfam") == ["toyfam/CartPole-v1", "toyfam/Acrobot-v1"]
 
 
-def test_gym_make_takes_every_id_of_a_family_once_registered(toy_family):
-    with pytest.raises(gym.error.Error):
-        gym.make("toyfam/Acrobot-v1")
+def test_gym_make_takes_any_id_of_a_family_without_textgym_resolving_it_first(toy_family):
+    assert "toyfam/Acrobot-v1" not in gym.registry
+    assert isinstance(gym.make("toyfam/Acrobot-v1").reset(seed=0)[0], str)    # Gymnasium's own make
+    assert len(gym.make_vec("toyfam/acrobot-v1", num_envs=2).reset(seed=0)[0]) == 2
+    with pytest.raises(registry.UnknownEnvError, match="Did you mean: toyfam/CartPole-v1"):
+        gym.make("toyfam/CartPol-v1")
+    with pytest.raises(gym.error.Error):      # other ids: Gymnasium's lookup, unchanged
+        gym.make("nofam/CartPole-v1")
     registry.family_ids("toyfam", register_all=True)
-    assert isinstance(gym.make("toyfam/Acrobot-v1").reset(seed=0)[0], str)
+    assert "toyfam/CartPole-v1" in gym.registry
 
 
 def test_an_unknown_id_of_a_family_names_its_closest_ids(toy_family):
@@ -310,8 +320,10 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
             high = guess - 1
     assert reward == 1.0 and info["episode_stats"]["length"] <= 5
     obs, info = env.reset(seed=0)
-    _, _, _, _, info = env.step("no brackets at all")
-    assert info["parse"]["valid"] is False
+    _, _, terminated, _, info = env.step("no brackets at all")
+    assert info["parse"]["valid"] is False and not terminated
+    _, _, terminated, _, info = env.step("still none")     # the game ends it: still counted invalid
+    assert terminated and info["parse"]["valid"] is False and info["parse"]["invalid_count"] == 2
 
 
 def test_textarena_two_player_game_against_a_random_opponent():
@@ -351,3 +363,79 @@ def test_textarena_game_needing_a_download_fails_with_one_line():
     lines = result.stdout.strip().splitlines()
     assert len(lines) == 1 and "needs the NLTK resource" in lines[0], result.stdout
     assert "nltk_data" not in result.stderr
+
+
+def test_the_random_baseline_on_free_text_envs_is_one_clear_line_or_a_random_candidate(tmp_path):
+    pytest.importorskip("reasoning_gym")
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    from textgym.baselines import BaselineNotApplicable, evaluate_baseline
+
+    env = textgym.make("reasoning_gym/basic_arithmetic")
+    with pytest.raises(BaselineNotApplicable, match=r"^reasoning_gym/basic_arithmetic: the random baseline "
+                                                    r".*free-text answers; no baseline applies to it$"):
+        evaluate_baseline(env, "random", episodes=2)
+    result = CliRunner().invoke(app, ["eval", "reasoning_gym/basic_arithmetic", "--baseline", "random",
+                                      "--episodes", "2"])
+    lines = result.output.strip().splitlines()
+    assert result.exit_code != 0 and len(lines) == 1 and "no baseline applies" in lines[0], result.output
+    # with a finite answer set (candidates, from eval's --config), random picks one of them
+    config = tmp_path / "add.toml"
+    config.write_text('[env_kwargs]\nmin_terms = 2\nmax_terms = 2\nmax_digits = 1\noperators = ["+"]\n'
+                      'allow_negation = false\ncandidates = ["0", "1", "2", "3", "4", "5", "6", "7", "8", "9", '
+                      '"10", "11", "12", "13", "14", "15", "16", "17", "18"]\n')
+    result = CliRunner().invoke(app, ["eval", "reasoning_gym/basic_arithmetic", "--config", str(config),
+                                      "--baseline", "random", "--episodes", "40", "--json"])
+    assert result.exit_code == 0, result.output
+    random = json.loads(result.stdout)["results"]["random"]
+    assert random["invalid_rate"] == 0.0 and 0.0 <= random["return_mean"] < 0.5
+
+
+def test_textarena_two_player_game_against_scripted_and_policy_opponents(tiny_policy):
+    pytest.importorskip("textarena")
+    with pytest.raises(ValueError, match="has no scripted player; games with one: TicTacToe"):
+        textgym.make("textarena/Nim-v0", opponent="scripted")
+    with pytest.raises(ValueError, match="opponent='best'"):
+        textgym.make("textarena/TicTacToe-v0", opponent="best")
+    # the scripted player takes the centre, then blocks the learner's line 0-1-2
+    env = textgym.make("textarena/TicTacToe-v0", opponent="scripted", seat="first")
+    env.reset(seed=0)
+    _, _, _, _, info = env.step("[0]")
+    assert "[4]" not in info["valid_actions"] and len(info["valid_actions"]) == 7
+    _, _, _, _, info = env.step("[1]")
+    assert "[2]" not in info["valid_actions"] and len(info["valid_actions"]) == 5
+    # self-play: the learner's own policy in the other seat (a frozen copy in training)
+    calls = []
+
+    class Recording:
+        def act(self, observations, system_prompts, valid_actions):
+            calls.append(valid_actions[0])
+            return tiny_policy.act(observations, system_prompts, valid_actions, greedy=True)
+
+    env = textgym.make("textarena/TicTacToe-v0", opponent=Recording(), seat="second")
+    obs, info = env.reset(seed=0)
+    system_prompt, terminated = info["system_prompt"], False
+    while not terminated:
+        answer = tiny_policy.act([obs], [system_prompt], [info["valid_actions"]], greedy=True)[0].text
+        obs, reward, terminated, _, info = env.step(answer)
+        assert info["parse"]["valid"] is True
+    assert calls and len(calls[0]) == 9 and reward in (-1.0, 0.0, 1.0)
+
+
+def test_a_family_env_that_raises_mid_episode_is_one_line_naming_the_id_and_seed(tiny_policy):
+    from faultenvs import FaultyTextEnv
+
+    from textgym.rollout import EnvError
+
+    registry.register_family("faultfam", lambda name, max_episode_steps=None: FaultyTextEnv("raise", raise_at=2),
+                             lambda: ["Raise-v0"])
+    try:
+        venv = textgym.make_vec("faultfam/Raise-v0", num_envs=1)
+        with pytest.raises(EnvError) as error:
+            textgym.collect(tiny_policy, venv, episodes=2, seed=7)
+        message = str(error.value)
+        assert "\n" not in message and message.startswith("env faultfam/Raise-v0 raised RuntimeError")
+        assert "at step 2 of the episode with seed 7" in message
+    finally:
+        _drop_family("faultfam")

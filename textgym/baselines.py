@@ -27,18 +27,30 @@ import gymnasium as gym
 import numpy as np
 
 from textgym.outcomes import outcome_rates
-from textgym.registry import ReferencePlayer, ReferencePolicy, reference_policy
+from textgym.registry import ReferencePlayer, ReferencePolicy, list_envs, reference_policy
 from textgym.wrappers.episode_stats import episode_stats
 
-__all__ = ["evaluate_baseline", "evaluate_reference", "random_policy"]
+__all__ = ["BaselineNotApplicable", "evaluate_baseline", "evaluate_reference", "random_policy"]
+
+
+class BaselineNotApplicable(ValueError):
+    """A reference policy cannot play this env (``random`` on an env that answers in free text)."""
 
 
 def random_policy(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
-    """A uniformly random valid action at every step (``info["valid_actions"]``)."""
+    """A uniformly random valid action at every step (``info["valid_actions"]``).
+
+    An env with free-text answers and no action list (``reasoning_gym/...`` without
+    ``candidates``, ``textarena/GuessTheNumber-v0``) has nothing to pick from: the player raises
+    :class:`BaselineNotApplicable`."""
     rng = np.random.default_rng(seed)
 
     def player(info: dict[str, Any]) -> str:
-        return str(rng.choice(info["valid_actions"]))
+        actions = info.get("valid_actions")
+        if not actions:
+            raise BaselineNotApplicable("the random baseline picks one of info['valid_actions'], and "
+                                        "this env lists none: it takes free-text answers")
+        return str(rng.choice(actions))
 
     return player
 
@@ -86,9 +98,28 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
 def evaluate_baseline(env: gym.Env, name: str, episodes: int,
                       seed: int = 0) -> dict[str, Any] | None:
     """:func:`evaluate_reference` with the env's registered reference policy ``name``
-    (``"random"``, ``"scripted"``...); ``None`` when the env has no policy by that name."""
+    (``"random"``, ``"scripted"``...); ``None`` when the env has no policy by that name.
+
+    Raises:
+        BaselineNotApplicable: the policy cannot play the env (one line naming the env and the
+            baselines that apply to it).
+    """
     if env.spec is None:
         raise ValueError("evaluate_baseline needs a registered env (made by textgym.make or "
                          "gym.make); call evaluate_reference with a policy for others")
     policy = reference_policy(env.spec.id, name)
-    return None if policy is None else evaluate_reference(env, policy, episodes, seed)
+    if policy is None:
+        return None
+    try:
+        return evaluate_reference(env, policy, episodes, seed)
+    except BaselineNotApplicable as error:
+        others = [other for other in reference_policy_names(env.spec.id) if other != name]
+        applies = f"baselines that apply: {', '.join(others)}" if others else "no baseline applies to it"
+        raise BaselineNotApplicable(f"{env.spec.id}: {error}; {applies}") from None
+
+
+def reference_policy_names(env_id: str) -> list[str]:
+    """The names of the reference policies registered for ``env_id`` (``["random", "scripted"]``...)."""
+    infos = {info.id: info for info in list_envs()}
+    info = infos.get(env_id)
+    return list(info.reference_policies) if info is not None else ["random"]

@@ -14,6 +14,8 @@ Nothing is imported until an id of a family is used (see
 
 from __future__ import annotations
 
+from typing import Any
+
 from textgym.registry import register_family
 
 
@@ -30,3 +32,37 @@ def register_families() -> None:
                     description="reasoning-gym task, one item per episode (reasoning-gym package)",
                     install="textgym[reasoning]", package="reasoning_gym", source="reasoning-gym",
                     training_defaults="textgym.envs.reasoning:training_defaults")
+    route_gym_lookups()
+
+
+def route_gym_lookups() -> None:
+    """Let Gymnasium's own ``gym.make``/``gym.make_vec`` accept any family id after ``import textgym``.
+
+    A family's ids are registered on first use (listing them imports the package, too slow for
+    ``import textgym``), but Gymnasium looks ids up in its registry only. So its id lookup is
+    wrapped: an id it does not know whose prefix is a family's is resolved by
+    :func:`textgym.registry.resolve_id` first (which registers it, or raises
+    :class:`~textgym.registry.UnknownEnvError` naming the family's closest ids); every other
+    lookup is Gymnasium's, unchanged.
+
+    Example:
+        >>> import gymnasium as gym, textgym
+        >>> env = gym.make("minigrid/BabyAI-GoToRedBall-v0")   # doctest: +SKIP
+    """
+    from gymnasium.envs import registration
+
+    find_spec = getattr(registration, "_find_spec", None)
+    if find_spec is None or getattr(find_spec, "textgym_families", False):
+        return   # a Gymnasium without the hook, or already routed
+
+    def find_family_spec(env_id: Any) -> Any:
+        name = env_id.split(":", 1)[-1] if isinstance(env_id, str) else None
+        if name and "/" in name and name not in registration.registry:
+            from textgym.registry import list_families, resolve_id
+
+            if name.split("/", 1)[0].strip().lower() in {f.prefix.lower() for f in list_families()}:
+                env_id = resolve_id(env_id)
+        return find_spec(env_id)
+
+    find_family_spec.textgym_families = True  # type: ignore[attr-defined]
+    registration._find_spec = find_family_spec

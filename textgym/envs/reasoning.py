@@ -136,6 +136,8 @@ class ReasoningGymEnv(gym.Env):
             raise RuntimeError("the episode is over: call reset() before step()")
         raw = as_answer_text(action)
         answer, parser, valid = _answer(raw)
+        if not valid and answer in self.candidates:   # score mode answers with the candidate itself
+            parser, valid = "candidate", True
         try:
             score = float(self._data.score_answer(answer, self._entry))
         except Exception:  # noqa: BLE001 - a scorer that chokes on garbage: the answer is wrong

@@ -7,7 +7,10 @@ two-player game (``TicTacToe-v0``, ``Nim-v0``...) is played from one seat agains
 opponent, like :class:`textgym.envs.games.TwoPlayerGameEnv`: ``"random"`` (one of the moves the
 game lists in the opponent's observation, e.g. ``'[4]'``), a function ``f(text, valid_actions)
 -> answer``, or a policy with ``.act`` (a frozen copy of the learner: self-play). Games for more
-than two players are refused.
+than two players are refused. ``"scripted"`` is a hand-written player where textgym has one
+for the game (:data:`SCRIPTED`: TicTacToe plays win, block, centre, corner, as the
+PettingZoo tic-tac-toe's scripted opponent of :mod:`textgym.envs.games`); TextArena itself ships
+only LLM-backed agents.
 
 ``info["valid_actions"]`` holds the moves the game lists in the observation (``[4]``...) where
 it lists them, so score mode works there; otherwise it is empty (free text, generate mode). An
@@ -29,18 +32,18 @@ from __future__ import annotations
 import contextlib
 import io
 import os
-import random
 import re
 import sys
 from typing import Any, ClassVar
 
 import gymnasium as gym
+import numpy as np
 
 from textgym.registry import TrainingDefaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 
-__all__ = ["TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
+__all__ = ["SCRIPTED", "TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
 
 SYSTEM_PROMPT = "You are playing a text game. Follow the game's instructions and answer with your move."
 
@@ -59,12 +62,41 @@ def listed_moves(text: str) -> list[str]:
     return list(dict.fromkeys(_LISTED_MOVE.findall(tail[last:] if last >= 0 else tail)))
 
 
+def _base_game(game: Any) -> Any:
+    """The TextArena env inside its wrappers (they keep it in ``.env``)."""
+    while hasattr(game, "env"):
+        game = game.env
+    return game
+
+
+def scripted_tictactoe(game: Any, rng: np.random.Generator) -> str:
+    """TextArena TicTacToe's move for the player to move: win, block, centre, corner, side
+    (:func:`textgym.envs.games.scripted_tictactoe` on the game's board)."""
+    from textgym.envs.games import scripted_tictactoe as on_planes
+
+    state = _base_game(game).state
+    mine = "X" if state.current_player_id == 1 else "O"     # as TextArena's TicTacToe marks them
+    cells = [cell for row in state.game_state["board"] for cell in row]
+    planes = np.stack([np.array([c == mine for c in cells]), np.array([c not in ("", mine) for c in cells])],
+                      axis=-1).reshape(3, 3, 2)
+    return f"[{on_planes({'observation': planes, 'action_mask': np.array([c == '' for c in cells])}, rng)}]"
+
+
+#: Hand-written players by TextArena game name (the id without its version): ``opponent="scripted"``.
+SCRIPTED: dict[str, Any] = {"TicTacToe": scripted_tictactoe}
+
+
+def _game_name(game: str) -> str:
+    return game.split("-v", 1)[0]
+
+
 class TextArenaEnv(gym.Env):
     """A TextArena game, one seat of it played by the learner (see the module docstring).
 
     Args:
         game: the TextArena id, e.g. ``"TicTacToe-v0"``.
-        opponent: for two-player games: ``"random"``, ``f(text, valid_actions) -> answer`` or
+        opponent: for two-player games: ``"random"``, ``"scripted"`` (games in :data:`SCRIPTED`),
+            ``f(text, valid_actions) -> answer`` or
             an object with ``act(observations, system_prompts, valid_actions)`` (a :class:`textgym.Policy`).
         seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset).
         max_length: observation and answer length limit (longer observations keep their end).
@@ -79,6 +111,12 @@ class TextArenaEnv(gym.Env):
 
         if seat not in ("first", "second", "random"):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
+        if isinstance(opponent, str) and opponent not in ("random", "scripted"):
+            raise ValueError(f"opponent={opponent!r}: choose 'random', 'scripted', a function "
+                             "f(text, valid_actions) -> answer or a policy with .act")
+        if opponent == "scripted" and _game_name(game) not in SCRIPTED:
+            raise ValueError(f"textarena/{game} has no scripted player; games with one: "
+                             f"{', '.join(sorted(SCRIPTED))} (use opponent='random' or a policy)")
         self.game, self.opponent, self.seat = game, opponent, seat
         # a fresh game per episode: TextArena's observation wrappers keep their history across resets
         self._new_game = lambda: ta.make(game, **game_kwargs)
@@ -90,7 +128,7 @@ class TextArenaEnv(gym.Env):
         self.action_space = TextSpace(self.max_length)
         self.system_prompt = SYSTEM_PROMPT
         self._learner, self._obs, self._done = 0, "", True
-        self._opponent_rng = random.Random(0)
+        self._opponent_rng = np.random.default_rng(0)
         self._invalid = 0
 
     def _players(self) -> int:
@@ -144,7 +182,9 @@ class TextArenaEnv(gym.Env):
     def _opponent_answer(self, text: str) -> str:
         moves = listed_moves(text)
         if self.opponent == "random":
-            return self._opponent_rng.choice(moves) if moves else ""
+            return str(self._opponent_rng.choice(moves)) if moves else ""
+        if self.opponent == "scripted":
+            return SCRIPTED[_game_name(self.game)](self.env, self._opponent_rng)
         if hasattr(self.opponent, "act"):
             decision = self.opponent.act([text], [self.system_prompt], [moves])[0]
             return str(getattr(decision, "text", decision))
@@ -166,7 +206,7 @@ class TextArenaEnv(gym.Env):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
         game_seed = int(self.np_random.integers(2**31 - 1))
-        self._opponent_rng = random.Random(int(self.np_random.integers(2**31 - 1)))
+        self._opponent_rng = np.random.default_rng(int(self.np_random.integers(2**31 - 1)))
         seat = self.seat if self.seat != "random" else ("first", "second")[int(self.np_random.integers(2))]
         self._learner = 0 if self.num_players == 1 or seat == "first" else 1
         self.env = self._new_game()
@@ -184,12 +224,14 @@ class TextArenaEnv(gym.Env):
         before = self._obs
         self._done, _ = self.env.step(raw)
         self._advance()
-        reward = 0.0
+        reward, ended_invalid = 0.0, False
         if self._done:
-            rewards, _game_info = self.env.close()
+            rewards, game_info = self.env.close()
             reward = float((rewards or {}).get(self._learner, 0.0))
+            # a game ended by the learner's invalid move shows no new message: its info says so
+            ended_invalid = bool(((game_info or {}).get(self._learner) or {}).get("invalid_move"))
         new = self._obs.removeprefix(before)
-        valid = "invalid move" not in new.lower()
+        valid = "invalid move" not in new.lower() and not ended_invalid
         self._invalid += not valid
         info = self._info()
         info["parse"] = ParseRecord(raw=raw, action=raw, action_name=raw.strip() if valid else None,
