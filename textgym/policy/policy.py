@@ -24,7 +24,15 @@ from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
 from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
 from textgym.policy.decision import Decision, Evaluation
-from textgym.policy.frozen_trunk import TopRescorer, Trunk, find_trunk, recording, trunk_records
+from textgym.policy.frozen_trunk import (
+    TopRescorer,
+    Trunk,
+    acting_trunk,
+    find_trunk,
+    recording,
+    trunk_records,
+    within_acting_mismatch,
+)
 from textgym.policy.kv_cache import (
     BatchState,
     PrefixCache,
@@ -281,8 +289,10 @@ class Policy:
                 for p, v in zip(prompts, valid_actions or [None] * n)]
         firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
         # Training an adapter on the top layers only: keep what the frozen layers give (re-scoring
-        # then runs the top alone).
-        trunk = find_trunk(self.model) if score and model is self.model else None
+        # then runs the top alone); from an acting copy only when trunk_in_act_dtype says so.
+        trunk = find_trunk(self.model) if score else None
+        if trunk is not None and model is not self.model:
+            trunk = acting_trunk(trunk, model) if self._config.trunk_in_act_dtype else None
         with torch.inference_mode():
             with recording(trunk) as seen:
                 batch, _ = run_prompts(model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
@@ -416,7 +426,9 @@ class Policy:
                     top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
                 except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
                     top = None  # a decoder whose layers are called otherwise: the full pass it is
-            self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
+            # records made by a lower-precision acting copy (trunk_in_act_dtype): as close as it acted
+            check = within_acting_mismatch if sample[0].trunk.hidden.dtype != prefix.dtype else same_evaluation
+            self._top_rescorer.record_check(self.model, top is not None and check(top, full))
             if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
                 return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
