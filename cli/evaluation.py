@@ -46,13 +46,14 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
 
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
-                      episodes: int, num_envs: int, seed: int, device: str | None = None,
+                      episodes: int, num_envs: int | None, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
     ``overrides``: policy settings given as flags, over the checkpoint's own."""
     from textgym.cli.training import build_policy
+    from textgym.trainers.evaluation import eval_envs
 
     from textgym.trainers import make_trainer
     from textgym.trainers.checkpoint import read_state
@@ -89,6 +90,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     if checkpoint is not None:
         _say_settings(settings, overrides)
     settings.update(overrides)
+    if "act_dtype" in overrides:  # --act-dtype: what the evaluation acts in
+        settings["eval_act_dtype"] = overrides["act_dtype"]
     # Device, precision and quantization are this machine's choice (flags), not the run's.
     policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize, **settings)
     trainer_config = dict(state.get("config", {}))
@@ -108,10 +111,12 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     label = "checkpoint" if checkpoint is not None else model
     from textgym.cli.display import evaluation_progress
 
-    say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
-        f"{policy.act_precision}", err=True)
+    envs = min(num_envs, episodes) if num_envs else eval_envs(episodes)
+    choice = trainer.policy.eval_precision, trainer.policy.precision_choice
+    say(f"textgym: {episodes} greedy episodes, {envs} envs per forward pass, acting in "
+        f"{choice[1].describe() if choice[1] is not None and choice[1].dtype == choice[0] else choice[0]}", err=True)
     with evaluation_progress():
-        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=envs)
     return label, with_stderr(result), dict(env_kwargs or {})
 
 
@@ -129,7 +134,7 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
 
 
 def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode: str | None,
-        baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
+        baselines: list[str], episodes: int, num_envs: int | None, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None) -> None:
     from textgym.cli.training import policy_config

@@ -100,6 +100,11 @@ class PolicyConfig:
     greedy decisions agree with float32's, measured once per machine and model). Acting runs on a
     copy of the weights in that precision, rebuilt after each update; :meth:`Policy.evaluate` and
     the update keep the weights' own precision (see :mod:`textgym.policy.precision`)."""
+    eval_act_dtype: str = setting("auto", choices=ACT_DTYPES, flag=True, panel=POLICY_PANEL, metavar="DTYPE")
+    """The precision greedy evaluation acts in (``textgym eval``, a trainer's greedy checks: within
+    :meth:`Policy.evaluating`). ``"auto"``: ``act_dtype``'s when that is not float32, else the
+    fastest precision whose greedy decisions agree with float32's (measured as ``act_dtype="auto"``
+    does); ``"float32"`` keeps evaluation on the weights themselves."""
     trunk_in_act_dtype: bool = setting(False, flag="--trunk-in-act-dtype", panel=POLICY_PANEL)
     """With an adapter on the top layers only (``lora_layers``) and an ``act_dtype`` other than
     float32: the update runs the trained top layers from the frozen layers' output recorded while

@@ -47,7 +47,7 @@ from textgym.trainers import alarms
 from textgym.trainers import checkpoint as ckpt
 from textgym.trainers.config import SFTConfig, TrainConfig, config_for
 from textgym.trainers.early_stop import CheckResult, EarlyStop
-from textgym.trainers.evaluation import evaluate_greedy
+from textgym.trainers.evaluation import eval_envs, evaluate_greedy
 from textgym.trainers.metrics import METRICS_FILE, MetricsWriter
 from textgym.trainers.optimization import LossFn, lr_factor, run_minibatches
 from textgym.trainers.sft import Demonstration, OnlineSFT, sft
@@ -538,7 +538,7 @@ class Trainer:
             import textgym
 
             mine = max(1, len(self.process.shard(episodes)))
-            n = num_envs or min(mine, max(self.config.num_envs, 16))
+            n = num_envs or eval_envs(mine)
             venv = textgym.make_vec(self.env_id, num_envs=n, seed=seed, **self.env_kwargs)
         else:
             venv = self.venv
@@ -560,7 +560,7 @@ class Trainer:
                 cap = min(early_stop.max_steps, kwargs.get("max_episode_steps") or early_stop.max_steps)
                 kwargs["max_episode_steps"] = cap
             mine = max(1, len(self.process.shard(early_stop.episodes)))
-            key = (min(mine, max(self.config.num_envs, 16)), cap)
+            key = (eval_envs(mine), cap)
             if key not in self._check_envs:
                 import textgym
 
