@@ -163,7 +163,7 @@ def within_acting_mismatch(top: Evaluation, full: Evaluation) -> bool:
 
     acting_gap = float((full.old_logprobs - full.logprobs).abs()[full.mask].max())
     top_gap = float((top.logprobs - full.logprobs).abs()[full.mask].max())
-    lowered = dataclasses.replace(top, hidden=top.hidden.to(torch.bfloat16), candidate_logprobs=None)
+    lowered = dataclasses.replace(top, hidden=top.hidden.to(torch.bfloat16), candidate_logprobs=None)  # bf16's tolerance
     return top_gap <= acting_gap + FLOAT_TOLERANCE and same_evaluation(lowered, full)
 
 

@@ -459,7 +459,8 @@ class Policy:
                 except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
                     top = None  # a decoder whose layers are called otherwise: the full pass it is
             # records made by a lower-precision acting copy (trunk_in_act_dtype): as close as it acted
-            check = within_acting_mismatch if sample[0].trunk.hidden.dtype != prefix.dtype else same_evaluation
+            copied = c.trunk_in_act_dtype and self.act_precision != "float32"
+            check = within_acting_mismatch if copied else same_evaluation
             self._top_rescorer.record_check(self.model, top is not None and check(top, full))
             if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
                 return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
