@@ -53,10 +53,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
     ``overrides``: policy settings given as flags, over the checkpoint's own."""
     from textgym.cli.training import build_policy
-    from textgym.trainers.evaluation import eval_envs
 
     from textgym.trainers import make_trainer
     from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.evaluation import eval_envs
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
