@@ -117,6 +117,8 @@ def progress_line(progress: Any, update: int | None = None) -> str:
         'update 3: optimising on 160 decisions (the episodes took 40s)'
         >>> progress_line(RolloutProgress(True, 2, 8, 30, 5.0), update=3)
         'update 3: greedy check, episodes 2/8, 30 decisions, eta 15s'
+        >>> progress_line(RolloutProgress(True, 0, 50, 100, 4.0, decisions_left=24_900))  # 50 x 500 steps
+        'evaluating, episodes 0/50, 100 decisions, at most 16m36s more'
     """
     if progress.finished and not progress.greedy:
         return f"update {update}: optimising on {progress.decisions} decisions (the episodes took {progress.seconds:.0f}s)"
@@ -126,7 +128,26 @@ def progress_line(progress: Any, update: int | None = None) -> str:
     if progress.episodes and progress.planned:
         left = progress.seconds / progress.episodes * (progress.planned - progress.episodes)
         line += f", eta {left:.0f}s"
+    at_most = getattr(progress, "decisions_left", None)
+    if at_most is not None and progress.decisions and (progress.greedy or not progress.episodes):
+        # every episode played to its step limit at the rate so far: a solved policy's real time
+        line += f", at most {duration(progress.seconds / progress.decisions * at_most)} more"
     return line if update is None else f"update {update}: {line}"
+
+
+def duration(seconds: float) -> str:
+    """``42s``, ``12m05s`` or ``2h03m``.
+
+    Example:
+        >>> duration(42.4), duration(725), duration(7380)
+        ('42s', '12m05s', '2h03m')
+    """
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
 
 
 def check_line(check: dict[str, Any]) -> str:
@@ -256,22 +277,47 @@ class LiveDisplay:
 @contextlib.contextmanager
 def evaluation_progress(console: Console | None = None) -> Iterator[None]:
     """While the block evaluates (``textgym eval``), show its progress on stderr: on a terminal a
-    status line (:func:`progress_line`: episodes done, decisions, ETA), elsewhere a plain line
-    when none came for :data:`PLAIN_REPORT_SECONDS`."""
+    status line (:func:`progress_line`: episodes done, decisions, ETA), elsewhere plain lines
+    (:class:`PlainProgress`)."""
     from textgym.rollout import watch
 
     console = console or Console(file=sys.stderr)
-    last = time.monotonic()
     with contextlib.ExitStack() as stack:
         status = stack.enter_context(console.status("evaluating...")) if console.is_terminal else None
 
         def show(progress: Any) -> None:
-            nonlocal last
-            if status is not None:
-                status.update(progress_line(progress))
-            elif time.monotonic() - last >= PLAIN_REPORT_SECONDS:
-                last = time.monotonic()
-                say(progress_line(progress), console=console)
+            status.update(progress_line(progress))
 
-        stack.enter_context(watch(show))
+        stack.enter_context(watch(show if status is not None else PlainProgress(console)))
         yield
+
+
+#: Off a terminal, an evaluation's first progress line (its ETA from the first steps) comes
+#: after this many seconds of playing.
+ETA_AFTER_SECONDS = 10.0
+
+
+class PlainProgress:
+    """An evaluation's progress off a terminal (a log): a :func:`progress_line` once the rollout
+    has played :data:`ETA_AFTER_SECONDS` (how long it will take, from the first steps), then every
+    :data:`PLAIN_REPORT_SECONDS`; by the rollout's own clock, which a new rollout restarts.
+
+    Example:
+        >>> from textgym.rollout import RolloutProgress
+        >>> report = PlainProgress(Console(width=200))
+        >>> for seconds in (2.0, 12.0, 30.0, 75.0):
+        ...     report(RolloutProgress(True, 0, 50, int(seconds * 40), seconds, decisions_left=25_000 - int(seconds * 40)))
+        evaluating, episodes 0/50, 480 decisions, at most 10m13s more
+        evaluating, episodes 0/50, 3000 decisions, at most 9m10s more
+    """
+
+    def __init__(self, console: Console):
+        self.console, self.next_at, self.seconds = console, ETA_AFTER_SECONDS, 0.0
+
+    def __call__(self, progress: Any) -> None:
+        if progress.seconds < self.seconds:  # another rollout (the next checkpoint)
+            self.next_at = ETA_AFTER_SECONDS
+        self.seconds = progress.seconds
+        if progress.decisions and progress.seconds >= self.next_at:
+            self.next_at = progress.seconds + PLAIN_REPORT_SECONDS
+            say(progress_line(progress), console=self.console)

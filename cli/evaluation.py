@@ -47,7 +47,7 @@ def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
 
 
 def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, mode: str | None,
-                      episodes: int, num_envs: int, seed: int, device: str | None = None,
+                      episodes: int, num_envs: int | None, seed: int, device: str | None = None,
                       dtype: str | None = None, quantize: str | None = None,
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       env_overrides: dict[str, Any] | None = None, announce: bool = True,
@@ -62,6 +62,7 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
     from textgym.trainers import make_trainer
     from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.evaluation import eval_envs
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
@@ -96,6 +97,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     if checkpoint is not None and announce:
         _say_settings(settings, overrides)
     settings.update(overrides)
+    if "act_dtype" in overrides:  # --act-dtype: what the evaluation acts in
+        settings["eval_act_dtype"] = overrides["act_dtype"]
     # Device, precision and quantization are this machine's choice (flags), not the run's.
     policy = build_policy(model, mode, device=device, dtype=dtype, quantize=quantize, **settings)
     trainer_config = dict(state.get("config", {}))
@@ -115,11 +118,14 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     label = "checkpoint" if checkpoint is not None else model
     from textgym.cli.display import evaluation_progress
 
+    envs = min(num_envs, episodes) if num_envs else eval_envs(episodes)
     if announce:
-        say(f"textgym: {episodes} greedy episodes, {min(num_envs, episodes)} envs per forward pass, acting in "
-            f"{policy.act_precision}", err=True)
+        choice = trainer.policy.eval_precision, trainer.policy.precision_choice
+        say(f"textgym: {episodes} greedy episodes, {envs} envs per forward pass, acting in "
+            f"{choice[1].describe() if choice[1] is not None and choice[1].dtype == choice[0] else choice[0]}",
+            err=True)
     with evaluation_progress() if announce else contextlib.nullcontext():
-        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=min(num_envs, episodes))
+        result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=envs)
     return label, with_stderr(result), dict(env_kwargs or {})
 
 
@@ -137,7 +143,7 @@ def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
 
 
 def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode: str | None,
-        baselines: list[str], episodes: int, num_envs: int, seed: int, json_out: bool,
+        baselines: list[str], episodes: int, num_envs: int | None, seed: int, json_out: bool,
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None,
         config: Path | None = None) -> None:

@@ -64,7 +64,7 @@ _EVAL_SETTINGS = (
     (RunConfig, ("mode",), {"default_text": "the run's", "panel": "Options"}),
     (PolicyConfig, ("max_new_tokens", "normalization", "chat_template", "act_dtype"),
      {"default_text": "the checkpoint's", "panel": _EVAL_POLICY_PANEL}),
-    (TrainConfig, ("num_envs",), {}),
+    (TrainConfig, ("num_envs",), {"default_text": "all episodes side by side, up to 64"}),  # eval_envs
     (TrainConfig, ("eval_seed",), {"flag": "--seed"}),
     (RunConfig, ("device", "dtype", "quantize"), {}),
     (EnvSettings, ("max_episode_steps",), {"default_text": "the run's", "panel": "Options"}),
@@ -173,7 +173,7 @@ def evaluate(
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=given["mode"],
         baselines=[b.value for b in baseline], episodes=episodes,
-        num_envs=given["num_envs"] or defaults.num_envs,
+        num_envs=given["num_envs"],  # None: textgym.trainers.evaluation.eval_envs
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],

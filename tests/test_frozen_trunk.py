@@ -166,3 +166,42 @@ def test_bfloat16_models_take_the_top_path_too(tiny_model_and_tokenizer, monkeyp
         d.trunk = None
     assert calls
     torch.testing.assert_close(top.logprobs, policy.evaluate(plain).logprobs)
+
+
+def _relative_error(grads, reference):
+    return max(float((a.float() - b).norm() / b.norm()) for a, b in zip(grads, reference))
+
+
+def test_a_bfloat16_trunk_is_as_close_to_float32_as_bfloat16_acting(tiny_model_and_tokenizer, monkeypatch):
+    """trunk_in_act_dtype: the bf16 acting copy's frozen-layer output feeds the float32 top layers.
+    Exact: the records are the acting copy's own states. Derived tolerance: the log-probs are as
+    close to the float32 full pass as bf16 acting's own (plus float noise), the gradients at least
+    as close as an update run wholly in bf16."""
+    policy = _policy(tiny_model_and_tokenizer, act_dtype="bfloat16", trunk_in_act_dtype=True)
+    decisions = _act(policy)
+    assert all(d.trunk is not None and d.trunk.hidden.dtype == torch.bfloat16 for d in decisions)
+    with frozen_trunk.recording(frozen_trunk.acting_trunk(frozen_trunk.find_trunk(policy.model),
+                                                          policy.acting_model())) as seen:
+        policy.acting_model()(input_ids=torch.tensor([decisions[1].prompt_ids]), use_cache=False)
+    torch.testing.assert_close(decisions[1].trunk.hidden, seen[-1][0, decisions[1].trunk.start:], atol=0, rtol=0)
+    calls = []
+    real = frozen_trunk.rescore_top
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    top, top_grads = _loss_and_grads(policy, decisions)
+    assert calls  # the check against the full pass accepted the bf16 records
+    plain = [copy.copy(d) for d in decisions]
+    for d in plain:
+        d.trunk = None
+    full, full_grads = _loss_and_grads(policy, plain)
+    acting_gap = (full.old_logprobs - full.logprobs).abs().max()
+    assert (top.logprobs - full.logprobs).abs().max() <= acting_gap + rescoring.FLOAT_TOLERANCE  # the check's rule
+    whole_bf16 = textgym.Policy(copy.deepcopy(policy.model).to(torch.bfloat16), policy.tokenizer, mode="score")
+    _, bf16_grads = _loss_and_grads(whole_bf16, plain)
+    assert 0 < _relative_error(top_grads, full_grads) <= _relative_error(bf16_grads, full_grads)
+
+
+def test_without_the_setting_a_bfloat16_acting_copy_records_nothing(tiny_model_and_tokenizer):
+    assert all(d.trunk is None for d in _act(_policy(tiny_model_and_tokenizer, act_dtype="bfloat16")))
+    # and in float32 the setting changes nothing: the weights themselves act and record
+    fp32 = _act(_policy(tiny_model_and_tokenizer, trunk_in_act_dtype=True))
+    assert all(d.trunk.hidden.dtype == torch.float32 for d in fp32)

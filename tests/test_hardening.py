@@ -298,6 +298,7 @@ def test_train_and_eval_show_progress_inside_an_update(cli, tmp_path, monkeypatc
     from textgym.cli import display
 
     monkeypatch.setattr(display, "PLAIN_REPORT_SECONDS", 0.0)  # off a terminal: a line at every report
+    monkeypatch.setattr(display, "ETA_AFTER_SECONDS", 0.0)
     run = tmp_path / "run"
     result = cli("train", "bandit", "--config", write_fast(tmp_path), "--out", run, "--check-every", "1",
                  "--check-episodes", 4)

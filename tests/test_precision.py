@@ -79,10 +79,15 @@ def test_int8_acting_quantizes_the_linear_layers(tiny_model_and_tokenizer):
 
 
 def test_auto_measures_once_and_keeps_float32_decisions(tiny_model_and_tokenizer, tmp_path, monkeypatch):
+    from textgym.policy import precision
     from textgym.policy.precision import choose_act_dtype
 
     monkeypatch.setenv("TEXTGYM_PRECISION_CACHE", str(tmp_path / "precision"))
     model, tok = tiny_model_and_tokenizer
+    small = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="auto", name="tiny")
+    assert small.act_precision == "float32" and "not measured" in small.precision_choice.describe()
+    assert not (tmp_path / "precision").exists()  # too small to measure: nothing cached either
+    monkeypatch.setattr(precision, "AUTO_MIN_PARAMETERS", 0)
     policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="auto", name="tiny")
     chosen = policy.act_precision
     choice = policy.precision_choice
@@ -179,3 +184,78 @@ def test_cli_act_dtype(cli):
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["results"]["tiny"]["episodes"] == 4
     assert "4 greedy episodes, 4 envs per forward pass, acting in bfloat16" in result.stderr
+
+
+# --- fast evaluation: the evaluation precision, envs per forward pass, how long it will take -----
+
+def _acting_dtypes(policy, monkeypatch):
+    seen = []
+    real = policy.act
+
+    def act(*args, **kwargs):
+        seen.append(next(policy.acting_model().parameters()).dtype)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(policy, "act", act)
+    return seen
+
+
+def test_greedy_evaluation_acts_in_the_evaluation_precision(tiny_model_and_tokenizer, monkeypatch):
+    import textgym
+    from textgym.rollout import collect
+    from textgym.seeds import EVAL_BASE
+    from textgym.trainers.evaluation import evaluate_greedy
+
+    model, tok = tiny_model_and_tokenizer
+    policy = Policy(copy.deepcopy(model), tok, mode="score", eval_act_dtype="bfloat16", seed=0)
+    assert policy.act_precision == "float32" and policy.eval_precision == "bfloat16"
+    seen = _acting_dtypes(policy, monkeypatch)
+    venv = textgym.make_vec("textgym/Bandit-v0", num_envs=4)
+    evaluate_greedy(policy, venv, episodes=4, seed=EVAL_BASE)
+    assert seen and set(seen) == {torch.bfloat16}
+    seen.clear()
+    collect(policy, venv, episodes=4, seed=0)  # training rollouts keep act_dtype
+    assert set(seen) == {torch.float32}
+    # auto: the run's fast precision, on the same copy (no second one)
+    fast = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16")
+    assert fast.eval_precision == "bfloat16" and fast._eval_acting is fast._acting
+    # auto with a float32 run: what act_dtype="auto" would choose (a model this small: float32)
+    assert Policy(model, tok, mode="score").eval_precision == "float32"
+
+
+def test_evaluations_run_all_episodes_side_by_side(tiny_model_and_tokenizer, monkeypatch):
+    import textgym
+    from textgym.trainers import make_trainer
+    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.evaluation import EVAL_MAX_ENVS
+
+    made = []
+    real = textgym.make_vec
+    monkeypatch.setattr(textgym, "make_vec", lambda *a, **k: made.append(k["num_envs"]) or real(*a, **k))
+    model, tok = tiny_model_and_tokenizer
+    trainer = make_trainer("reinforce", Policy(copy.deepcopy(model), tok, mode="score", seed=0),
+                           env="textgym/Bandit-v0", config={"num_envs": 2, "episodes_per_update": 2})
+    made.clear()
+    assert trainer.evaluate(episodes=EVAL_MAX_ENVS + 6)["episodes"] == EVAL_MAX_ENVS + 6
+    trainer.greedy_check(EarlyStop(until=2.0, every=1, episodes=24))
+    assert made == [EVAL_MAX_ENVS, 24]  # not the run's 2 envs
+
+
+def test_a_rollout_reports_the_most_decisions_left(tiny_model_and_tokenizer):
+    import textgym
+    from textgym.rollout import collect, watch
+
+    policy = Policy(*tiny_model_and_tokenizer, mode="score", seed=0)
+    seen = []
+    with watch(seen.append):  # CartPole's own limit is 500 steps; the rollout cuts at 20
+        rollout = collect(policy, textgym.make_vec("textgym/CartPole-v1", num_envs=2), episodes=3, seed=0,
+                          greedy=True, max_episode_steps=20)
+    assert seen[0].decisions == 0 and seen[0].decisions_left == 3 * 20
+    for report in seen:  # every decision made or episode ended early lowers the bound
+        played = sum(ep.length for ep in rollout.episodes)
+        assert report.decisions + report.decisions_left <= 3 * 20 and report.decisions <= played
+    assert seen[-1].finished and seen[-1].decisions_left == 0
+    seen.clear()
+    with watch(seen.append):  # the bandit has no step limit and none is given: no bound
+        collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
+    assert all(report.decisions_left is None for report in seen)

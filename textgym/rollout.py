@@ -66,6 +66,10 @@ class RolloutProgress:
     """Since the rollout started."""
     finished: bool = False
     """The rollout is over (a training rollout: its update's optimisation comes next)."""
+    decisions_left: int | None = None
+    """At most this many decisions remain: every running and unstarted episode played to its step
+    limit (the env's own, or the rollout's ``max_episode_steps`` when given), or what is left of a
+    ``steps=`` budget. ``None``: no limit is known."""
 
 
 _watchers: list[Callable[[RolloutProgress], None]] = []
@@ -375,6 +379,13 @@ def _wrapper_attr(env: gym.Env, name: str, default: Any) -> Any:
         return default
 
 
+def _step_limit(env: gym.Env, cap: int | None) -> int | None:
+    """The most steps an episode of ``env`` can take: its own time limit, or ``cap`` if tighter."""
+    own = _wrapper_attr(env, "_max_episode_steps", None)
+    limits = [n for n in (own, cap) if isinstance(n, int) and n > 0]
+    return min(limits) if limits else None
+
+
 def conversation_window(policy: SupportsAct, env: gym.Env) -> ConversationWindow | None:
     """How ``policy`` reads ``env``'s episodes: the window of the env's
     :class:`~textgym.wrappers.History` wrapper if it has one, else the policy's ``history``
@@ -666,11 +677,17 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     planned = sum(counts) if all(c is not None for c in counts) else None
     started = time.perf_counter()
 
+    limits = [_step_limit(env, None if default_cap else max_episode_steps) for env in envs]
+
     def report(finished_rollout: bool = False) -> None:
         decisions = sum(ep.length for ep in finished) + sum(
             slot.current.length for slot in slots if slot.current is not None)
+        left = steps - decisions if steps is not None else None
+        if planned is not None and None not in limits:
+            left = sum((limit - slot.current.length if slot.current is not None else 0)
+                       + (slot.episodes - slot.started) * limit for slot, limit in zip(slots, limits))
         progress = RolloutProgress(greedy, len(finished), planned, decisions, time.perf_counter() - started,
-                                   finished_rollout)
+                                   finished_rollout, left)
         for observer in _watchers:
             observer(progress)
 

@@ -100,6 +100,18 @@ class PolicyConfig:
     greedy decisions agree with float32's, measured once per machine and model). Acting runs on a
     copy of the weights in that precision, rebuilt after each update; :meth:`Policy.evaluate` and
     the update keep the weights' own precision (see :mod:`textgym.policy.precision`)."""
+    eval_act_dtype: str = setting("auto", choices=ACT_DTYPES, flag=True, panel=POLICY_PANEL, metavar="DTYPE")
+    """The precision of greedy evaluations. Those within :meth:`Policy.evaluating` (``textgym
+    eval``, a trainer's greedy checks). ``"auto"``: ``act_dtype``'s when that is not float32, else
+    the fastest precision whose greedy decisions agree with float32's (measured as
+    ``act_dtype="auto"`` does); ``"float32"`` keeps evaluation on the weights themselves."""
+    trunk_in_act_dtype: bool = setting(False, flag="--trunk-in-act-dtype", panel=POLICY_PANEL)
+    """Update from the acting copy's frozen layers. With an adapter on the top layers only
+    (``lora_layers``) and an ``act_dtype`` other than float32, the update runs the trained top
+    layers from the frozen layers' output recorded while acting, in the acting precision, instead
+    of running the whole model again in float32 (the mismatch this adds is part of the one measured
+    and corrected; see :mod:`textgym.policy.frozen_trunk`). Off: the frozen layers run in float32
+    in the update."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""

@@ -18,6 +18,7 @@ differ (:class:`TopRescorer`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -25,9 +26,10 @@ from dataclasses import dataclass
 
 import torch
 
-from textgym.policy.decision import Decision, TrunkRecord
+from textgym.policy.decision import Decision, Evaluation, TrunkRecord
 
-__all__ = ["TopRescorer", "Trunk", "find_trunk", "recording", "rescore_top", "trunk_records"]
+__all__ = ["TopRescorer", "Trunk", "acting_trunk", "find_trunk", "recording", "rescore_top", "trunk_records",
+           "within_acting_mismatch"]
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +71,18 @@ def find_trunk(model: torch.nn.Module) -> Trunk | None:
     if embeddings is not None and any(p.requires_grad for p in embeddings.parameters()):
         return None  # trained embeddings change what the lower layers give
     return Trunk(decoder, trained[0])
+
+
+def acting_trunk(trunk: Trunk, acting: torch.nn.Module) -> Trunk | None:
+    """``trunk``'s counterpart in ``acting``, a copy of the same model in another precision
+    (:mod:`textgym.policy.precision`; its adapter merged, so nothing in it is trainable): the same
+    layers, whose output entering ``trunk.start`` is then recorded in the copy's precision
+    (``PolicyConfig.trunk_in_act_dtype``). ``None`` when the copy has no such decoder."""
+    base = acting.get_base_model() if hasattr(acting, "get_base_model") else acting
+    decoder = base.get_decoder() if hasattr(base, "get_decoder") else None
+    if decoder is None or len(getattr(decoder, "layers", ())) != len(trunk.decoder.layers):
+        return None
+    return Trunk(decoder, trunk.start)
 
 
 @contextlib.contextmanager
@@ -136,6 +150,21 @@ def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decisi
     hidden = _run_top(trunk, padded, mask[:, None], positions, rows_cache)
     last = trunk.decoder.norm(hidden[:, -1])
     return model.get_output_embeddings()(last), last
+
+
+def within_acting_mismatch(top: Evaluation, full: Evaluation) -> bool:
+    """Whether ``top``, re-scored from frozen-layer records made in a lower acting precision
+    (``PolicyConfig.trunk_in_act_dtype``), is as close to the full pass ``full`` as the acting
+    copy itself was: every decision's log-prob differs from the full pass's by no more than the
+    largest acting-vs-full difference in the sample (the mismatch the trainer measures and corrects
+    anyway; the top path rounds the frozen layers only, the acting copy every layer) plus float
+    noise, and the hidden states agree to the records' precision."""
+    from textgym.policy.rescoring import FLOAT_TOLERANCE, same_evaluation
+
+    acting_gap = float((full.old_logprobs - full.logprobs).abs()[full.mask].max())
+    top_gap = float((top.logprobs - full.logprobs).abs()[full.mask].max())
+    lowered = dataclasses.replace(top, hidden=top.hidden.to(torch.bfloat16), candidate_logprobs=None)  # bf16's tolerance
+    return top_gap <= acting_gap + FLOAT_TOLERANCE and same_evaluation(lowered, full)
 
 
 class TopRescorer:

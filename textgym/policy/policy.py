@@ -24,7 +24,15 @@ from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
 from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
 from textgym.policy.decision import Decision, Evaluation
-from textgym.policy.frozen_trunk import TopRescorer, Trunk, find_trunk, recording, trunk_records
+from textgym.policy.frozen_trunk import (
+    TopRescorer,
+    Trunk,
+    acting_trunk,
+    find_trunk,
+    recording,
+    trunk_records,
+    within_acting_mismatch,
+)
 from textgym.policy.kv_cache import (
     BatchState,
     PrefixCache,
@@ -103,7 +111,9 @@ class Policy:
         self._reference = ReferenceWeights()
         self._top_rescorer = TopRescorer()
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
-        #: What ``act_dtype="auto"`` measured (``None`` until then, or with a fixed act_dtype).
+        self._eval_acting: ActingCopy | None = None  # within evaluating(); may be _acting itself
+        self._evaluating = False
+        #: What ``"auto"`` measured, for act_dtype or eval_act_dtype (``None`` until then, or unused).
         self.precision_choice: PrecisionChoice | None = None
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
         #: prefix-cache reuse), prompt_tokens_total (full prompt lengths), answer_tokens, model_tokens
@@ -197,24 +207,54 @@ class Policy:
             finally:
                 self.model = trained
 
+    def _measured_precision(self) -> str:
+        if self.precision_choice is None:
+            self.precision_choice = choose_act_dtype(self.model, self.tokenizer,
+                                                     self.name or self.model.config.name_or_path, self.device)
+        return self.precision_choice.dtype
+
     @property
     def act_precision(self) -> str:
         """The precision the policy acts in (``act_dtype``, with ``"auto"`` resolved: measured
         on the first call, or read from the machine's cache; see :mod:`textgym.policy.precision`)."""
         if self._acting is None:
             dtype = self._config.act_dtype
-            if dtype == "auto":
-                self.precision_choice = choose_act_dtype(self.model, self.tokenizer,
-                                                         self.name or self.model.config.name_or_path, self.device)
-                dtype = self.precision_choice.dtype
-            self._acting = ActingCopy(dtype)
+            self._acting = ActingCopy(self._measured_precision() if dtype == "auto" else dtype)
         return self._acting.dtype
+
+    @property
+    def eval_precision(self) -> str:
+        """The precision greedy evaluation acts in (``eval_act_dtype`` resolved; see
+        :meth:`evaluating`)."""
+        if self._eval_acting is None:
+            dtype = self._config.eval_act_dtype
+            if dtype == "auto":
+                dtype = self.act_precision if self.act_precision != "float32" else self._measured_precision()
+            self._eval_acting = self._acting if dtype == self.act_precision else ActingCopy(dtype)
+        return self._eval_acting.dtype
+
+    @contextlib.contextmanager
+    def evaluating(self) -> Iterator[str]:
+        """Within the block the policy acts in :attr:`eval_precision` (yielded): greedy
+        evaluation, whose decisions train nothing, at the machine's fastest agreeing precision."""
+        dtype = self.eval_precision
+        before, self._evaluating = self._evaluating, True
+        try:
+            yield dtype
+        finally:
+            self._evaluating = before
 
     def acting_model(self) -> torch.nn.Module:
         """The model :meth:`act` runs: the weights themselves in float32, else their copy in
-        :attr:`act_precision`, rebuilt when the weights have changed since it was made."""
+        :attr:`act_precision` (:attr:`eval_precision` within :meth:`evaluating`), rebuilt when the
+        weights have changed since it was made."""
         self.act_precision  # noqa: B018 - resolves the precision once
-        return self._acting.model_for(self.model, self._weights_version())
+        acting = self._eval_acting if self._evaluating else self._acting
+        return acting.model_for(self.model, self._weights_version())
+
+    def _acting_version(self) -> tuple:
+        """The key of what the acting model computed (KV caches): the weights and the precision."""
+        return (*self._weights_version(), self.eval_precision if self._evaluating else self.act_precision)
 
     def _weights_version(self) -> tuple:
         return weights_version(self.model, self._reference.active)
@@ -281,13 +321,15 @@ class Policy:
                 for p, v in zip(prompts, valid_actions or [None] * n)]
         firsts, row_of = unique_rows(keys)  # identical rows are run through the model once
         # Training an adapter on the top layers only: keep what the frozen layers give (re-scoring
-        # then runs the top alone).
-        trunk = find_trunk(self.model) if score and model is self.model else None
+        # then runs the top alone); from an acting copy only when trunk_in_act_dtype says so.
+        trunk = find_trunk(self.model) if score else None
+        if trunk is not None and model is not self.model:
+            trunk = acting_trunk(trunk, model) if self._config.trunk_in_act_dtype else None
         with torch.inference_mode():
             with recording(trunk) as seen:
                 batch, _ = run_prompts(model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
                                        device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
-                                       version=self._weights_version())
+                                       version=self._acting_version())
             if score:
                 decisions = self._act_score(model, batch, prompts, valid_actions, greedy, firsts, row_of)
                 records = trunk_records(seen, trunk, row_of, [len(p) for p in prompts], prefix_length)
@@ -320,7 +362,7 @@ class Policy:
         with torch.inference_mode():
             model = self.acting_model()
             batch = self.conversation_cache.run(model, conversations, contexts, prefix,
-                                                version=self._weights_version(), prefix_cache=self.prefix_cache,
+                                                version=self._acting_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
             if self._config.mode == "score":
                 decisions = self._act_score(model, batch, contexts, valid_actions, greedy, every, every)
@@ -416,7 +458,10 @@ class Policy:
                     top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
                 except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
                     top = None  # a decoder whose layers are called otherwise: the full pass it is
-            self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
+            # records made by a lower-precision acting copy (trunk_in_act_dtype): as close as it acted
+            copied = c.trunk_in_act_dtype and self.act_precision != "float32"
+            check = within_acting_mismatch if copied else same_evaluation
+            self._top_rescorer.record_check(self.model, top is not None and check(top, full))
             if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
                 return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)

@@ -11,7 +11,7 @@ mismatch: :mod:`textgym.trainers.precision`).
 ``"auto"`` measures once per machine and model (:func:`choose_act_dtype`): a forward pass over a
 fixed probe batch, timed in each precision, and the probe's greedy decisions compared with
 float32's. It picks the fastest precision whose decisions all agree (float32 when none is faster,
-e.g. on a CPU without bf16 units); the result is cached in ``$TEXTGYM_HOME/precision/``, keyed by
+e.g. on a CPU without bf16 units, and for models under :data:`AUTO_MIN_PARAMETERS`); the result is cached in ``$TEXTGYM_HOME/precision/``, keyed by
 the CPU (model name and flags), the torch version, the thread count and the model (delete the
 file to measure again; ``$TEXTGYM_PRECISION_CACHE`` names another folder). The probe times
 alternating passes and keeps each precision's fastest, but a machine busy with other work can
@@ -41,14 +41,18 @@ import torch
 
 from textgym.policy.config import ACT_DTYPES
 
-__all__ = ["ACT_DTYPES", "ActingCopy", "PrecisionChoice", "check_act_dtype", "choose_act_dtype",
-           "make_acting_copy"]
+__all__ = ["ACT_DTYPES", "AUTO_MIN_PARAMETERS", "ActingCopy", "PrecisionChoice", "check_act_dtype",
+           "choose_act_dtype", "make_acting_copy"]
 
 #: The precisions ``auto`` tries, in this order (ties go to the earlier one).
 _CANDIDATES = ("float32", "bfloat16", "int8")
 _PROBE_TEXTS = [f"Cart position {x / 10:+.1f}, velocity {v:+d}, pole angle {a:+d} degrees. Push LEFT or RIGHT?"
                 for x, v, a in zip(range(-8, 8), range(-4, 12), range(7, -9, -1))]
 _TIMED_PASSES = 2
+#: ``auto`` keeps models smaller than this in float32 without measuring: their passes take
+#: milliseconds, so another precision saves little (and the copy is rebuilt after every update),
+#: and timings that short are noise, which would make the choice change from run to run.
+AUTO_MIN_PARAMETERS = 20_000_000
 _PROBE_VERSION = 1  # bump when the probe changes: cached choices are then measured again
 
 
@@ -118,6 +122,8 @@ class PrecisionChoice:
     cached: bool = False
 
     def describe(self) -> str:
+        if not self.seconds and not self.errors:
+            return f"{self.dtype} (auto: a model this small is not measured)"
         base = self.seconds.get("float32")
         timings = ", ".join(
             f"{d} {s * 1000:.0f} ms" + (f" ({base / s:.2f}x)" if base and d != "float32" else "")
@@ -166,7 +172,10 @@ def choose_act_dtype(model: torch.nn.Module, tokenizer: Any, model_key: str, dev
                      refresh: bool = False) -> PrecisionChoice:
     """The fastest acting precision for ``model`` on this machine whose greedy decisions on the
     probe batch all agree with float32's (see the module doc); cached per machine and ``model_key``
-    (the model's name; ``refresh`` measures again)."""
+    (the model's name; ``refresh`` measures again). A model under :data:`AUTO_MIN_PARAMETERS`
+    parameters: float32, unmeasured."""
+    if sum(p.numel() for p in model.parameters()) < AUTO_MIN_PARAMETERS:
+        return PrecisionChoice("float32")
     path = _cache_file(model_key)
     if not refresh and path.is_file():
         try:

@@ -107,10 +107,15 @@ def rescore_candidates_from_trunk(model: torch.nn.Module, trunk: Trunk, decision
                                  normalization=normalization, tokenizer=tokenizer, device=device)
 
 
+#: How far two float32 evaluations of the same decisions may differ (log-probs; hidden states
+#: ten times that, plus as much relative): batching and padding change the order of sums.
+FLOAT_TOLERANCE = 1e-3
+
+
 def same_evaluation(a: Evaluation, b: Evaluation) -> bool:
     """Whether two evaluations of the same decisions agree to float noise (the candidates'
     log-probs and the hidden states, with a tolerance that follows the hidden states' dtype)."""
-    tolerance = 1e-3 if a.hidden.dtype == torch.float32 else 5e-2
+    tolerance = FLOAT_TOLERANCE if a.hidden.dtype == torch.float32 else 5e-2
     pairs = zip(a.candidate_logprobs or [], b.candidate_logprobs or [])
     return (a.hidden.shape == b.hidden.shape
             and torch.allclose(a.hidden.float(), b.hidden.float(), atol=tolerance * 10, rtol=tolerance)

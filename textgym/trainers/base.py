@@ -101,7 +101,7 @@ class Trainer:
         running :meth:`train`'s early stop) and ``target_kl``."""
         self.stopped_by: StopReason | None = None
         """Why the last :meth:`train` returned (``None`` before one)."""
-        self.held_out = HeldOut(self.env_id, self.env_kwargs, self.venv, self.config.num_envs, self.process)
+        self.held_out = HeldOut(self.env_id, self.env_kwargs, self.venv, self.process)
         """The envs of :meth:`evaluate` and :meth:`greedy_check`."""
 
         self._init_algorithm()

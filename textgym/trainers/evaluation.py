@@ -13,6 +13,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -27,7 +28,23 @@ if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
     from textgym.trainers.early_stop import EarlyStop
 
-__all__ = ["HeldOut", "evaluate_greedy"]
+__all__ = ["EVAL_MAX_ENVS", "HeldOut", "eval_envs", "evaluate_greedy"]
+
+#: The most envs greedy evaluation (``textgym eval``, a trainer's greedy checks) runs in one
+#: forward pass. Measured with bench/fast_eval.py (docs/results.md, "Fast evaluation"): on 2 CPU
+#: cores SmolLM2-135M's greedy CartPole decisions/s still rise from 16 to 50 envs per pass.
+EVAL_MAX_ENVS = 64
+
+
+def eval_envs(episodes: int) -> int:
+    """Envs per forward pass for an evaluation of ``episodes`` episodes: all side by side (every
+    vector step one pass over them), up to :data:`EVAL_MAX_ENVS`.
+
+    Example:
+        >>> eval_envs(8), eval_envs(50), eval_envs(500)
+        (8, 50, 64)
+    """
+    return max(1, min(episodes, EVAL_MAX_ENVS))
 
 
 def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
@@ -45,7 +62,9 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
     played = []
     cut = 0
     if len(shard):
-        rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
+        evaluating = getattr(policy, "evaluating", contextlib.nullcontext)  # a Policy: its eval precision
+        with evaluating():
+            rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
         played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in rollout.episodes[:len(shard)]]
         if on_episodes is not None:
             on_episodes(rollout.episodes[:len(shard)])
@@ -71,25 +90,23 @@ class HeldOut:
     """Where a trainer plays its held-out episodes greedily: :meth:`evaluate` and :meth:`check`.
 
     Made from the trainer's env id (``env_id``, with its ``env_kwargs``) with enough sub-envs for
-    this process's share of the episodes (at least the training's ``num_envs``, up to 16), else
+    this process's share of the episodes (:func:`eval_envs`), else
     the trainer's own vector env (``envs``). A check's envs are made once and reused, by size and
     step cap: the episodes' seeds make every check play the same starts.
     """
 
-    def __init__(self, env_id: str | None, env_kwargs: dict[str, Any], envs: Envs | None, num_envs: int,
+    def __init__(self, env_id: str | None, env_kwargs: dict[str, Any], envs: Envs | None,
                  process: ProcessContext):
-        self.env_id, self.env_kwargs, self.envs = env_id, env_kwargs, envs
-        self.num_envs, self.process = num_envs, process
+        self.env_id, self.env_kwargs, self.envs, self.process = env_id, env_kwargs, envs, process
         self._checks: dict[tuple[int, int | None], Envs] = {}
 
     def _size(self, episodes: int) -> int:
-        mine = max(1, len(self.process.shard(episodes)))
-        return min(mine, max(self.num_envs, 16))
+        return eval_envs(max(1, len(self.process.shard(episodes))))
 
     def evaluate(self, policy: SupportsAct, episodes: int, seed: int, num_envs: int | None = None,
                  on_episodes: Callable[[list[Episode]], Any] | None = None) -> dict[str, Any]:
         """:func:`evaluate_greedy` of ``episodes`` episodes from ``seed`` on new envs of
-        ``num_envs`` sub-envs (default: as many as this process's share needs, up to 16)."""
+        ``num_envs`` sub-envs (default: :func:`eval_envs` of this process's share)."""
         envs = self.envs
         if self.env_id is not None:
             import textgym
