@@ -118,7 +118,7 @@ def progress_line(progress: Any, update: int | None = None) -> str:
         >>> progress_line(RolloutProgress(True, 2, 8, 30, 5.0), update=3)
         'update 3: greedy check, episodes 2/8, 30 decisions, eta 15s'
         >>> progress_line(RolloutProgress(True, 0, 50, 100, 4.0, decisions_left=24_900))  # 50 x 500 steps
-        'evaluating, episodes 0/50, 100 decisions, at most 16m36s more'
+        'evaluating, episodes 0/50, 100 decisions, up to 16m36s more at this rate'
     """
     if progress.finished and not progress.greedy:
         return f"update {update}: optimising on {progress.decisions} decisions (the episodes took {progress.seconds:.0f}s)"
@@ -131,7 +131,7 @@ def progress_line(progress: Any, update: int | None = None) -> str:
     at_most = getattr(progress, "decisions_left", None)
     if at_most is not None and progress.decisions and (progress.greedy or not progress.episodes):
         # every episode played to its step limit at the rate so far: a solved policy's real time
-        line += f", at most {duration(progress.seconds / progress.decisions * at_most)} more"
+        line += f", up to {duration(progress.seconds / progress.decisions * at_most)} more at this rate"
     return line if update is None else f"update {update}: {line}"
 
 
@@ -307,8 +307,8 @@ class PlainProgress:
         >>> report = PlainProgress(Console(width=200))
         >>> for seconds in (2.0, 12.0, 30.0, 75.0):
         ...     report(RolloutProgress(True, 0, 50, int(seconds * 40), seconds, decisions_left=25_000 - int(seconds * 40)))
-        evaluating, episodes 0/50, 480 decisions, at most 10m13s more
-        evaluating, episodes 0/50, 3000 decisions, at most 9m10s more
+        evaluating, episodes 0/50, 480 decisions, up to 10m13s more at this rate
+        evaluating, episodes 0/50, 3000 decisions, up to 9m10s more at this rate
     """
 
     def __init__(self, console: Console):
