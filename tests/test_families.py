@@ -307,12 +307,16 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
     pytest.importorskip("textarena")
     env = textgym.make("textarena/GuessTheNumber-v0")
     obs, info = env.reset(seed=0)
-    assert "Guess The Number" in obs and info["valid_actions"] == []
-    low, high, reward, terminated = 1, 20, 0.0, False
+    # the game does not list its moves: textgym knows them (score mode), the guessed ones dropped
+    assert "Guess The Number" in obs and info["valid_actions"] == [f"[{n}]" for n in range(1, 21)]
+    low, high, reward, terminated, guessed = 1, 20, 0.0, False, set()
     while not terminated:            # bisection with the game's own hints
         guess = (low + high) // 2
         obs, reward, terminated, _, info = env.step(f"My guess: [{guess}]")
         assert info["parse"]["valid"] is True
+        guessed.add(f"[{guess}]")
+        if not terminated:
+            assert set(info["valid_actions"]) == {f"[{n}]" for n in range(1, 21)} - guessed
         last = obs.rsplit("[GAME]", 1)[1]
         if "higher" in last:
             low = guess + 1
@@ -324,6 +328,32 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
     assert info["parse"]["valid"] is False and not terminated
     _, _, terminated, _, info = env.step("still none")     # the game ends it: still counted invalid
     assert terminated and info["parse"]["valid"] is False and info["parse"]["invalid_count"] == 2
+
+
+@pytest.mark.parametrize(("text", "moves"), [
+    ("[GAME] Board\nAvailable Moves: '[0]', '[4]', '[8]'", ["[0]", "[4]", "[8]"]),          # TicTacToe
+    ("[GAME] Available Actions: [up], [down], [left], [right]", ["[up]", "[down]", "[left]", "[right]"]),
+    ("[GAME] You control snake 0. Valid moves: '[up]'/'[down]' (or w/s).", ["[up]", "[down]"]),
+    ("[GAME] Your possible actions: '[check]', '[bet]'", ["[check]", "[bet]"]),
+    ("[GAME] Rules. Valid moves: [Up], [Down].\n[GAME] Board 2 4", ["[Up]", "[Down]"]),    # listed once, in the rules
+    ("[GAME] Moves: Available Moves: '[0]'\n[GAME] Now Available Moves: '[3]', '[5]'", ["[3]", "[5]"]),  # the newest
+    ("[GAME] Submit your code as '[2 1 4 5]'.", []),                   # one format example, not a list
+    ("[GAME] Invalid moves (wrong format) will result in warnings: '[X]'", []),
+    ("[GAME] Play '[rock]', '[paper]' or '[scissors]'.", ["[rock]", "[paper]", "[scissors]"]),
+])
+def test_textarena_listed_moves_are_the_games_announced_moves(text, moves):
+    from textgym.envs.textarena_games import listed_moves
+
+    assert listed_moves(text) == moves
+
+
+def test_textarena_games_that_list_moves_unquoted_play_in_score_mode():
+    pytest.importorskip("textarena")
+    env = textgym.make("textarena/FrozenLake-v0")
+    _, info = env.reset(seed=0)
+    assert info["valid_actions"][:4] == ["[up]", "[down]", "[left]", "[right]"]
+    _, _, _, _, info = env.step("[right]")
+    assert info["parse"]["valid"] is True and "[down]" in info["valid_actions"]
 
 
 def test_textarena_two_player_game_against_a_random_opponent():

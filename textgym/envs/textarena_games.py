@@ -13,7 +13,9 @@ PettingZoo tic-tac-toe's scripted opponent of :mod:`textgym.envs.games`); TextAr
 only LLM-backed agents.
 
 ``info["valid_actions"]`` holds the moves the game lists in the observation (``[4]``...) where
-it lists them, so score mode works there; otherwise it is empty (free text, generate mode). An
+it lists them (:func:`listed_moves`), or the game's finite set of moves where textgym knows it
+(:data:`MOVES`: ``GuessTheNumber``'s numbers), so score mode works there; otherwise it is empty
+(free text, generate mode). An
 answer is counted invalid when the game answers it with its "invalid move" message.
 
 A game that needs data downloaded at run time (NLTK corpora for ``Wordle-v0``...) fails at
@@ -43,23 +45,41 @@ from textgym.registry import TrainingDefaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 
-__all__ = ["SCRIPTED", "TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
+__all__ = ["MOVES", "SCRIPTED", "TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
 
 SYSTEM_PROMPT = "You are playing a text game. Follow the game's instructions and answer with your move."
 
-_LISTED_MOVE = re.compile(r"'(\[[^\]\n]{1,40}\])'")
+_MOVE = re.compile(r"\[[^\[\]\n]{1,40}\]")
+_QUOTED_MOVE = re.compile(r"'(\[[^\[\]\n]{1,40}\])'")
+# "Available Moves: [0], [1]", "Valid moves: '[2, 3]', '[3, 2]'", "Your possible actions: '[check]'"
+_MOVES_LINE = re.compile(r"\b(?:available|valid|legal|possible)\s+(?:moves|actions)[^:\n]{0,30}:(?P<moves>[^\n]*)",
+                         re.IGNORECASE)
 
 
 def listed_moves(text: str) -> list[str]:
-    """The moves the game lists in its newest message (``Available Moves: '[0]', '[4]'`` -> ``['[0]', '[4]']``).
+    """The moves the game lists in its text.
+
+    The newest line that announces moves (``Available Moves:``, ``Valid moves:``, ``Your
+    possible actions:``...) gives every bracketed move on it, quoted or not (a game that lists
+    its moves once, in its rules, keeps them). Without such a line, the quoted moves of the newest
+    message, when there are at least two (a single quoted ``'[X]'`` or ``'[2 1 4 5]'`` is a format
+    example, not a list of moves).
 
     Example:
         >>> listed_moves("Board...\\nAvailable Moves: '[0]', '[4]'")
         ['[0]', '[4]']
+        >>> listed_moves("Available Actions: [up], [down], [left], [right]")
+        ['[up]', '[down]', '[left]', '[right]']
+        >>> listed_moves("Answer in the format '[2 1 4 5]'.")
+        []
     """
-    tail = text[-4000:]
-    last = tail.rfind("[GAME]")
-    return list(dict.fromkeys(_LISTED_MOVE.findall(tail[last:] if last >= 0 else tail)))
+    for found in reversed(list(_MOVES_LINE.finditer(text))):
+        moves = _MOVE.findall(found.group("moves"))
+        if moves:
+            return list(dict.fromkeys(moves))
+    last = text.rfind("[GAME]")
+    quoted = list(dict.fromkeys(_QUOTED_MOVE.findall(text[last:] if last >= 0 else text[-4000:])))
+    return quoted if len(quoted) >= 2 else []
 
 
 def _base_game(game: Any) -> Any:
@@ -88,6 +108,21 @@ SCRIPTED: dict[str, Any] = {"TicTacToe": scripted_tictactoe}
 
 def _game_name(game: str) -> str:
     return game.split("-v", 1)[0]
+
+
+def _guess_the_number_moves(game: Any) -> list[str]:
+    """The numbers of the game's range not guessed yet (a repeated guess is an invalid move)."""
+    base = _base_game(game)
+    return [f"[{n}]" for n in range(base.min_number, base.max_number + 1) if n not in base.guessed_numbers]
+
+
+def _three_card_monte_moves(game: Any) -> list[str]:
+    return [f"[{cup}]" for cup in range(_base_game(game).num_cups)]
+
+
+#: The moves of games that have a finite set of them but do not list it in their text, by game
+#: name, read off the game's state: ``info["valid_actions"]``, so score mode works on them too.
+MOVES: dict[str, Any] = {"GuessTheNumber": _guess_the_number_moves, "ThreeCardMonte": _three_card_monte_moves}
 
 
 class TextArenaEnv(gym.Env):
@@ -179,8 +214,13 @@ class TextArenaEnv(gym.Env):
         text = obs if isinstance(obs, str) else "\n".join(str(m[1]) for m in obs or [])
         return text[-self.max_length:]
 
+    def _moves(self, text: str) -> list[str]:
+        """The moves of the player to move: the game's own set (:data:`MOVES`) or those its text lists."""
+        moves = MOVES.get(_game_name(self.game))
+        return moves(self.env) if moves is not None else listed_moves(text)
+
     def _opponent_answer(self, text: str) -> str:
-        moves = listed_moves(text)
+        moves = self._moves(text)
         if self.opponent == "random":
             return str(self._opponent_rng.choice(moves)) if moves else ""
         if self.opponent == "scripted":
@@ -200,7 +240,7 @@ class TextArenaEnv(gym.Env):
             self._done, _ = self.env.step(self._opponent_answer(self._text(obs)))
 
     def _info(self) -> dict[str, Any]:
-        return {"valid_actions": [] if self._done else listed_moves(self._obs),
+        return {"valid_actions": [] if self._done else self._moves(self._obs),
                 "seat": "first" if self._learner == 0 else "second"}
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
