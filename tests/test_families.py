@@ -291,6 +291,24 @@ def test_reasoning_gym_config_and_curriculum_change_the_items():
         textgym.make("reasoning_gym/basic_arithmetic", difficulty=3)
 
 
+def test_reasoning_gym_finite_answer_sets_hold_every_answer_and_make_score_mode_work():
+    reasoning_gym = pytest.importorskip("reasoning_gym")
+    from textgym.envs.reasoning import ANSWER_SETS, answer_set
+
+    for dataset in ANSWER_SETS:
+        answers = {str(item["answer"]) for item in reasoning_gym.create_dataset(dataset, seed=7, size=30)}
+        assert answers <= set(answer_set(dataset)), (dataset, answers - set(answer_set(dataset)))
+    env = textgym.make("reasoning_gym/family_relationships")
+    _, info = env.reset(seed=3)
+    assert len(info["valid_actions"]) == 16 and "grandmother" in info["valid_actions"]
+    _, _, _, _, end = env.step(info["valid_actions"][0])
+    right = end["answer"]
+    env.reset(seed=3)
+    _, reward, terminated, _, end = env.step(right)        # score mode answers with the candidate itself
+    assert reward == 1.0 and terminated and end["parse"]["valid"] and end["parse"]["parser"] == "candidate"
+    assert textgym.make("reasoning_gym/basic_arithmetic").reset(seed=0)[1]["valid_actions"] == []
+
+
 def test_reasoning_gym_candidates_and_answer_formats():
     pytest.importorskip("reasoning_gym")
     env = textgym.make("reasoning_gym/basic_arithmetic", candidates=["1", "2"], **EASY)

@@ -11,8 +11,10 @@ has one, is a schedule of levels (``level=`` at make, ``options={"level": n}`` a
 :meth:`ReasoningGymEnv.set_level` between updates). The reference answer is in
 ``info["answer"]`` when the episode ends (never in the prompt).
 
-Generate mode is the natural mode (the model writes the answer); ``candidates=[...]`` names a
-finite answer set (e.g. ``["True", "False"]``) for score mode.
+Generate mode is the natural mode (the model writes the answer). Score mode picks among
+``info["valid_actions"]``: the dataset's finite answer set where it has one (:data:`ANSWER_SETS`:
+``family_relationships``' 16 relations, ``syllogism``'s Yes/No...), or the ``candidates=[...]``
+given at make.
 
 ``reasoning_gym`` is imported when an env is made (``pip install 'textgym[reasoning]'``).
 
@@ -36,11 +38,40 @@ from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 from textgym.wrappers.parsers import answer_text
 
-__all__ = ["ReasoningGymEnv", "list_ids", "make", "training_defaults"]
+__all__ = ["ANSWER_SETS", "ReasoningGymEnv", "list_ids", "make", "training_defaults"]
 
 #: Generate mode answers inside the answer tag that the dataset's prompt asks for: the policy
 #: opens it and stops at its end, so a short direct answer costs a few tokens.
 GENERATE_POLICY = {"prefill": "<answer>", "stop": ["</answer>"], "max_new_tokens": 16}
+
+
+def _relationships() -> list[str]:
+    from reasoning_gym.graphs.family_relationships import Relationship
+
+    return [relation.value for relation in Relationship]
+
+
+_TRUE_FALSE = ("True", "False")
+
+#: The datasets whose answers come from a fixed set, and that set (a function where the dataset
+#: declares it): their envs offer it as ``info["valid_actions"]`` unless ``candidates`` is given.
+ANSWER_SETS: dict[str, Any] = {
+    "family_relationships": _relationships,
+    "syllogism": ("Yes", "No"),
+    "course_schedule": _TRUE_FALSE,
+    "game_of_life_halting": _TRUE_FALSE,
+    "isomorphic_strings": _TRUE_FALSE,
+    "ransom_note": _TRUE_FALSE,
+    "circuit_logic": ("0", "1"),
+    "acre": ("on", "off", "undetermined"),
+    "mahjong_puzzle": ("Peng", "Chi", "Pass"),
+}
+
+
+def answer_set(dataset: str) -> list[str]:
+    """The dataset's fixed answer set (:data:`ANSWER_SETS`), or ``[]``: free answers."""
+    known = ANSWER_SETS.get(dataset, ())
+    return list(known() if callable(known) else known)
 
 
 def _answer(text: str) -> tuple[str, str, bool]:
@@ -61,7 +92,8 @@ class ReasoningGymEnv(gym.Env):
     Args:
         dataset: the reasoning-gym dataset name, e.g. ``"basic_arithmetic"``.
         level: the curriculum level of every item (``None``: the config as given).
-        candidates: a finite answer set, offered as ``info["valid_actions"]`` (score mode).
+        candidates: a finite answer set, offered as ``info["valid_actions"]`` (score mode);
+            ``None``: the dataset's own (:data:`ANSWER_SETS`), if it has one.
         answer_format: ``"direct"`` (default: reasoning-gym's prompt for the answer alone, in an
             answer tag) or ``"think"`` (its step-by-step prompt; ``textgym train --think``).
         max_length: observation and answer length limit.
@@ -86,7 +118,7 @@ class ReasoningGymEnv(gym.Env):
             raise TypeError(f"reasoning_gym/{dataset} has no config field(s) {unknown}; "
                             f"its fields are {sorted(fields)}")
         self.dataset, self.config, self.level = dataset, dict(config), level
-        self.candidates = [str(c) for c in candidates] if candidates else []
+        self.candidates = [str(c) for c in candidates] if candidates is not None else answer_set(dataset)
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_length)
         self.action_space = TextSpace(max_length)
