@@ -133,3 +133,36 @@ def test_short_selfplay_run_with_tiny_model(tmp_path):
     assert any(not torch.equal(a, b.detach()) for a, b in zip(before, trained)), "the update changed the weights"
     logged = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert logged[-1]["first/win_rate"] == metrics["first/win_rate"]
+
+
+@pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textarena/TicTacToe-v0"])
+def test_opponent_self_is_the_learner_in_training_and_random_in_held_out_games(tiny_policy, monkeypatch, env_id):
+    if env_id.startswith("textarena/"):
+        pytest.importorskip("textarena")
+    import textgym
+    from textgym.trainers import make_trainer
+
+    rows = []
+    act = tiny_policy.act
+
+    def recording_act(observations, *args, **kwargs):
+        rows.append(len(observations))
+        return act(observations, *args, **kwargs)
+
+    monkeypatch.setattr(tiny_policy, "act", recording_act)
+    trainer = make_trainer("reinforce", tiny_policy, env_id,
+                           {"num_envs": 2, "episodes_per_update": 4, "seed": 0},
+                           env_kwargs={"opponent": "self"})
+    assert all(env.get_wrapper_attr("opponent") is tiny_policy for env in trainer.venv.envs)
+    metrics = trainer.train(updates=1)[-1]
+    learner, opponent = metrics["decisions"], sum(rows) - metrics["decisions"]
+    # tic-tac-toe: the opponent moves at least twice a game, every move the learner's policy's
+    assert metrics["episodes"] == 4 and opponent >= 2 * 4 and learner >= 3 * 4 - 4
+    assert "opponent" not in trainer.held_out.env_kwargs      # held-out games: the default, random
+    rows.clear()
+    result = trainer.evaluate(episodes=4, seed=0)
+    # only the learner's own moves went through the policy: the opponent was random
+    assert result["episodes"] == 4 and sum(rows) == round(result["length_mean"] * 4)
+    lone = textgym.make(env_id, opponent="self", seat="second")    # no trainer: one clear error
+    with pytest.raises(RuntimeError, match="the learner itself"):
+        lone.reset(seed=0)

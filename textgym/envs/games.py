@@ -148,7 +148,37 @@ _GAMES = {
     "connect_four_v3": "connect_four_v3",
 }
 
-Opponent = Any  # "random" | "scripted" | f(text, valid_actions) -> str | an object with .act (textgym.Policy)
+Opponent = Any  # "random" | "scripted" | "self" | f(text, valid_actions) -> str | an object with .act (textgym.Policy)
+
+SELF_PLAY = "self"
+"""``opponent="self"``: the learner plays the other seat too. A trainer gives such an env its own
+policy (:func:`with_learner`), which then answers for the opponent at every turn with its current
+weights (self-play); held-out play is against the env's default opponent (:func:`held_out`)."""
+
+
+def check_opponent(opponent: Opponent, scripted: bool, where: str) -> None:
+    """One clear ``ValueError`` for an opponent name that is not one (``scripted``: whether
+    ``where`` has a scripted player)."""
+    names = ("random", "scripted", SELF_PLAY) if scripted else ("random", SELF_PLAY)
+    if isinstance(opponent, str) and opponent not in names:
+        raise ValueError(f"opponent={opponent!r} for {where}: choose {', '.join(map(repr, names))}, a "
+                         "function f(text, valid_actions) -> answer, or a policy with .act()")
+
+
+def with_learner(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``env_kwargs`` with ``opponent="self"`` replaced by the learner's ``policy`` (self-play)."""
+    return {**env_kwargs, "opponent": policy} if env_kwargs.get("opponent") == SELF_PLAY else env_kwargs
+
+
+def held_out(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``env_kwargs`` for held-out play: a self-play run is measured against the env's default
+    opponent (random), not against itself."""
+    return {k: v for k, v in env_kwargs.items() if not (k == "opponent" and v == SELF_PLAY)}
+
+
+def learner_missing(where: str) -> RuntimeError:
+    return RuntimeError(f"opponent='self' in {where} is the learner itself: a trainer (textgym train) "
+                        "gives the env its policy; to play it directly, pass opponent=policy")
 
 
 def make_pettingzoo_game(name: str, **kwargs: Any) -> Any:
@@ -181,6 +211,7 @@ class TwoPlayerGameEnv(gym.Env):
     Args:
         game: ``"tictactoe"`` or ``"connect_four"``.
         opponent: ``"random"`` (a random legal move), ``"scripted"`` (win, block, then position),
+            ``"self"`` (self-play: a trainer plays the learner's policy here, :data:`SELF_PLAY`),
             a function ``f(observation_text, valid_actions) -> answer`` or an object with
             ``act(observations, system_prompts, valid_actions)`` such as a :class:`textgym.Policy`
             (a frozen copy of the learner, for example). An opponent's invalid answer is handled
@@ -213,9 +244,7 @@ class TwoPlayerGameEnv(gym.Env):
             type(self).__name__, invalid, penalty, invalid_policy, invalid_penalty, ("penalty", -1.0))
         if seat not in ("first", "second", "random"):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
-        if isinstance(opponent, str) and opponent not in ("random", "scripted"):
-            raise ValueError(f"opponent={opponent!r}: choose 'random', 'scripted', a function "
-                             "f(text, valid_actions) -> answer, or a policy with .act()")
+        check_opponent(opponent, scripted=True, where=game)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode={render_mode!r}: only 'ansi' (the board as text) is supported")
         self.game_name = _GAMES.get(game, game)
@@ -251,6 +280,8 @@ class TwoPlayerGameEnv(gym.Env):
             answer = self.action_names[random_move(raw, self._opponent_rng)]
         elif self.opponent == "scripted":
             answer = self.action_names[SCRIPTED[self.game_name](raw, self._opponent_rng)]
+        elif self.opponent == SELF_PLAY:
+            raise learner_missing(self.game_name)
         else:
             text = self.aec.observe(agent)["text"]
             valid = self.aec.infos[agent]["valid_actions"]

@@ -6,7 +6,8 @@ says), the answer goes to the game as it is, and the reward is the game's own at
 two-player game (``TicTacToe-v0``, ``Nim-v0``...) is played from one seat against a fixed
 opponent, like :class:`textgym.envs.games.TwoPlayerGameEnv`: ``"random"`` (one of the moves the
 game lists in the opponent's observation, e.g. ``'[4]'``), a function ``f(text, valid_actions)
--> answer``, or a policy with ``.act`` (a frozen copy of the learner: self-play). Games for more
+-> answer``, a policy with ``.act`` (a frozen copy of the learner), or ``"self"`` (self-play:
+``textgym train`` plays the learner's own policy in that seat). Games for more
 than two players are refused. ``"scripted"`` is a hand-written player where textgym has one
 for the game (:data:`SCRIPTED`: TicTacToe plays win, block, centre, corner, as the
 PettingZoo tic-tac-toe's scripted opponent of :mod:`textgym.envs.games`); TextArena itself ships
@@ -131,6 +132,8 @@ class TextArenaEnv(gym.Env):
     Args:
         game: the TextArena id, e.g. ``"TicTacToe-v0"``.
         opponent: for two-player games: ``"random"``, ``"scripted"`` (games in :data:`SCRIPTED`),
+            ``"self"`` (self-play: a trainer plays the learner's policy here,
+            :data:`textgym.envs.games.SELF_PLAY`),
             ``f(text, valid_actions) -> answer`` or
             an object with ``act(observations, system_prompts, valid_actions)`` (a :class:`textgym.Policy`).
         seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset).
@@ -146,9 +149,9 @@ class TextArenaEnv(gym.Env):
 
         if seat not in ("first", "second", "random"):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
-        if isinstance(opponent, str) and opponent not in ("random", "scripted"):
-            raise ValueError(f"opponent={opponent!r}: choose 'random', 'scripted', a function "
-                             "f(text, valid_actions) -> answer or a policy with .act")
+        from textgym.envs.games import check_opponent
+
+        check_opponent(opponent, scripted=True, where=f"textarena/{game}")
         if opponent == "scripted" and _game_name(game) not in SCRIPTED:
             raise ValueError(f"textarena/{game} has no scripted player; games with one: "
                              f"{', '.join(sorted(SCRIPTED))} (use opponent='random' or a policy)")
@@ -225,6 +228,10 @@ class TextArenaEnv(gym.Env):
             return str(self._opponent_rng.choice(moves)) if moves else ""
         if self.opponent == "scripted":
             return SCRIPTED[_game_name(self.game)](self.env, self._opponent_rng)
+        if self.opponent == "self":
+            from textgym.envs.games import learner_missing
+
+            raise learner_missing(f"textarena/{self.game}")
         if hasattr(self.opponent, "act"):
             decision = self.opponent.act([text], [self.system_prompt], [moves])[0]
             return str(getattr(decision, "text", decision))

@@ -75,7 +75,7 @@ class Trainer:
         self.policy = policy
         self.model = prepare_model(policy, self.config)
         self.env_kwargs = dict(env_kwargs or {})
-        self.env_id, self.venv = make_envs(env, self.config, self.env_kwargs)
+        self.env_id, self.venv = make_envs(env, self.config, self.env_kwargs, policy)
         self.out_dir = Path(out_dir) if out_dir is not None else None
         trackers = parse_report_to(self.config.report_to)
         self.writer = MetricsWriter(self.out_dir if self.process.is_main else None,

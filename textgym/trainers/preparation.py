@@ -66,16 +66,20 @@ def prepare_model(policy: Policy, config: TrainConfig) -> torch.nn.Module:
     return model
 
 
-def make_envs(env: str | Envs | None, config: TrainConfig, env_kwargs: dict[str, Any]) -> tuple[str | None, Envs | None]:
+def make_envs(env: str | Envs | None, config: TrainConfig, env_kwargs: dict[str, Any],
+              policy: Policy | None = None) -> tuple[str | None, Envs | None]:
     """The env id and the vector env a trainer trains on: from an id, a vector env of
-    ``config.num_envs`` seeded ``config.seed``; a vector env as it is (its spec's id, if any);
-    ``None``: neither (a trainer driven through ``update()`` only, e.g. by ``textgym.Agent``)."""
+    ``config.num_envs`` seeded ``config.seed`` (``opponent="self"`` played by ``policy``:
+    self-play); a vector env as it is (its spec's id, if any); ``None``: neither (a trainer
+    driven through ``update()`` only, e.g. by ``textgym.Agent``)."""
     if env is None:
         return None, None
     if isinstance(env, str):
         import textgym
+        from textgym.envs.games import with_learner
 
-        return env, textgym.make_vec(env, num_envs=config.num_envs, seed=config.seed, **env_kwargs)
+        return env, textgym.make_vec(env, num_envs=config.num_envs, seed=config.seed,
+                                     **with_learner(env_kwargs, policy))
     return (env.spec.id if getattr(env, "spec", None) is not None else None), env
 
 
