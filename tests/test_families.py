@@ -340,12 +340,13 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
             low = guess + 1
         elif "lower" in last:
             high = guess - 1
-    assert reward == 1.0 and info["episode_stats"]["length"] <= 5
+    assert reward == 1.0 and info["episode_stats"]["length"] <= 5 and info["outcome"] == "win"
     obs, info = env.reset(seed=0)
     _, _, terminated, _, info = env.step("no brackets at all")
     assert info["parse"]["valid"] is False and not terminated
     _, _, terminated, _, info = env.step("still none")     # the game ends it: still counted invalid
     assert terminated and info["parse"]["valid"] is False and info["parse"]["invalid_count"] == 2
+    assert info["outcome"] == "loss"
 
 
 @pytest.mark.parametrize(("text", "moves"), [
@@ -385,6 +386,7 @@ def test_textarena_two_player_game_against_a_random_opponent():
         _, reward, terminated, _, info = env.step(str(rng.choice(info["valid_actions"])))
         assert info["parse"]["valid"] is True
     assert reward in (-1.0, 0.0, 1.0)
+    assert info["outcome"] == {1.0: "win", 0.0: "draw", -1.0: "loss"}[reward]
     first = textgym.make("textarena/TicTacToe-v0", seat="first")
     assert len(first.reset(seed=1)[1]["valid_actions"]) == 9
     replay = textgym.make("textarena/TicTacToe-v0", seat="second")

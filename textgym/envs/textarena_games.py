@@ -2,7 +2,8 @@
 
 A single-player game (``GuessTheNumber-v0``, ``Wordle-v0``...) is a Gymnasium text env: the
 observation is the game's own prompt and messages (TextArena's observation wrapper, as the id
-says), the answer goes to the game as it is, and the reward is the game's own at the end. A
+says), the answer goes to the game as it is, and the reward is the game's own at the end
+(``info["outcome"]`` says win, draw or loss: evaluations report the rates). A
 two-player game (``TicTacToe-v0``, ``Nim-v0``...) is played from one seat against a fixed
 opponent, like :class:`textgym.envs.games.TwoPlayerGameEnv`: ``"random"`` (one of the moves the
 game lists in the opponent's observation, e.g. ``'[4]'``), a function ``f(text, valid_actions)
@@ -271,10 +272,11 @@ class TextArenaEnv(gym.Env):
         before = self._obs
         self._done, _ = self.env.step(raw)
         self._advance()
-        reward, ended_invalid = 0.0, False
+        reward, ended_invalid, outcome = 0.0, False, None
         if self._done:
             rewards, game_info = self.env.close()
             reward = float((rewards or {}).get(self._learner, 0.0))
+            outcome = _outcome(reward, [float(r) for p, r in (rewards or {}).items() if p != self._learner])
             # a game ended by the learner's invalid move shows no new message: its info says so
             ended_invalid = bool(((game_info or {}).get(self._learner) or {}).get("invalid_move"))
         new = self._obs.removeprefix(before)
@@ -284,10 +286,22 @@ class TextArenaEnv(gym.Env):
         info["parse"] = ParseRecord(raw=raw, action=raw, action_name=raw.strip() if valid else None,
                                     parser="text", valid=valid, invalid_count=self._invalid,
                                     policy=None if valid else "game").to_dict()
+        if outcome is not None:
+            info["outcome"] = outcome
         return self._obs, reward, self._done, False, info
 
     def render(self) -> str | None:
         return self._obs if self.render_mode == "ansi" else None
+
+
+def _outcome(reward: float, others: list[float]) -> str:
+    """``"win"``, ``"draw"`` or ``"loss"``: against the other player's reward in a two-player
+    game; in a single-player game, a win is TextArena's full reward of 1 (a partial reward, such as
+    GuessTheNumber's closeness at the turn limit, is a loss)."""
+    if not others:
+        return "win" if reward >= 1.0 else "loss"
+    best_other = max(others)
+    return "win" if reward > best_other else "loss" if reward < best_other else "draw"
 
 
 def list_ids() -> list[str]:
