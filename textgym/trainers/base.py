@@ -34,7 +34,7 @@ from textgym.trainers.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.evaluation import HeldOut
 from textgym.trainers.loop import StopReason
 from textgym.trainers.metrics import MetricsWriter
-from textgym.trainers.optimization import LossFn, lr_factor, run_minibatches
+from textgym.trainers.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
 from textgym.trainers.preparation import make_envs, prepare_model, seed_everything, system_prompt_of
 from textgym.trainers.sft import Demonstration, OnlineSFT, sft
 from textgym.trainers.trackers import parse_report_to
@@ -269,13 +269,14 @@ class Trainer:
         (:func:`~textgym.trainers.optimization.run_minibatches`). ``groups``: decisions kept in one
         minibatch (a conversation's turns: :func:`textgym.rollout.conversation_runs`)."""
         cfg = self.config
-        counts = None if isinstance(decisions, int) else [len(d.answer_ids) for d in decisions]
-        return run_minibatches(self.optimizer, len(counts) if counts is not None else decisions, loss_fn,
+        costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
+                                                                    cfg.max_chunk_tokens)
+        return run_minibatches(self.optimizer, decisions if isinstance(decisions, int) else len(decisions), loss_fn,
                                epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=cfg.minibatch_size,
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                                max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
-                               groups=groups, token_counts=counts, max_chunk_tokens=cfg.max_chunk_answer_tokens)
+                               groups=groups, token_counts=costs, max_chunk_tokens=None if costs is None else 1.0)
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this

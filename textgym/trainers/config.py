@@ -55,6 +55,13 @@ class TrainConfig:
     in one forward/backward pass; a minibatch with more is split into more chunks (on top of
     ``gradient_accumulation_steps``), so long generated answers (``--think``) do not hold
     minibatch x length x vocabulary logits in memory at once. ``None``: no limit."""
+    max_chunk_tokens: int | None = setting(4096, at_least=1)
+    """At most this many tokens (decisions x the longest prompt plus answer among them, a
+    sequence of L tokens counting as L x (1 + L/1024): attention's scores grow with the square
+    of the length) go through one forward/backward pass; a minibatch with more is split into more
+    chunks, so long prompts (TextArena games, histories) do not hold every token's activations of
+    every layer at once (about 1.8 MB a token for the 135M model with an adapter on all its layers).
+    ``None``: no limit."""
 
     # --- data collection ----------------------------------------------------------------
     num_envs: int = setting(8, at_least=1, at_most=MAX_ENVS)

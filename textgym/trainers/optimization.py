@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ import torch
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
-__all__ = ["LossFn", "MinibatchPlan", "chunks_of", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "MinibatchPlan", "chunk_costs", "chunks_of", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -80,8 +80,41 @@ def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None
     return True
 
 
-def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Sequence[int] | None = None,
-              max_chunk_tokens: int | None = None) -> list[torch.Tensor]:
+def sequence_cost(tokens: int) -> float:
+    """What a sequence of ``tokens`` tokens counts for in a chunk's budget: its tokens, more for
+    long ones (attention's scores grow with the square of the length)."""
+    return tokens * (1.0 + tokens / 1024)
+
+
+def chunk_costs(decisions: Sequence[Any], max_answer_tokens: int | None,
+                max_tokens: int | None) -> list[float] | None:
+    """Per decision, its share of a chunk's budgets (``TrainConfig.max_chunk_answer_tokens``,
+    ``max_chunk_tokens``): the larger of its answer tokens over the first and its sequence's
+    :func:`sequence_cost` over the second, so a chunk of n decisions stays within both budgets when
+    n times its largest cost is at most 1 (:func:`chunks_of` with ``max_chunk_tokens=1``). A
+    score-mode decision's answer is all its candidates' tokens. ``None``: no budget.
+
+    Example:
+        >>> from types import SimpleNamespace as D
+        >>> chunk_costs([D(prompt_ids=[0] * 1023, answer_ids=[1], candidates=None)], 2048, 4096)
+        [0.5]
+
+    (1,024 tokens count as 2,048: half of a 4,096 budget.)
+    """
+    if max_answer_tokens is None and max_tokens is None:
+        return None
+    costs = []
+    for d in decisions:
+        answer = sum(map(len, d.candidates)) if d.candidates else len(d.answer_ids)
+        cost = len(d.answer_ids) / max_answer_tokens if max_answer_tokens is not None else 0.0
+        if max_tokens is not None:
+            cost = max(cost, sequence_cost(len(d.prompt_ids) + answer) / max_tokens)
+        costs.append(cost)
+    return costs
+
+
+def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Sequence[float] | None = None,
+              max_chunk_tokens: float | None = None) -> list[torch.Tensor]:
     """``minibatch`` (decision indices) split into at least ``accumulation_steps`` chunks, and into
     enough that no chunk holds more than ``max_chunk_tokens`` padded tokens (its size times its
     longest ``token_counts``). Only when that needs more chunks are the decisions sorted by length
@@ -175,8 +208,8 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                     max_grad_norm: float | None = 1.0, target_kl: float | None = None,
                     process: ProcessContext | None = None,
                     groups: Sequence[Sequence[int]] | None = None,
-                    token_counts: Sequence[int] | None = None,
-                    max_chunk_tokens: int | None = None) -> dict[str, float]:
+                    token_counts: Sequence[float] | None = None,
+                    max_chunk_tokens: float | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
