@@ -303,7 +303,8 @@ class Policy:
                 raise ValueError("score mode needs valid_actions for every env")
             for i, actions in enumerate(valid_actions):
                 if not actions:
-                    raise ValueError(f"env {i} has no valid actions to score")
+                    raise ValueError(f"env {i} has no valid actions to score: its answers are free text "
+                                     "(use generate mode, --mode generate)")
         if conversations is not None:
             return self._act_in_conversations(observations, system_prompts, valid_actions, greedy, conversations)
         started = time.perf_counter()
