@@ -229,9 +229,9 @@ class TextArenaEnv(gym.Env):
             return str(self._opponent_rng.choice(moves)) if moves else ""
         if self.opponent == "scripted":
             return SCRIPTED[_game_name(self.game)](self.env, self._opponent_rng)
-        if self.opponent == "self":
-            from textgym.envs.games import learner_missing
+        from textgym.envs.games import SELF_PLAY, learner_missing
 
+        if self.opponent == SELF_PLAY:
             raise learner_missing(f"textarena/{self.game}")
         if hasattr(self.opponent, "act"):
             decision = self.opponent.act([text], [self.system_prompt], [moves])[0]
