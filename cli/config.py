@@ -36,7 +36,7 @@ from textgym.cli.errors import CLIError
 
 from textgym.policy.config import MODES, PolicyConfig
 from textgym.settings import check_value, like, setting, setting_of
-from textgym.trainers.config import ALGORITHMS, TrainConfig
+from textgym.trainers.config import ALGORITHMS, SFTConfig, TrainConfig
 from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:
@@ -108,6 +108,14 @@ class RunConfig:
     4bit or 8bit, or not (None)."""
     sft: str | None = setting(None, flag=True, panel=TRAINING, metavar="FILE")
     """JSONL of {"prompt", "answer"} pairs: a supervised warm-up before RL."""
+    sft_player: str | None = setting(None, flag=True, panel=TRAINING, metavar="NAME")
+    """A reference player of the env to imitate before RL (scripted...).
+    One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes
+    becomes the warm-up's demonstrations (after the ``sft`` file's, if both are given); the
+    observations are the newest ones alone, so it does not combine with ``history``."""
+    sft_episodes: int = setting(200, at_least=1, flag=True, panel=TRAINING, metavar="N")
+    """Episodes the sft_player plays for the warm-up."""
+    sft_epochs: int = like(SFTConfig, "epochs", flag=True, panel=TRAINING, metavar="N")
     checkpoint_every: int = like(TrainConfig, "checkpoint_every", 10, at_least=1)
     plot_every: int = setting(1, at_least=1)
     """Redraw curve.png every this many updates (at most every 10 s; always at the end)."""
@@ -254,6 +262,9 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
                        "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
+    if config.sft_player is not None and config.history is not None:
+        raise CLIError(f"{where}: sft_player records the newest observation alone; drop history "
+                       "(or give demonstrations of whole conversations with sft)")
     setting = history_setting(config.history, where)
     config.history = None if setting is None else str(setting)  # one spelling in config.toml
     return config

@@ -252,6 +252,8 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             {**policy_settings.to_dict(), "history": run_config.history_setting(cfg.history)})
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
+    if cfg.sft_player and resume is None:
+        _check_player(cfg.env, cfg.sft_player)
     check_model(cfg.model, cfg.device, cfg.dtype, cfg.quantize)
     if processes is not None and processes > 1 and process is None:
         _check_shares(trainer_config, processes)
@@ -430,7 +432,7 @@ def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, ru
                            out_dir=run_dir, process=process, **_env_kwargs_arg(cfg))
     if process.is_main:
         (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
-    if cfg.sft:
+    if cfg.sft or cfg.sft_player:
         _warm_start(trainer, cfg, quiet)
     return trainer
 
@@ -483,13 +485,45 @@ def _check_demonstrations(path: str) -> None:
         raise CLIError(f"bad SFT file: {exc}") from exc
 
 
+def _check_player(env: str, player: str) -> None:
+    from textgym.baselines import reference_policy_names
+    from textgym.registry import resolve_id
+
+    names = reference_policy_names(resolve_id(env))
+    if player not in names:
+        raise CLIError(f"--sft-player: {env} has no reference player {player!r}; it has: {', '.join(names)}")
+
+
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
-    if not quiet:
-        say(f"textgym: supervised warm-up on {cfg.sft}")
+    from textgym.baselines import BaselineNotApplicable
+    from textgym.seeds import demonstration_seed
+    from textgym.trainers.config import SFTConfig
+    from textgym.trainers.sft import load_demonstrations, player_demonstrations
+
+    demos = []
+    if cfg.sft:
+        try:
+            demos += load_demonstrations(cfg.sft)
+        except (ValueError, OSError) as exc:
+            raise CLIError(f"bad SFT file: {exc}") from exc
+        if not quiet:
+            say(f"textgym: supervised warm-up on {cfg.sft} ({len(demos)} demonstrations)")
+    if cfg.sft_player:
+        try:
+            played, stats = player_demonstrations(cfg.env, cfg.sft_player, cfg.sft_episodes,
+                                                  seed=demonstration_seed(cfg.seed), env_kwargs=cfg.env_kwargs)
+        except BaselineNotApplicable as exc:
+            raise CLIError(f"--sft-player: {exc}") from None
+        demos += played
+        if not quiet:
+            say(f"textgym: supervised warm-up on the {cfg.sft_player} player's {cfg.sft_episodes} "
+                f"episodes (mean return {stats['return_mean']:.3g}): {len(played)} decisions")
+    config = SFTConfig(lr=trainer.config.sft_lr, epochs=cfg.sft_epochs, seed=cfg.seed,
+                       max_grad_norm=trainer.config.max_grad_norm)
     try:
-        losses = trainer.warm_start(cfg.sft)
+        losses = trainer.warm_start(demos, config)
     except (ValueError, KeyError, TypeError) as exc:
-        raise CLIError(f"bad SFT file {cfg.sft}: {exc}") from exc
+        raise CLIError(f"bad SFT demonstrations: {exc}") from exc
     if not quiet and losses:
         say(f"textgym: warm-up loss {losses[0]:.3g} -> {losses[-1]:.3g}")
 

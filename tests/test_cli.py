@@ -529,6 +529,21 @@ def test_bad_trainer_setting_and_bad_sft_file(cli, tmp_path):
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
+def test_sft_player_warms_up_on_the_env_s_reference_player(cli, tmp_path, fast_config):
+    result = cli("train", "bandit", "--config", fast_config, "--updates", "1", "--sft-player", "scripted",
+                 "--sft-episodes", "8", "--sft-epochs", "2", "--out", tmp_path / "run")
+    assert result.exit_code == 0, result.output
+    assert "supervised warm-up on the scripted player's 8 episodes (mean return 1): 8 decisions" in result.stdout
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--sft-player", "oracle",
+                              "--out", tmp_path / "r1"))
+    assert line == ("textgym: error: --sft-player: textgym/Bandit-v0 has no reference player 'oracle'; "
+                    "it has: random, scripted")
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--sft-player", "scripted",
+                              "--history", "full", "--out", tmp_path / "r2"))
+    assert "sft_player records the newest observation alone; drop history" in line
+    assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
+
+
 # --- the live display ----------------------------------------------------------------------------
 
 

@@ -307,6 +307,39 @@ def test_sft_of_a_prefilled_format_learns_what_the_policy_writes(tiny_model_and_
     assert plain.prompt_ids == chat and tokenizer.decode(plain.answer_ids) == "cat"
 
 
+def test_a_reference_player_s_play_becomes_demonstrations_as_a_policy_reads_it():
+    from textgym.envs.classic import scripted_blackjack
+    from textgym.trainers.sft import player_demonstrations
+
+    demos, stats = player_demonstrations("blackjack", "scripted", episodes=6, seed=7)
+    assert stats["episodes"] == 6 and len(demos) == stats["decisions"]
+    env = textgym.make("blackjack")
+    obs, info = env.reset(seed=7)  # the first episode's first turn, as a rollout reads it
+    assert demos[0].prompt == obs and demos[0].valid_actions == ["STICK", "HIT"]
+    assert demos[0].system_prompt == env.get_wrapper_attr("system_prompt")
+    assert demos[0].answer == scripted_blackjack(env)(info)  # basic strategy's answer on that hand
+    assert all(d.answer in d.valid_actions for d in demos)
+    with pytest.raises(ValueError, match="no reference player 'oracle'; it has: random, scripted"):
+        player_demonstrations("blackjack", "oracle")
+
+
+def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
+    from textgym.trainers import SFTConfig
+    from textgym.trainers.sft import demonstration_decisions, player_demonstrations
+
+    demos, stats = player_demonstrations("bandit", "scripted", episodes=16, seed=3)
+    assert stats["return_mean"] == 1.0
+    [decision] = demonstration_decisions(tiny_policy, demos[:1], "")
+    assert decision.candidates == tiny_policy.candidate_set(demos[0].valid_actions)
+    assert decision.answer_ids == decision.candidates[demos[0].valid_actions.index(demos[0].answer)]
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=ReinforceConfig(**SMALL))
+    before = trainer.evaluate(episodes=32)["return_mean"]
+    # 20 epochs: greedy play was perfect from 10 (mean NLL 0.31) and the loss is 0.18 at 20
+    losses = trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=20, batch_size=16))
+    assert losses[-1] < losses[0]  # the NLL of the player's action among the valid ones
+    assert before < 1.0 and trainer.evaluate(episodes=32)["return_mean"] == 1.0
+
+
 def test_online_sft_on_best_episodes(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**SMALL, sft_every=2, sft_top_fraction=0.5))
@@ -327,6 +360,11 @@ def test_demonstrations_file_errors(tmp_path):
     ok.write_text('{"prompt": "Your hand: 18.", "answer": "STICK", "system_prompt": "Play blackjack."}\n')
     [demo] = load_demonstrations(ok)
     assert (demo.prompt, demo.answer, demo.system_prompt) == ("Your hand: 18.", "STICK", "Play blackjack.")
+    ok.write_text('{"prompt": "Your hand: 18.", "answer": "STICK", "valid_actions": ["STICK", "HIT"]}\n')
+    assert load_demonstrations(ok)[0].valid_actions == ["STICK", "HIT"]
+    bad.write_text('{"prompt": "Your hand: 18.", "answer": "STAND", "valid_actions": ["STICK", "HIT"]}\n')
+    with pytest.raises(ValueError, match="bad.jsonl:1: valid_actions must be a list of strings holding the answer"):
+        load_demonstrations(bad)
 
 
 

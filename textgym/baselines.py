@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
@@ -55,14 +56,21 @@ def random_policy(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     return player
 
 
+#: What :func:`evaluate_reference` hands ``on_step`` before each step: the observation the
+#: player answers, the info it answers from, and its answer.
+OnStep = Callable[[str, dict[str, Any], str], None]
+
+
 def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
-                       seed: int = 0) -> dict[str, Any]:
+                       seed: int = 0, on_step: OnStep | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) with ``policy``.
 
     Returns the statistics of a model's greedy evaluation: ``episodes``, ``return_mean``,
     ``return_std`` (numpy's, ``ddof=0``), ``length_mean``, ``invalid_rate`` (invalid answers per
     decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
     The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
+    ``on_step(observation, info, answer)`` sees every decision (recording demonstrations:
+    :func:`textgym.trainers.sft.player_demonstrations`).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
@@ -70,10 +78,13 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
     returns, lengths, outcomes = [], [], []
     invalid = decisions = 0
     for episode in range(episodes):
-        _, info = env.reset(seed=seed + episode)
+        observation, info = env.reset(seed=seed + episode)
         total, length, done = 0.0, 0, False
         while not done:
-            _, reward, terminated, truncated, info = env.step(player(info))
+            answer = player(info)
+            if on_step is not None:
+                on_step(observation, info, answer)
+            observation, reward, terminated, truncated, info = env.step(answer)
             total += float(reward)
             length += 1
             invalid += not (info.get("parse") or {}).get("valid", True)

@@ -9,6 +9,9 @@ held-out evaluation         ``EVAL_BASE + j`` (1,000,000 and up): ``textgym eval
 training rollouts           ``TRAIN_BASE + run_seed * PER_RUN_SEED + update * PER_UPDATE + j``
                             (10,000,000 and up): episode ``j`` of update ``update`` of a run seeded
                             ``run_seed``, so a resumed run replays the same starts
+warm-start demonstrations   ``rollout_seed(run_seed, DEMONSTRATION_UPDATE) + j``: a reference player's
+                            episode ``j`` (``--sft-player``), in the run's own training seeds, where
+                            its rollouts would be at update 50,000 (no run gets there)
 ==========================  =========================================================================
 
 Per process (data parallelism, :func:`textgym.distributed.episode_shard`): a process plays the
@@ -24,8 +27,8 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["CHECK_BASE", "EVAL_BASE", "PER_RUN_SEED", "PER_UPDATE", "TRAIN_BASE", "check_seeds",
-           "eval_seeds", "overlaps_training", "rollout_seed"]
+__all__ = ["CHECK_BASE", "DEMONSTRATION_UPDATE", "EVAL_BASE", "PER_RUN_SEED", "PER_UPDATE", "TRAIN_BASE",
+           "check_seeds", "demonstration_seed", "eval_seeds", "overlaps_training", "rollout_seed"]
 
 #: The first seed of the greedy checks' episodes (below the evaluation seeds).
 CHECK_BASE = 500_000
@@ -43,6 +46,21 @@ def rollout_seed(run_seed: int, update: int) -> int:
     """The seed of episode 0 of training update ``update`` (0-based: the updates done before it)
     of a run seeded ``run_seed``; episode ``j`` plays ``rollout_seed(...) + j``."""
     return TRAIN_BASE + run_seed * PER_RUN_SEED + update * PER_UPDATE
+
+
+#: The update whose seeds a run's warm-start demonstrations play instead (half of a run seed's span).
+DEMONSTRATION_UPDATE = PER_RUN_SEED // PER_UPDATE // 2
+
+
+def demonstration_seed(run_seed: int) -> int:
+    """The seed of a reference player's first demonstrated episode in a run seeded ``run_seed``
+    (training seeds that the run's own rollouts never reach).
+
+    Example:
+        >>> demonstration_seed(0), demonstration_seed(1)
+        (510000000, 1510000000)
+    """
+    return rollout_seed(run_seed, DEMONSTRATION_UPDATE)
 
 
 def check_seeds(episodes: int, first: int = CHECK_BASE) -> range:

@@ -290,8 +290,11 @@ class Trainer:
                    config: SFTConfig | None = None) -> list[float]:
         """SFT on demonstrations (a JSONL path or a list) before RL; returns the loss per epoch.
 
-        Demonstrations without a system prompt get the env's. See :func:`textgym.trainers.sft.sft`.
+        Demonstrations without a system prompt get the env's. ``config``: by default the
+        trainer's ``sft_lr``, ``max_grad_norm`` and ``seed``. See :func:`textgym.trainers.sft.sft`.
         """
+        config = config or SFTConfig(lr=self.config.sft_lr, max_grad_norm=self.config.max_grad_norm,
+                                     seed=self.config.seed)
         return sft(self.policy, demonstrations, system_prompt=system_prompt_of(self.venv), config=config,
                    parameters=self.trainable_parameters(), process=self.process)
 

@@ -2,8 +2,11 @@
 
 Demonstrations are JSON lines, each either ``{"prompt": ..., "answer": ...}`` or
 ``{"observation": ..., "action": ...}``, with an optional ``"system_prompt"`` (default: the
-env's, when an env is given). The policy's chat template turns each into prompt token ids; the
-loss is the negative log-likelihood of the answer tokens only (the prompt is context).
+env's, when an env is given) and ``"valid_actions"``; or the play of one of the env's reference
+players (:func:`player_demonstrations`: ``textgym train --sft-player scripted``). The policy's
+chat template turns each into prompt token ids; the loss is the negative log-likelihood of the
+answer tokens (the prompt is context), or, for a score-mode policy and a demonstration that lists
+its valid actions, of the answer among them (what the policy's greedy choice maximises).
 
 Example:
     >>> import json, tempfile, textgym
@@ -22,10 +25,10 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -48,6 +51,9 @@ class Demonstration:
     """The answer text to imitate."""
     system_prompt: str | None = None
     """The system prompt; ``None`` uses the one given to :func:`sft` (the env's)."""
+    valid_actions: list[str] | None = None
+    """The env's valid actions at this turn: a score-mode policy learns to rank the answer first
+    among them (``None``: the answer's tokens alone)."""
 
 
 def load_demonstrations(path: str | Path) -> list[Demonstration]:
@@ -70,7 +76,11 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
         answer = row.get("answer", row.get("action"))
         if not isinstance(prompt, str) or not isinstance(answer, str):
             raise ValueError(f"{path}:{number}: needs string fields prompt/answer or observation/action")  # noqa: TRY004
-        demos.append(Demonstration(prompt, answer, row.get("system_prompt")))
+        valid = row.get("valid_actions")
+        if valid is not None and (not isinstance(valid, list) or answer not in valid
+                                  or not all(isinstance(a, str) for a in valid)):
+            raise ValueError(f"{path}:{number}: valid_actions must be a list of strings holding the answer")
+        demos.append(Demonstration(prompt, answer, row.get("system_prompt"), valid))
     if not demos:
         raise ValueError(f"{path}: no demonstrations")
     return demos
@@ -81,12 +91,21 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
     """Turn demonstrations into decisions the policy can evaluate: the chat-formatted prompt ids and
     the answer's token ids (with the end-of-turn token, as the policy emits and scores it). A
     generate-mode policy with a ``prefill``: an answer that starts with it is learned as the policy
-    writes it, the prefill in the prompt and the rest as the answer."""
-    prefill = policy.config.prefill if policy.config.mode == "generate" else ""
+    writes it, the prefill in the prompt and the rest as the answer. A score-mode policy and a
+    demonstration with ``valid_actions``: a score-mode decision choosing the answer among them."""
+    score = policy.config.mode == "score"
+    prefill = policy.config.prefill if not score else ""
     decisions = []
     for demo in demos:
         system = demo.system_prompt if demo.system_prompt is not None else system_prompt
         prompt_ids, answer = policy.prompt_ids(system, demo.prompt), demo.answer
+        if score and demo.valid_actions and answer in demo.valid_actions:
+            candidates = policy.candidate_set(demo.valid_actions)
+            k = demo.valid_actions.index(answer)
+            decisions.append(Decision(text=answer, prompt_ids=prompt_ids, answer_ids=list(candidates[k]),
+                                      token_logprobs=[0.0] * len(candidates[k]), logprob=0.0,
+                                      candidates=[list(c) for c in candidates], action_index=k))
+            continue
         if prefill and answer.startswith(prefill) and len(answer) > len(prefill):
             prompt_ids, answer = prompt_ids + policy.prefill_ids, answer[len(prefill):]
         answer_ids = policy.candidate_ids(answer)  # answer tokens (+ end-of-turn)
@@ -129,7 +148,7 @@ def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: t
                      if offset <= i < offset + len(decisions)]
             loss = None
             if batch:
-                ev = policy.evaluate(batch)
+                ev = _evaluate_mixed(policy, batch)
                 mask = ev.mask.float()
                 # Mean NLL per answer token of each example, then over examples.
                 loss = (-(ev.logprobs * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
@@ -149,6 +168,28 @@ def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: t
         optimizer.zero_grad(set_to_none=True)
         last = sum(losses) / len(losses) if losses else float("nan")
     return last
+
+
+def _evaluate_mixed(policy: Policy, batch: Sequence[Decision]) -> Any:
+    """``policy.evaluate`` of a batch that may mix score-mode and token decisions (demonstrations
+    with and without valid actions): one evaluation per kind, their rows stacked (padded)."""
+    kinds = [[d for d in batch if d.candidates is not None], [d for d in batch if d.candidates is None]]
+    if not kinds[0] or not kinds[1]:
+        return policy.evaluate(batch)
+    parts = [policy.evaluate(kind) for kind in kinds]
+    width = max(part.logprobs.shape[1] for part in parts)
+
+    def stacked(name: str) -> torch.Tensor:
+        return torch.cat([torch.nn.functional.pad(getattr(part, name), (0, width - getattr(part, name).shape[1]))
+                          for part in parts])
+
+    return _LogProbs(stacked("logprobs"), stacked("mask"))
+
+
+@dataclass
+class _LogProbs:
+    logprobs: torch.Tensor
+    mask: torch.Tensor
 
 
 def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
@@ -184,6 +225,60 @@ def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, sy
                                         max_grad_norm=config.max_grad_norm, seed=config.seed + epoch,
                                         process=process))
     return history
+
+
+def player_demonstrations(env: str, player: str = "scripted", episodes: int = 100, *, seed: int = 0,
+                          env_kwargs: Mapping[str, Any] | None = None) -> tuple[list[Demonstration], dict[str, Any]]:
+    """Record one of the env's reference players (``textgym eval --baseline`` names: ``scripted``
+    ...) playing ``episodes`` episodes from seeds ``seed, seed + 1, ...``: every decision as a
+    :class:`Demonstration` (the observation and system prompt a policy would read, the player's
+    answer, the valid actions), and the player's statistics (:func:`textgym.baselines.evaluate_reference`).
+
+    The observation is the newest one alone, as a policy without ``history`` reads it. An answer
+    that is not among the valid actions as written is matched to one ignoring case and spaces
+    (kept as written when none matches). A self-play ``opponent`` plays the env's default one.
+
+    Example:
+        >>> demos, stats = player_demonstrations("bandit", "scripted", episodes=2)
+        >>> len(demos), demos[0].answer in demos[0].valid_actions, stats["return_mean"]
+        (2, True, 1.0)
+
+    Raises:
+        ValueError: the env has no reference player by that name (naming those it has).
+    """
+    import textgym
+    from textgym.baselines import evaluate_reference, reference_policy_names
+    from textgym.envs.games import held_out
+    from textgym.registry import reference_policy, resolve_id
+
+    env_id = resolve_id(env)
+    policy = reference_policy(env_id, player)
+    if policy is None:
+        raise ValueError(f"{env_id} has no reference player {player!r}; it has: "
+                         f"{', '.join(reference_policy_names(env_id))}")
+    made = textgym.make(env_id, **held_out(dict(env_kwargs or {})))
+    demos: list[Demonstration] = []
+
+    def record(observation: str, info: dict[str, Any], answer: str) -> None:
+        valid = [str(a) for a in (info.get("valid_actions") or _wrapper_attr(made, "action_names", []))]
+        if valid and answer not in valid:
+            same = [a for a in valid if a.strip().lower() == answer.strip().lower()]
+            answer = same[0] if same else answer
+        system = info.get("system_prompt", _wrapper_attr(made, "system_prompt", ""))
+        demos.append(Demonstration(observation, answer, system, valid or None))
+
+    try:
+        stats = evaluate_reference(made, policy, episodes, seed, on_step=record)
+    finally:
+        made.close()
+    return demos, stats
+
+
+def _wrapper_attr(env: Any, name: str, default: Any) -> Any:
+    try:
+        return env.get_wrapper_attr(name)
+    except AttributeError:
+        return default
 
 
 class OnlineSFT:
@@ -233,5 +328,5 @@ class OnlineSFT:
         return {"sft_loss": loss, "sft_decisions": len(decisions)}
 
 
-__all__ = ["Demonstration", "OnlineSFT", "demonstration_decisions", "load_demonstrations", "sft",
-           "sft_on_decisions"]
+__all__ = ["Demonstration", "OnlineSFT", "demonstration_decisions", "load_demonstrations",
+           "player_demonstrations", "sft", "sft_on_decisions"]
