@@ -340,6 +340,27 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
     assert before < 1.0 and trainer.evaluate(episodes=32)["return_mean"] == 1.0
 
 
+def test_score_mode_demonstrations_keep_the_frozen_layers_output_once(tiny_policy):
+    """Training the top layers only, a demonstration is the decision the policy would make (with the
+    frozen layers' output recorded), choosing the player's action: each epoch re-scores the top
+    alone, and the log-probs equal a full re-score's."""
+    import dataclasses
+
+    from textgym.trainers.sft import demonstration_decisions, player_demonstrations
+
+    demos, _ = player_demonstrations("blackjack", "scripted", episodes=12, seed=3)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Blackjack-v1",
+                           config=ReinforceConfig(**SMALL, lora_layers=1))
+    decisions = demonstration_decisions(tiny_policy, demos, trainer.venv.envs[0].get_wrapper_attr("system_prompt"))
+    assert all(d.trunk is not None for d in decisions)
+    assert [d.candidates[d.action_index] for d in decisions] == [d.answer_ids for d in decisions]
+    assert [d.text for d in decisions] == [demo.answer for demo in demos]
+    with torch.no_grad():
+        top = tiny_policy.evaluate(decisions)
+        full = tiny_policy.evaluate([dataclasses.replace(d, trunk=None) for d in decisions])
+    assert torch.allclose(top.logprobs, full.logprobs, atol=1e-5)
+
+
 def test_online_sft_on_best_episodes(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**SMALL, sft_every=2, sft_top_fraction=0.5))

@@ -23,6 +23,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Mapping, Sequence
@@ -95,24 +96,38 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
     demonstration with ``valid_actions``: a score-mode decision choosing the answer among them."""
     score = policy.config.mode == "score"
     prefill = policy.config.prefill if not score else ""
-    decisions = []
+    decisions: list[Decision | None] = []
+    chosen: list[tuple[int, Demonstration, str]] = []  # score-mode demonstrations: acted on below
     for demo in demos:
         system = demo.system_prompt if demo.system_prompt is not None else system_prompt
-        prompt_ids, answer = policy.prompt_ids(system, demo.prompt), demo.answer
-        if score and demo.valid_actions and answer in demo.valid_actions:
-            candidates = policy.candidate_set(demo.valid_actions)
-            k = demo.valid_actions.index(answer)
-            decisions.append(Decision(text=answer, prompt_ids=prompt_ids, answer_ids=list(candidates[k]),
-                                      token_logprobs=[0.0] * len(candidates[k]), logprob=0.0,
-                                      candidates=[list(c) for c in candidates], action_index=k))
+        if score and demo.valid_actions and demo.answer in demo.valid_actions:
+            chosen.append((len(decisions), demo, system))
+            decisions.append(None)
             continue
+        prompt_ids, answer = policy.prompt_ids(system, demo.prompt), demo.answer
         if prefill and answer.startswith(prefill) and len(answer) > len(prefill):
             prompt_ids, answer = prompt_ids + policy.prefill_ids, answer[len(prefill):]
         answer_ids = policy.candidate_ids(answer)  # answer tokens (+ end-of-turn)
         decisions.append(Decision(text=demo.answer, prompt_ids=prompt_ids,
                                   answer_ids=list(answer_ids), token_logprobs=[0.0] * len(answer_ids),
                                   logprob=0.0))
+    # Score mode: the decisions the policy itself would make on these turns (prompt, candidates,
+    # and the frozen layers' output when it trains the top layers only, so every epoch re-scores
+    # the top alone), choosing the demonstrated action.
+    for start in range(0, len(chosen), _ACT_CHUNK):
+        part = chosen[start:start + _ACT_CHUNK]
+        acted = policy.act([demo.prompt for _, demo, _ in part], [system for _, _, system in part],
+                           [demo.valid_actions for _, demo, _ in part], greedy=True)
+        for (i, demo, _), decision in zip(part, acted):
+            k = demo.valid_actions.index(demo.answer)
+            answer_ids = list(decision.candidates[k])
+            decisions[i] = dataclasses.replace(decision, text=demo.answer, answer_ids=answer_ids, action_index=k,
+                                               token_logprobs=[0.0] * len(answer_ids), logprob=0.0)
     return decisions
+
+
+#: Demonstrations acted on per forward pass (score mode).
+_ACT_CHUNK = 32
 
 
 def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
