@@ -251,6 +251,20 @@ def test_minigrid_family_plays_with_minigrids_own_action_names():
     _check(textgym.make("minigrid/BabyAI-GoToRedBall-v0"))
 
 
+def test_babyai_levels_have_minigrids_bot_as_their_scripted_player():
+    pytest.importorskip("minigrid")
+    from textgym.baselines import evaluate_baseline
+    from textgym.registry import reference_policy
+
+    env = textgym.make("minigrid/BabyAI-GoToRedBallNoDists-v0")
+    scripted = evaluate_baseline(env, "scripted", episodes=20, seed=0)
+    random = evaluate_baseline(env, "random", episodes=20, seed=0)
+    # the bot reaches the ball every time, in a few steps; a random walk rarely does
+    assert scripted["return_mean"] > 0.85 and scripted["length_mean"] < 10
+    assert random["return_mean"] < 0.5 < scripted["return_mean"] - random["return_mean"]
+    assert reference_policy("minigrid/MiniGrid-Empty-5x5-v0", "scripted") is None  # not a BabyAI level
+
+
 # ------------------------------------------------------------------ reasoning-gym
 
 EASY = {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1}

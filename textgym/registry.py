@@ -381,6 +381,8 @@ class EnvFamily:
             ``(name) -> TrainingDefaults | None``, or the ``"module:attribute"`` of either.
         source: the ``source`` its ids are listed with (:class:`EnvSpecInfo`), e.g. the package
             the envs come from; default: who registers the family (as in :func:`register`).
+        reference_policies: the reference players of its ids (as :func:`register`'s), a callable
+            ``(name) -> {name: policy}`` or the ``"module:attribute"`` of either (``None``: random only).
     """
 
     prefix: str
@@ -391,6 +393,7 @@ class EnvFamily:
     package: str = ""
     training_defaults: Any = None
     source: str = "textgym"
+    reference_policies: Any = None
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -472,8 +475,13 @@ def _register_family_id(family: EnvFamily, name: str) -> str:
                 defaults = _load(defaults)
             if callable(defaults):
                 defaults = defaults(name)
+            references = family.reference_policies
+            if isinstance(references, str):
+                references = _load(references)
+            if callable(references):
+                references = references(name)
             register(env_id, "textgym.registry:make_family_env", description=family.description,
-                     source=family.source, training_defaults=defaults,
+                     source=family.source, training_defaults=defaults, reference_policies=references,
                      kwargs={"family": family.prefix, "name": name, "max_episode_steps": None})
             _FAMILY_IDS.add(env_id)
             _INFOS[env_id] = dataclasses.replace(_INFOS[env_id], short_name=env_id)

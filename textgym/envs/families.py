@@ -24,7 +24,8 @@ def register_families() -> None:
     register_family("minigrid", "textgym.envs.minigrid_text:make", "textgym.envs.minigrid_text:list_ids",
                     description="MiniGrid/BabyAI grid world, BabyAI-Text style (minigrid package)",
                     install="textgym[minigrid]", package="minigrid", source="minigrid",
-                    training_defaults="textgym.envs.minigrid_text:training_defaults")
+                    training_defaults="textgym.envs.minigrid_text:training_defaults",
+                    reference_policies="textgym.envs.minigrid_text:reference_policies")
     register_family("textarena", "textgym.envs.textarena_games:make", "textgym.envs.textarena_games:list_ids",
                     description="TextArena game (textarena package)", install="textgym[textarena]", package="textarena",
                     source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults")

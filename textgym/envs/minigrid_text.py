@@ -26,7 +26,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from textgym.registry import TrainingDefaults
+from textgym.registry import ReferencePlayer, ReferencePolicy, TrainingDefaults
 from textgym.wrappers.text_observation import Renderer
 
 __all__ = ["SYSTEM_PROMPT", "TRAINING_DEFAULTS", "MiniGridText", "describer", "list_ids", "make"]
@@ -145,6 +145,27 @@ def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.
     wrap_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in wrap_keys or k in POLICY_KEYS}
     env = gym.make(name, max_episode_steps=max_episode_steps, **kwargs)
     return wrap(env, **wrap_kwargs)
+
+
+def babyai_bot_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """minigrid's BabyAI bot (``minigrid.utils.baby_ai_bot.BabyAIBot``), which plans from the
+    full grid and solves every BabyAI level: the ``"scripted"`` reference player of the BabyAI
+    ids. A new bot starts at each episode's first turn."""
+    from minigrid.utils.baby_ai_bot import BabyAIBot
+
+    bot: list[BabyAIBot] = []
+
+    def player(info: dict[str, Any]) -> str:
+        if "parse" not in info or not bot:  # a reset's info: a new mission
+            bot[:] = [BabyAIBot(env.unwrapped)]
+        return bot[0].replan().name
+
+    return player
+
+
+def reference_policies(name: str) -> dict[str, ReferencePolicy]:
+    """The reference players of MiniGrid id ``name`` besides random: BabyAI levels have the bot."""
+    return {"scripted": babyai_bot_player} if name.startswith("BabyAI-") else {}
 
 
 def training_defaults(name: str) -> TrainingDefaults:
