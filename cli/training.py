@@ -520,8 +520,14 @@ def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
                 f"episodes (mean return {stats['return_mean']:.3g}): {len(played)} decisions")
     config = SFTConfig(lr=trainer.config.sft_lr, epochs=cfg.sft_epochs, seed=cfg.seed,
                        max_grad_norm=trainer.config.max_grad_norm)
+    started = time.monotonic()
+
+    def progress(epoch: int, epochs: int, loss: float) -> None:
+        if not quiet:
+            say(f"textgym: warm-up epoch {epoch}/{epochs}: loss {loss:.3g} ({time.monotonic() - started:.0f} s)")
+
     try:
-        losses = trainer.warm_start(demos, config)
+        losses = trainer.warm_start(demos, config, on_epoch=progress)
     except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"bad SFT demonstrations: {exc}") from exc
     if not quiet and losses:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -210,7 +210,8 @@ class _LogProbs:
 def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
         config: SFTConfig | None = None, *, epochs: int | None = None,
         parameters: Sequence[torch.nn.Parameter] | None = None,
-        process: ProcessContext | None = None) -> list[float]:
+        process: ProcessContext | None = None,
+        on_epoch: Callable[[int, int, float], Any] | None = None) -> list[float]:
     """Fine-tune ``policy`` on demonstrations (a JSONL path or a list); returns the loss per epoch.
 
     Args:
@@ -223,6 +224,7 @@ def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, sy
         parameters: what to train (default: the policy's trainable parameters).
         process: with several data-parallel processes, each trains on its share of the
             demonstrations (every rank holds them all) and the gradients are averaged.
+        on_epoch: called after each epoch with (epoch, epochs, its mean loss): progress.
     """
     config = config or SFTConfig()
     torch.manual_seed(config.seed)
@@ -235,10 +237,13 @@ def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, sy
             list(policy.parameters_to_train())
     optimizer = torch.optim.AdamW(parameters, lr=config.lr)
     history = []
-    for epoch in range(epochs or config.epochs):
+    total = epochs or config.epochs
+    for epoch in range(total):
         history.append(sft_on_decisions(policy, decisions, optimizer, batch_size=config.batch_size, epochs=1,
                                         max_grad_norm=config.max_grad_norm, seed=config.seed + epoch,
                                         process=process))
+        if on_epoch is not None:
+            on_epoch(epoch + 1, total, history[-1])
     return history
 
 
