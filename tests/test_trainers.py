@@ -343,18 +343,21 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
 def test_score_mode_demonstrations_keep_the_frozen_layers_output_once(tiny_policy):
     """Training the top layers only, a demonstration is the decision the policy would make (with the
     frozen layers' output recorded), choosing the player's action: each epoch re-scores the top
-    alone, and the log-probs equal a full re-score's."""
+    alone (one-token candidates: the squares), and the log-probs equal a full re-score's."""
     import dataclasses
 
+    from textgym.policy.policy import shared_prefix_length
     from textgym.trainers.sft import demonstration_decisions, player_demonstrations
 
-    demos, _ = player_demonstrations("blackjack", "scripted", episodes=12, seed=3)
-    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Blackjack-v1",
+    pytest.importorskip("pettingzoo")
+    demos, _ = player_demonstrations("tictactoe", "scripted", episodes=6, seed=3)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/TicTacToe-v0",
                            config=ReinforceConfig(**SMALL, lora_layers=1))
     decisions = demonstration_decisions(tiny_policy, demos, trainer.venv.envs[0].get_wrapper_attr("system_prompt"))
-    assert all(d.trunk is not None for d in decisions)
-    assert [d.candidates[d.action_index] for d in decisions] == [d.answer_ids for d in decisions]
     assert [d.text for d in decisions] == [demo.answer for demo in demos]
+    assert [d.candidates[d.action_index] for d in decisions] == [d.answer_ids for d in decisions]
+    prefix = shared_prefix_length([d.prompt_ids for d in decisions])
+    assert tiny_policy._top_rescorer.trunk_for(tiny_policy.model, decisions, prefix) is not None
     with torch.no_grad():
         top = tiny_policy.evaluate(decisions)
         full = tiny_policy.evaluate([dataclasses.replace(d, trunk=None) for d in decisions])
