@@ -327,6 +327,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
     plans = [_plan(row, model) for row in suite.rows]
 
     command = f"textgym benchmark --suite {suite.name} --seeds {seeds} --model {model} --out {out}"
+    # (--rows is left out: the table is the suite's, whichever rows each session ran)
     results: dict[str, Any] = {
         "suite": suite.name, "description": suite.description, "model": model, "seeds": seeds,
         "command": command, "textgym": textgym.__version__,
@@ -346,7 +347,8 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
         (out / RESULTS_MD).write_text(_markdown(suite, results), encoding="utf-8")
 
     out.mkdir(parents=True, exist_ok=True)
-    display = BenchmarkDisplay(total=len(plans) * (1 + seeds), quiet=quiet)
+    chosen = set(config.row_names())  # the others: only what earlier runs recorded
+    display = BenchmarkDisplay(total=len(chosen) * (1 + seeds), quiet=quiet)
     with display.shown():
         for plan in plans:  # every row's resolved settings, so a partial table shows them too
             cfg = plan.config
@@ -361,32 +363,42 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
             row = plan.row
             entry = rows[row.name]
             path = out / "references" / f"{row.name}.json"
-            display.start(f"{row.name} references")
             record = _reuse(path, plan.spec(model))
+            if record is None and row.name not in chosen:
+                continue
+            visible = display if row.name in chosen else None  # another row's records: loaded quietly
+            if visible:
+                visible.start(f"{row.name} references")
             again = record is not None
             if record is None:
                 ran_a_step()
                 record = _references(plan, model, path)
             entry["references"] = record["references"]
-            display.done(f"{row.name}: references {'(done before) ' if again else ''}"
-                         + ", ".join(f"{name} {result_cell(r)}" for name, r in record["references"].items()))
+            if visible:
+                visible.done(f"{row.name}: references {'(done before) ' if again else ''}"
+                           + ", ".join(f"{name} {result_cell(r)}" for name, r in record["references"].items()))
             save()
             for seed in range(seeds):
                 run_dir = out / "runs" / f"{row.name}-seed{seed}"
-                display.start(f"{row.name} seed {seed}")
                 record = _reuse(run_dir / RUN_RECORD, {**plan.spec(model), "seed": seed})
+                if record is None and row.name not in chosen:
+                    continue
+                if visible:
+                    visible.start(f"{row.name} seed {seed}")
                 again = record is not None
                 if record is None:
                     ran_a_step()
                     record = _train_and_evaluate(plan, model, seed, run_dir)
                 entry["runs"].append({k: v for k, v in record.items() if k != "spec"})
                 entry["trained"] = seed_summary([r["eval"] for r in entry["runs"]])
-                display.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
-                             f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "
-                             f"{record['episodes']} episodes; greedy "
-                             f"{result_cell(record['eval'])} on {row.eval_episodes} held-out episodes")
+                if visible:
+                    visible.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
+                               f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "
+                               f"{record['episodes']} episodes; greedy "
+                               f"{result_cell(record['eval'])} on {row.eval_episodes} held-out episodes")
                 save()
-    results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+    if all(len(entry["runs"]) == seeds for entry in rows.values()):  # not when --rows left some out
+        results["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
     save()
     if doc is not None:
         _write_doc(doc, suite, results)

@@ -111,11 +111,35 @@ def test_a_half_finished_run_resumes_from_its_checkpoint(smoke_out, cli, monkeyp
     assert json.loads((run_dir / "summary.json").read_text())["status"] == "complete"
 
 
+def test_rows_runs_some_rows_and_the_table_keeps_the_others_records(smoke_out, cli, tmp_path, monkeypatch):
+    out, _ = smoke_out
+    part = tmp_path / "part"
+    result = cli("benchmark", "--suite", "smoke", "--rows", "bandit", "--out", part)
+    assert result.exit_code == 0, result.output + result.stderr
+    data = json.loads((part / "results.json").read_text())
+    assert [len(data["rows"][row.name]["runs"]) for row in SMOKE.rows] == [1, 0, 0]
+    assert "finished" not in data  # two rows still to run
+    assert result.stdout.count("\n") == 2 + 1  # the bandit's references and run, the closing line
+    # another session runs another row: the bandit's records are kept, not run again
+    calls = []
+    real_run = training.run
+    monkeypatch.setattr(training, "run", lambda flags, **kwargs: calls.append(flags["env"]) or real_run(flags, **kwargs))
+    result = cli("benchmark", "--suite", "smoke", "--rows", "blackjack", "--out", part)
+    assert result.exit_code == 0, result.output + result.stderr
+    assert calls == ["blackjack"]
+    data = json.loads((part / "results.json").read_text())
+    assert [len(data["rows"][row.name]["runs"]) for row in SMOKE.rows] == [1, 0, 1]
+    [cartpole] = [line for line in (part / "results.md").read_text().splitlines()
+                  if line.startswith("| cartpole-numbers | ")]
+    assert cartpole.count("not run") == 4  # trained, untrained, random, scripted
+
+
 @pytest.mark.parametrize("args, exit_code, says", [
     (["--suite", "huge"], 2, "huge"),
     (["--seeds", "2"], 2, "missing --suite"),
     (["--suite", "smoke", "--seeds", "0"], 2, "--seeds"),
     (["--suite", "smoke", "--model", "no-such-model-here"], 1, "no-such-model-here"),
+    (["--suite", "smoke", "--rows", "bandit,chess"], 2, "rows must be names of the smoke suite's rows"),
 ])
 def test_bad_flags_are_one_line_and_write_nothing(cli, tmp_path, args, exit_code, says):
     out = tmp_path / "out"

@@ -203,7 +203,9 @@ class BenchmarkConfig:
 
     Example:
         >>> BenchmarkConfig("smoke").resolved()
-        BenchmarkConfig(suite='smoke', seeds=1, model='tiny')
+        BenchmarkConfig(suite='smoke', seeds=1, model='tiny', rows=None)
+        >>> BenchmarkConfig("smoke", rows="bandit, blackjack").row_names()
+        ['bandit', 'blackjack']
         >>> BenchmarkConfig("huge")
         Traceback (most recent call last):
         ...
@@ -217,14 +219,30 @@ class BenchmarkConfig:
     """Training seeds per row (seeds 0 to N-1)."""
     model: str | None = setting(None, flag=True, default_text="the suite's: tiny for smoke, else smollm2-135m")
     """The model every row trains from (registry name, Hugging Face id or folder)."""
+    rows: str | None = setting(None, flag=True, metavar="NAME,...", default_text="all")
+    """Run only these rows of the suite (comma-separated names).
+    The table and JSON still show what earlier runs in the same --out recorded for the others:
+    a long suite can be run a few rows at a time."""
 
     def __post_init__(self) -> None:
         check(self)
+        if self.rows is not None:
+            names = [row.name for row in SUITES[self.suite].rows]
+            unknown = [name for name in self.row_names() if name not in names]
+            if unknown or not self.row_names():
+                raise ValueError(f"rows must be names of the {self.suite} suite's rows ({', '.join(names)}), "
+                                 f"got {self.rows!r}")
+
+    def row_names(self) -> list[str]:
+        """The rows to run (all of the suite's when ``rows`` is not given)."""
+        if self.rows is None:
+            return [row.name for row in SUITES[self.suite].rows]
+        return [name.strip() for name in self.rows.split(",") if name.strip()]
 
     def resolved(self) -> BenchmarkConfig:
         """The suite's seeds and model where none is given."""
         suite = SUITES[self.suite]
-        return BenchmarkConfig(self.suite, self.seeds or suite.seeds, self.model or suite.model)
+        return BenchmarkConfig(self.suite, self.seeds or suite.seeds, self.model or suite.model, self.rows)
 
 
 # ---------------------------------------------------------------------------------------------
