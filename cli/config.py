@@ -108,14 +108,10 @@ class RunConfig:
     4bit or 8bit, or not (None)."""
     sft: str | None = setting(None, flag=True, panel=TRAINING, metavar="FILE")
     """JSONL of {"prompt", "answer"} pairs: a supervised warm-up before RL."""
-    sft_player: str | None = setting(None, flag=True, panel=TRAINING, metavar="NAME")
-    """A reference player of the env to imitate before RL (scripted...).
-    One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes
-    becomes the warm-up's demonstrations (after the ``sft`` file's, if both are given); the
-    observations are the newest ones alone, so it does not combine with ``history``."""
-    sft_episodes: int = setting(200, at_least=1, flag=True, panel=TRAINING, metavar="N")
-    """Episodes the sft_player plays for the warm-up."""
-    sft_epochs: int = like(SFTConfig, "epochs", flag=True, panel=TRAINING, metavar="N")
+    sft_player: str | None = like(TrainingDefaults, "sft_player", flag=True, panel=TRAINING, metavar="NAME",
+                                  default_text="per env (most: none)")
+    sft_episodes: int = like(TrainingDefaults, "sft_episodes", 200, flag=True, panel=TRAINING, metavar="N")
+    sft_epochs: int = like(TrainingDefaults, "sft_epochs", 3, flag=True, panel=TRAINING, metavar="N")
     checkpoint_every: int = like(TrainConfig, "checkpoint_every", 10, at_least=1)
     plot_every: int = setting(1, at_least=1)
     """Redraw curve.png every this many updates (at most every 10 s; always at the end)."""
@@ -262,6 +258,8 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
                        "drop --full (or --quantize)")
     if config.sft is not None and not Path(config.sft).is_file():
         raise CLIError(f"{where}: SFT file {config.sft} does not exist")
+    if config.sft_player == "none":  # turns off an env's registered warm start
+        config.sft_player = None
     if config.sft_player is not None and config.history is not None:
         raise CLIError(f"{where}: sft_player records the newest observation alone; drop history "
                        "(or give demonstrations of whole conversations with sft)")

@@ -544,6 +544,31 @@ def test_sft_player_warms_up_on_the_env_s_reference_player(cli, tmp_path, fast_c
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
+def test_an_env_may_register_a_warm_start_and_none_turns_it_off(cli, tmp_path, fast_config):
+    import gymnasium as gym
+    import textgym
+    from textgym import registry
+    from textgym.training_defaults import TrainingDefaults
+
+    textgym.register("clisft/Bandit-v0", "textgym.envs.bandit:make_bandit", action_names=["cat", "dog"],
+                     training_defaults=TrainingDefaults(updates=1, sft_player="scripted", sft_episodes=6,
+                                                        sft_epochs=1),
+                     reference_policies={"scripted": "textgym.envs.bandit:scripted_bandit"})
+    try:
+        result = cli("train", "clisft/Bandit-v0", "--config", fast_config, "--out", tmp_path / "on")
+        assert result.exit_code == 0, result.output
+        assert "warm-up on the scripted player's 6 episodes" in result.stdout
+        assert "warm-up epoch 1/1" in result.stdout
+        result = cli("train", "clisft/Bandit-v0", "--config", fast_config, "--sft-player", "none",
+                     "--out", tmp_path / "off")
+        assert result.exit_code == 0, result.output
+        assert "warm-up" not in result.stdout
+    finally:
+        registry._INFOS.pop("clisft/Bandit-v0", None)
+        registry._REFERENCES.pop("clisft/Bandit-v0", None)
+        gym.registry.pop("clisft/Bandit-v0", None)
+
+
 # --- the live display ----------------------------------------------------------------------------
 
 
