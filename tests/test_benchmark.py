@@ -200,6 +200,8 @@ def test_the_full_suite_holds_the_issue_targets():
     assert rows["cartpole-numbers"].eval_episodes == 50
     assert rows["cartpole-numbers"].settings["env_kwargs"]["word"] == "none"
     assert rows["textworld-one-command"].settings["env_kwargs"]["quest_length"] == 1
+    assert rows["babyai-gotoredball"].env.startswith("minigrid/BabyAI-")  # one BabyAI level
+    assert rows["babyai-gotoredball"].settings["sft_player"] == "scripted"  # warm-started on the bot
     # held-out games: the evaluation's pool starts past the training pool
     train = rows["textworld-one-command"].settings["env_kwargs"]
     held_out = rows["textworld-one-command"].eval_env_kwargs

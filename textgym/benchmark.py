@@ -124,6 +124,12 @@ _TICTACTOE_TARGET = ">= 90% wins, <= 2% losses"
 _FAMILY_RELATIONSHIPS = {"mode": "score"}
 _FAMILY_RELATIONSHIPS_TARGET = "above the untrained 8.0% (200 held-out items)"
 _BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
+#: BabyAI GoToRedBallNoDists (issue 29's level): REINFORCE alone never samples ``forward`` (0 of
+#: 100 before and after 12 updates, docs/results.md); a warm start on minigrid's BabyAI bot (100
+#: missions, ~540 decisions, 6 epochs at lr 1e-3) reaches 0.915 (the bot 0.934, random 0.110).
+_BABYAI = {"mode": "score", "sft_player": "scripted", "sft_episodes": 100, "sft_epochs": 6,
+           "trainer": {"sft_lr": 1e-3, "lora_layers": 8}}
+_BABYAI_TARGET = ">= 0.84 (90% of the BabyAI bot's 0.93)"
 
 SMOKE = Suite(
     "smoke", "The tiny random model, one small update per row: checks the machinery, not learning.",
@@ -167,6 +173,10 @@ QUICK = Suite(
                      {**_FAMILY_RELATIONSHIPS, "updates": 8}, eval_episodes=200,
                      target=_FAMILY_RELATIONSHIPS_TARGET,
                      budget="half of the family's 16 updates (32 items each): ~2.5 min"),
+        BenchmarkRow("babyai-gotoredball", "minigrid/BabyAI-GoToRedBallNoDists-v0",
+                     {**_BABYAI, "sft_episodes": 50, "sft_epochs": 4, "updates": 1}, eval_episodes=50,
+                     target=_BABYAI_TARGET,
+                     budget="a warm start on 50 of the bot's missions, 4 epochs, then 1 update: ~4 min"),
     ),
 )
 
@@ -190,6 +200,10 @@ FULL = Suite(
         BenchmarkRow("family-relationships", "reasoning_gym/family_relationships", _FAMILY_RELATIONSHIPS,
                      eval_episodes=200, target=_FAMILY_RELATIONSHIPS_TARGET,
                      budget="the family's 16 updates of 32 items: ~5 min (8.0% -> 17.5% at seed 0)"),
+        BenchmarkRow("babyai-gotoredball", "minigrid/BabyAI-GoToRedBallNoDists-v0",
+                     {**_BABYAI, "updates": 8}, eval_episodes=100, target=_BABYAI_TARGET,
+                     budget="a warm start on 100 of the bot's missions (6 epochs: ~8.5 min at 1 thread), "
+                            "then 8 updates of 16 episodes"),
     ),
 )
 
