@@ -263,6 +263,11 @@ def test_babyai_levels_have_minigrids_bot_as_their_scripted_player():
     assert scripted["return_mean"] > 0.85 and scripted["length_mean"] < 10
     assert random["return_mean"] < 0.5 < scripted["return_mean"] - random["return_mean"]
     assert reference_policy("minigrid/MiniGrid-Empty-5x5-v0", "scripted") is None  # not a BabyAI level
+    # BabyAI levels train from the bot's play by default; other MiniGrid ids have no bot to imitate
+    from textgym.registry import training_defaults
+
+    assert training_defaults("minigrid/BabyAI-GoToRedBallNoDists-v0").sft_player == "scripted"
+    assert training_defaults("minigrid/MiniGrid-Empty-5x5-v0").sft_player is None
 
 
 # ------------------------------------------------------------------ reasoning-gym
