@@ -109,7 +109,7 @@ class RunConfig:
     sft: str | None = setting(None, flag=True, panel=TRAINING, metavar="FILE")
     """JSONL of {"prompt", "answer"} pairs: a supervised warm-up before RL."""
     sft_player: str | None = like(TrainingDefaults, "sft_player", flag=True, panel=TRAINING, metavar="NAME",
-                                  default_text="per env (most: none)")
+                                  default_text="per env")
     sft_episodes: int = like(TrainingDefaults, "sft_episodes", 200, flag=True, panel=TRAINING, metavar="N")
     sft_epochs: int = like(TrainingDefaults, "sft_epochs", 3, flag=True, panel=TRAINING, metavar="N")
     checkpoint_every: int = like(TrainConfig, "checkpoint_every", 10, at_least=1)

@@ -77,7 +77,7 @@ class TrainingDefaults:
     num_envs: int | None = like(TrainConfig, "num_envs", None)
     lr: float | None = like(TrainConfig, "lr", None)
     sft_player: str | None = setting(None)
-    """A reference player of the env to imitate before RL (scripted...; none: no warm start).
+    """Imitate this reference player before RL (scripted; none: off).
     One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes
     becomes a supervised warm-up's demonstrations (after the ``sft`` file's, if both are given),
     ``sft_epochs`` passes at the trainer's ``sft_lr``. The observations are the newest ones
@@ -85,7 +85,8 @@ class TrainingDefaults:
     sft_episodes: int | None = setting(None, at_least=1)
     """Episodes the sft_player plays for the warm-up."""
     sft_epochs: int | None = setting(None, at_least=1, at_most=1000)
-    """Passes over the warm-up's demonstrations (``SFTConfig.epochs``)."""
+    """Passes over the warm-up's demonstrations.
+    (``SFTConfig.epochs``.)"""
     trainer: Mapping[str, Any] = field(default_factory=dict)
     """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`), e.g.
     ``episodes_per_update``, ``gamma``."""
