@@ -497,7 +497,6 @@ def _check_player(env: str, player: str) -> None:
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
     from textgym.baselines import BaselineNotApplicable
     from textgym.seeds import demonstration_seed
-    from textgym.trainers.config import SFTConfig
     from textgym.trainers.sft import load_demonstrations, player_demonstrations
 
     demos = []
@@ -518,8 +517,6 @@ def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
         if not quiet:
             say(f"textgym: supervised warm-up on the {cfg.sft_player} player's {cfg.sft_episodes} "
                 f"episodes (mean return {stats['return_mean']:.3g}): {len(played)} decisions")
-    config = SFTConfig(lr=trainer.config.sft_lr, epochs=cfg.sft_epochs, seed=cfg.seed,
-                       max_grad_norm=trainer.config.max_grad_norm)
     started = time.monotonic()
 
     def progress(epoch: int, epochs: int, loss: float) -> None:
@@ -527,7 +524,7 @@ def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
             say(f"textgym: warm-up epoch {epoch}/{epochs}: loss {loss:.3g} ({time.monotonic() - started:.0f} s)")
 
     try:
-        losses = trainer.warm_start(demos, config, on_epoch=progress)
+        losses = trainer.warm_start(demos, epochs=cfg.sft_epochs, on_epoch=progress)
     except (ValueError, KeyError, TypeError) as exc:
         raise CLIError(f"bad SFT demonstrations: {exc}") from exc
     if not quiet and losses:

@@ -340,6 +340,20 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
     assert before < 1.0 and trainer.evaluate(episodes=32)["return_mean"] == 1.0
 
 
+def test_sft_on_demonstrations_with_and_without_valid_actions_in_one_batch(tiny_policy):
+    """A file's plain demonstrations beside a player's (``--sft`` and ``--sft-player`` together):
+    one batch holds both kinds, each learned by its own loss."""
+    from textgym.trainers import SFTConfig
+    from textgym.trainers.sft import Demonstration, player_demonstrations, sft
+
+    played, _ = player_demonstrations("bandit", "scripted", episodes=8, seed=3)
+    plain = [Demonstration("Color: red.", "cat"), Demonstration("Color: green.", "dog")]
+    listed = [d.valid_actions is not None for d in played + plain]
+    assert any(listed) and not all(listed)  # both kinds in the one batch of 16
+    losses = sft(tiny_policy, played + plain, "Name an animal.", SFTConfig(lr=1e-2, epochs=10, batch_size=16))
+    assert all(math.isfinite(loss) for loss in losses) and losses[-1] < losses[0]
+
+
 def test_score_mode_demonstrations_keep_the_frozen_layers_output_once(tiny_policy):
     """Training the top layers only, a demonstration is the decision the policy would make (with the
     frozen layers' output recorded), choosing the player's action: each epoch re-scores the top

@@ -372,6 +372,18 @@ def _within_budget(pending: list[tuple[Slot, Request]], room: int) -> list[tuple
 # --- sub-envs playing episodes ----------------------------------------------------------------------
 
 
+def turn_system_prompt(env: gym.Env, info: dict[str, Any]) -> str:
+    """The system prompt a policy reads with ``env``'s episode: ``info["system_prompt"]``, else the
+    env's ``system_prompt`` attribute (``""``: none)."""
+    return info.get("system_prompt", _wrapper_attr(env, "system_prompt", ""))
+
+
+def turn_valid_actions(env: gym.Env, info: dict[str, Any]) -> list[str]:
+    """What a policy chooses among at this turn: ``info["valid_actions"]``, else the env's action
+    names (``[]``: free text)."""
+    return info.get("valid_actions") or list(_wrapper_attr(env, "action_names", []))
+
+
 def _wrapper_attr(env: gym.Env, name: str, default: Any) -> Any:
     try:
         return env.get_wrapper_attr(name)
@@ -477,7 +489,7 @@ class EnvSlot:
             raise EnvError(env_name(self.env), self.index, seed, None,
                            TypeError(f"reset must return (observation, info dict), got info {type(self.info).__name__}"))
         self.observation = self._observation(obs, self.info, seed, None)
-        self.system_prompt = self.info.get("system_prompt", _wrapper_attr(self.env, "system_prompt", ""))
+        self.system_prompt = turn_system_prompt(self.env, self.info)
         self.current = Episode(seed=seed, system_prompt=self.system_prompt)
         if self.conversation is not None:
             self.conversation.restart()
@@ -499,9 +511,8 @@ class EnvSlot:
             self.start()  # done with its own episodes: it plays a failed env's
         if self.current is None:
             return None
-        valid = self.info.get("valid_actions") or list(_wrapper_attr(self.env, "action_names", []))
-        return Request(self.observation, self.system_prompt, valid, self.conversation,
-                       bootstrap=self.awaiting_bootstrap)
+        return Request(self.observation, self.system_prompt, turn_valid_actions(self.env, self.info),
+                       self.conversation, bootstrap=self.awaiting_bootstrap)
 
     def answer(self, decision: Decision) -> None:
         episode = self.current

@@ -287,18 +287,20 @@ class Trainer:
     # --- warm start and held-out play ------------------------------------------------------------
 
     def warm_start(self, demonstrations: Sequence[Demonstration] | str | Path,
-                   config: SFTConfig | None = None,
+                   config: SFTConfig | None = None, *, epochs: int | None = None,
                    on_epoch: Callable[[int, int, float], Any] | None = None) -> list[float]:
         """SFT on demonstrations (a JSONL path or a list) before RL; returns the loss per epoch
         (``on_epoch(epoch, epochs, loss)`` after each).
 
         Demonstrations without a system prompt get the env's. ``config``: by default the
-        trainer's ``sft_lr``, ``max_grad_norm`` and ``seed``. See :func:`textgym.trainers.sft.sft`.
+        trainer's ``sft_lr``, ``max_grad_norm`` and ``seed``; ``epochs`` overrides its epochs.
+        See :func:`textgym.trainers.sft.sft`.
         """
         config = config or SFTConfig(lr=self.config.sft_lr, max_grad_norm=self.config.max_grad_norm,
                                      seed=self.config.seed)
         return sft(self.policy, demonstrations, system_prompt=system_prompt_of(self.venv), config=config,
-                   parameters=self.trainable_parameters(), process=self.process, on_epoch=on_epoch)
+                   epochs=epochs, parameters=self.trainable_parameters(), process=self.process,
+                   on_epoch=on_epoch)
 
     def evaluate(self, episodes: int = 100, seed: int | None = None, num_envs: int | None = None) -> dict[str, Any]:
         """Greedy play on held-out seeds (``config.eval_seed`` by default): mean return, length,

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from textgym.policy import Decision, Policy
-from textgym.rollout import Episode, decisions_of
+from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
 from textgym.trainers.config import SFTConfig, TrainConfig
 from textgym.trainers.optimization import optimizer_step
 
@@ -163,10 +163,7 @@ def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: t
                      if offset <= i < offset + len(decisions)]
             loss = None
             if batch:
-                ev = _evaluate_mixed(policy, batch)
-                mask = ev.mask.float()
-                # Mean NLL per answer token of each example, then over examples.
-                loss = (-(ev.logprobs * mask).sum(1) / mask.sum(1).clamp(min=1)).mean()
+                loss = _answer_nll(policy, batch).mean()  # per answer token of each example, then over examples
             finite = loss is None or bool(torch.isfinite(loss))
             value = loss.item() if loss is not None and finite else 0.0
             if distributed:  # skip the batch on every rank if it is not finite on one; the global loss
@@ -185,26 +182,16 @@ def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: t
     return last
 
 
-def _evaluate_mixed(policy: Policy, batch: Sequence[Decision]) -> Any:
-    """``policy.evaluate`` of a batch that may mix score-mode and token decisions (demonstrations
-    with and without valid actions): one evaluation per kind, their rows stacked (padded)."""
+def _answer_nll(policy: Policy, batch: Sequence[Decision]) -> torch.Tensor:
+    """Each decision's mean NLL per answer token, with grad. A batch may mix score-mode and token
+    decisions (demonstrations with and without valid actions): each kind is evaluated on its own."""
     kinds = [[d for d in batch if d.candidates is not None], [d for d in batch if d.candidates is None]]
-    if not kinds[0] or not kinds[1]:
-        return policy.evaluate(batch)
-    parts = [policy.evaluate(kind) for kind in kinds]
-    width = max(part.logprobs.shape[1] for part in parts)
-
-    def stacked(name: str) -> torch.Tensor:
-        return torch.cat([torch.nn.functional.pad(getattr(part, name), (0, width - getattr(part, name).shape[1]))
-                          for part in parts])
-
-    return _LogProbs(stacked("logprobs"), stacked("mask"))
-
-
-@dataclass
-class _LogProbs:
-    logprobs: torch.Tensor
-    mask: torch.Tensor
+    nll = []
+    for kind in filter(None, kinds):
+        ev = policy.evaluate(kind)
+        mask = ev.mask.float()
+        nll.append(-(ev.logprobs * mask).sum(1) / mask.sum(1).clamp(min=1))
+    return torch.cat(nll)
 
 
 def sft(policy: Policy, demonstrations: Sequence[Demonstration] | str | Path, system_prompt: str = "",
@@ -280,25 +267,17 @@ def player_demonstrations(env: str, player: str = "scripted", episodes: int = 10
     demos: list[Demonstration] = []
 
     def record(observation: str, info: dict[str, Any], answer: str) -> None:
-        valid = [str(a) for a in (info.get("valid_actions") or _wrapper_attr(made, "action_names", []))]
+        valid = [str(a) for a in turn_valid_actions(made, info)]
         if valid and answer not in valid:
             same = [a for a in valid if a.strip().lower() == answer.strip().lower()]
             answer = same[0] if same else answer
-        system = info.get("system_prompt", _wrapper_attr(made, "system_prompt", ""))
-        demos.append(Demonstration(observation, answer, system, valid or None))
+        demos.append(Demonstration(observation, answer, turn_system_prompt(made, info), valid or None))
 
     try:
         stats = evaluate_reference(made, policy, episodes, seed, on_step=record)
     finally:
         made.close()
     return demos, stats
-
-
-def _wrapper_attr(env: Any, name: str, default: Any) -> Any:
-    try:
-        return env.get_wrapper_attr(name)
-    except AttributeError:
-        return default
 
 
 class OnlineSFT:
