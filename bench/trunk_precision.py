@@ -33,7 +33,7 @@ from textgym.registry import training_defaults
 from textgym.trainers import make_trainer
 
 ENV_ID = "textgym/CartPole-v1"
-SETUPS = {"float32": {"act_dtype": "float32"}, "bfloat16": {"act_dtype": "bfloat16"},
+SETUPS = {"float32": {"act_dtype": "float32"}, "bfloat16": {"act_dtype": "bfloat16", "trunk_in_act_dtype": False},
           "bfloat16+trunk": {"act_dtype": "bfloat16", "trunk_in_act_dtype": True}}
 
 

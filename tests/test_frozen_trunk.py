@@ -9,7 +9,7 @@ import torch
 
 import textgym
 from textgym.lora import LoraSettings, add_lora
-from textgym.policy import frozen_trunk, rescoring
+from textgym.policy import PolicyConfig, frozen_trunk, rescoring
 from textgym.rollout import collect, decisions_of
 
 OBSERVATIONS = ["Color: red.", "Color: green.", "Color: red.", "Color: blue."]
@@ -201,7 +201,9 @@ def test_a_bfloat16_trunk_is_as_close_to_float32_as_bfloat16_acting(tiny_model_a
 
 
 def test_without_the_setting_a_bfloat16_acting_copy_records_nothing(tiny_model_and_tokenizer):
-    assert all(d.trunk is None for d in _act(_policy(tiny_model_and_tokenizer, act_dtype="bfloat16")))
+    assert PolicyConfig().trunk_in_act_dtype  # on by default: off is the slow path
+    off = _policy(tiny_model_and_tokenizer, act_dtype="bfloat16", trunk_in_act_dtype=False)
+    assert all(d.trunk is None for d in _act(off))
     # and in float32 the setting changes nothing: the weights themselves act and record
     fp32 = _act(_policy(tiny_model_and_tokenizer, trunk_in_act_dtype=True))
     assert all(d.trunk.hidden.dtype == torch.float32 for d in fp32)

@@ -105,13 +105,14 @@ class PolicyConfig:
     eval``, a trainer's greedy checks). ``"auto"``: ``act_dtype``'s when that is not float32, else
     the fastest precision whose greedy decisions agree with float32's (measured as
     ``act_dtype="auto"`` does); ``"float32"`` keeps evaluation on the weights themselves."""
-    trunk_in_act_dtype: bool = setting(False, flag="--trunk-in-act-dtype", panel=POLICY_PANEL)
+    trunk_in_act_dtype: bool = setting(True)
     """Update from the acting copy's frozen layers. With an adapter on the top layers only
     (``lora_layers``) and an ``act_dtype`` other than float32, the update runs the trained top
     layers from the frozen layers' output recorded while acting, in the acting precision, instead
     of running the whole model again in float32 (the mismatch this adds is part of the one measured
     and corrected; see :mod:`textgym.policy.frozen_trunk`). Off: the frozen layers run in float32
-    in the update."""
+    in the update, 2-4x slower (docs/results.md, "Frozen layers in bf16"); CartPole solved as
+    often and sooner with it on (docs/results.md, "Acting precision on a second machine")."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""
