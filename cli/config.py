@@ -263,6 +263,9 @@ def validate(config: RunConfig, where: str = "config") -> RunConfig:
     if config.sft_player is not None and config.history is not None:
         raise CLIError(f"{where}: sft_player records the newest observation alone; drop history "
                        "(or give demonstrations of whole conversations with sft)")
+    if config.updates == 0 and config.sft is None and config.sft_player is None:
+        raise CLIError(f"{where}: updates 0 trains nothing without a warm start: give sft_player "
+                       "or sft (imitation alone), or updates >= 1")
     setting = history_setting(config.history, where)
     config.history = None if setting is None else str(setting)  # one spelling in config.toml
     return config

@@ -577,10 +577,11 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
         display.progress(progress, trainer.update_count + (0 if progress.greedy else 1))
 
     with display, StopSignals(display.log) as stop, watch(rollout_progress):
-        display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
-                              early_stop.until if early_stop else None,
-                              early_stop.every if early_stop else None,
-                              early_stop.episodes if early_stop else None))
+        if total:
+            display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
+                                  early_stop.until if early_stop else None,
+                                  early_stop.every if early_stop else None,
+                                  early_stop.episodes if early_stop else None))
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
@@ -618,6 +619,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                                                  "no checkpoint was saved")) from exc
                 raise
             status = _STATUS[trainer.stopped_by]
+        elif total == 0:
+            display.log("updates 0: the warm start alone, no RL update")
         else:
             display.log(f"the run already has {done} of {total} updates")
         reason = _agreed_stop_reason(stop.reason, process)

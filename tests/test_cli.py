@@ -544,6 +544,30 @@ def test_sft_player_warms_up_on_the_env_s_reference_player(cli, tmp_path, fast_c
     assert not (tmp_path / "r1").exists() and not (tmp_path / "r2").exists()
 
 
+def test_updates_0_keeps_the_warm_start_alone(cli, tmp_path, fast_config):
+    import json
+
+    from textgym.trainers import Trainer
+
+    run, config = tmp_path / "run", tmp_path / "sft.toml"
+    # the settings under which the tiny model's greedy play imitates the player perfectly
+    # (test_trainers.py::test_score_mode_sft_ranks_the_demonstrated_action_first)
+    config.write_text(fast_config.read_text() + "sft_lr = 1e-2\n")  # in its [trainer] table
+    result = cli("train", "bandit", "--config", config, "--updates", "0", "--sft-player", "scripted",
+                 "--sft-episodes", "16", "--sft-epochs", "20", "--out", run)
+    assert result.exit_code == 0, result.output
+    assert "updates 0: the warm start alone, no RL update" in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "complete" and summary["updates"] == 0
+    # the checkpoint holds the warm-started policy: it plays the scripted player's answer greedily
+    trainer = Trainer.resume(run / "checkpoint", env="bandit")
+    assert trainer.update_count == 0
+    assert trainer.evaluate(episodes=4)["return_mean"] == 1.0
+    line = one_error_line(cli("train", "bandit", "--model", "tiny", "--updates", "0", "--out", tmp_path / "r1"))
+    assert "updates 0 trains nothing without a warm start" in line
+    assert not (tmp_path / "r1").exists()
+
+
 def test_an_env_may_register_a_warm_start_and_none_turns_it_off(cli, tmp_path, fast_config):
     import gymnasium as gym
     import textgym

@@ -122,7 +122,8 @@ def test_plan_lines_say_which_budget_applies():
 def test_bad_budget_flags_are_one_line_errors(cli, tmp_path):
     for args, expected in [(("--until", "inf"), "until must be a finite number"),
                            (("--check-every", "-1"), "greater than or equal to 0"),
-                           (("--updates", "0"), "greater than or equal to 1")]:
+                           (("--updates", "-1"), "greater than or equal to 0"),
+                           (("--updates", "0"), "updates 0 trains nothing without a warm start")]:
         result = cli("train", "bandit", "--model", "tiny", *args, "--out", tmp_path / "run")
         assert result.exit_code != 0 and expected in result.output, result.output
         assert not (tmp_path / "run").exists()

@@ -50,11 +50,11 @@ class TrainingDefaults:
         ValueError: a setting out of its range, or a mode overrides a setting that does not exist.
     """
 
-    updates: int | None = setting(None, at_least=1)
+    updates: int | None = setting(None, at_least=0)
     """Training updates in total (with episodes: whichever comes first).
     Each of the trainer's ``episodes_per_update`` episodes. When a run gives neither ``updates``
     nor ``episodes`` (flags or file), the env's recommended budget applies, and a budget that is
-    given replaces it."""
+    given replaces it. 0: no RL update, the warm start (``sft``, ``sft_player``) alone."""
     episodes: int | None = setting(None, at_least=1)
     """Training episodes in total (with updates: whichever comes first)."""
     minutes: float | None = setting(None, above=0)
