@@ -52,10 +52,12 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       env_overrides: dict[str, Any] | None = None, announce: bool = True,
                       given_kwargs: dict[str, Any] | None = None,
+                      given_policy: dict[str, Any] | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
-    ``overrides``: policy settings given as flags, over the checkpoint's own; ``given_kwargs``:
-    env kwargs (``--config``) over a bare model's registered ones; ``env_overrides``: env
+    ``overrides``: policy settings given as flags, over the checkpoint's own; ``given_kwargs``,
+    ``given_policy``: env kwargs and policy settings (``--config``) over a bare model's registered
+    ones (under the flags); ``env_overrides``: env
     settings over the run's (``textgym benchmark``: a step cap, held-out TextWorld games);
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
@@ -89,7 +91,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
         from textgym.registry import training_defaults
 
         registered = training_defaults(env_id, mode)
-        settings, env_kwargs = dict(registered.policy), {**registered.env_kwargs, **(given_kwargs or {})}
+        settings = {**registered.policy, **(given_policy or {})}
+        env_kwargs = {**registered.env_kwargs, **(given_kwargs or {})}
     if max_episode_steps is not None:  # the env's own step limit, over the run's
         env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
     env_kwargs = {**(env_kwargs or {}), **(env_overrides or {})}
@@ -152,12 +155,16 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
 
     check_option_names(device, dtype, quantize)
     overrides = run_config.policy_flags(policy_flags or {}).get("policy", {})
-    if overrides:
-        policy_config(None, mode, None, overrides)  # bad values fail here, before any model loads
+    # --config (a train config file): its mode, env_kwargs and policy tables, for a bare model
+    given = run_config.load_toml(config) if config is not None else {}
+    given_kwargs, given_policy = given.get("env_kwargs") or {}, given.get("policy") or {}
+    for name, table in (("env_kwargs", given_kwargs), ("policy", given_policy)):
+        if not isinstance(table, dict):
+            raise CLIError(f"{config}: '{name}' must be a table")
+    mode = mode or given.get("mode")
+    if overrides or given_policy:  # bad values fail here, before any model loads
+        policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
-    given_kwargs = (run_config.load_toml(config).get("env_kwargs") or {}) if config is not None else {}
-    if not isinstance(given_kwargs, dict):
-        raise CLIError(f"{config}: 'env_kwargs' must be a table")
     check_env_kwargs(env_id, given_kwargs)
     checkpoints = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint or [])
     if not checkpoints and model is None and not baselines:
@@ -169,7 +176,8 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
     for one in checkpoints or ([None] if model is not None else []):
         label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
-                                                      overrides, max_episode_steps, given_kwargs)
+                                                      overrides, max_episode_steps, given_kwargs,
+                                                      given_policy=given_policy)
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline

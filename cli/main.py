@@ -160,8 +160,8 @@ def evaluate(
     episodes: int = typer.Option(50, min=1, help="Evaluation episodes.", metavar="N"),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     config: Path | None = typer.Option(
-        None, "--config", help="TOML file: its env_kwargs table, for --model and --baseline "
-        "(as for train; a checkpoint plays with its run's)."),
+        None, "--config", help="TOML file: its mode, env_kwargs and policy tables, for --model "
+        "and --baseline (as for train; a checkpoint plays with its run's)."),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation

@@ -315,6 +315,33 @@ def test_eval_baselines(cli):
     assert table.exit_code == 0 and "1.000 ± 0.000" in table.stdout
 
 
+def test_eval_config_gives_a_bare_model_its_mode_policy_and_env_settings(cli, tmp_path, monkeypatch):
+    from textgym.cli import training
+
+    built = []
+    real = training.build_policy
+
+    def spy(model, mode, **settings):
+        built.append((mode, settings))
+        return real(model, mode, **settings)
+
+    monkeypatch.setattr(training, "build_policy", spy)
+    config = tmp_path / "run.toml"  # a train config file: the same tables
+    config.write_text('mode = "generate"\n[policy]\nnormalization = "token"\nmax_new_tokens = 3\n'
+                      '[env_kwargs]\nmax_episode_steps = 2\n')
+    result = cli("eval", "cartpole", "--model", "tiny", "--config", config, "--episodes", "2",
+                 "--max-new-tokens", "2", "--json")
+    assert result.exit_code == 0, result.output
+    [(mode, settings)] = built
+    # the file's policy table, under the flags
+    assert mode == "generate" and settings["normalization"] == "token" and settings["max_new_tokens"] == 2
+    assert json.loads(result.stdout)["results"]["tiny"]["length_mean"] <= 2  # its env_kwargs
+    config.write_text('[policy]\nnormalization = "loud"\n')
+    line = one_error_line(cli("eval", "cartpole", "--model", "tiny", "--config", config))
+    assert "invalid policy settings" in line and "normalization" in line
+    assert len(built) == 1  # refused before a model loads
+
+
 def test_eval_needs_something_to_evaluate(cli):
     line = one_error_line(cli("eval", "cartpole"))
     assert "nothing to evaluate" in line
