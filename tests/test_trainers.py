@@ -340,6 +340,41 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
     assert before < 1.0 and trainer.evaluate(episodes=32)["return_mean"] == 1.0
 
 
+def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_policy, tmp_path):
+    from textgym.rollout import collect, decisions_of
+    from textgym.trainers import SFTConfig, Trainer
+    from textgym.trainers.kl import flat_units, reference_logprobs
+    from textgym.trainers.sft import player_demonstrations
+
+    rollout = collect(tiny_policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=4, seed=0)
+    decisions = decisions_of(rollout.episodes)
+
+    def logprobs(policy, reference=False):
+        if reference:
+            return torch.cat(reference_logprobs(policy, decisions, 8))
+        with torch.no_grad():
+            ev = policy.evaluate(decisions)
+        return torch.cat(flat_units(ev.logprobs, ev.mask))
+
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config=ReinforceConfig(**SMALL, kl_coef=0.1), out_dir=tmp_path / "run")
+    untrained = logprobs(tiny_policy, reference=True)  # no warm start: the adapter disabled
+    assert torch.allclose(untrained, logprobs(tiny_policy))  # (a new adapter changes nothing yet)
+    demos, _ = player_demonstrations("bandit", "scripted", episodes=16, seed=3)
+    trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=5, batch_size=16))
+    warm = logprobs(tiny_policy)
+    assert (warm - untrained).abs().max() > 0.1
+    assert torch.equal(logprobs(tiny_policy, reference=True), warm)
+    trainer.train(updates=1)  # RL moves the policy, not its reference
+    after = logprobs(tiny_policy)
+    assert (after - warm).abs().max() > 1e-3
+    assert torch.equal(logprobs(tiny_policy, reference=True), warm)
+    assert torch.equal(logprobs(tiny_policy), after)  # its own weights came back after the reference pass
+    resumed = Trainer.resume(trainer.save_checkpoint(), env="textgym/Bandit-v0")  # the reference is kept
+    assert torch.allclose(logprobs(resumed.policy, reference=True), warm, atol=1e-6)
+    assert torch.allclose(logprobs(resumed.policy), after, atol=1e-6)
+
+
 def test_sft_on_demonstrations_with_and_without_valid_actions_in_one_batch(tiny_policy):
     """A file's plain demonstrations beside a player's (``--sft`` and ``--sft-player`` together):
     one batch holds both kinds, each learned by its own loss."""

@@ -192,11 +192,25 @@ class Policy:
                 p.requires_grad_(True)
         return [p for p in self.model.parameters() if p.requires_grad]
 
+    def rebase_reference(self) -> None:
+        """Make the policy as it is now the :meth:`reference` policy (``Trainer.warm_start`` does,
+        so a KL penalty keeps RL near the imitation rather than the untrained model)."""
+        self._reference.rebase(self.model)
+
+    def reference_state(self) -> dict[str, torch.Tensor] | None:
+        """The weights of a rebased reference, to checkpoint (``None``: nothing to save)."""
+        return self._reference.state()
+
+    def load_reference_state(self, tensors: dict[str, torch.Tensor]) -> None:
+        """Restore a rebased reference from :meth:`reference_state`'s weights."""
+        self._reference.load_state(self.model, tensors)
+
     @contextlib.contextmanager
     def reference(self) -> Iterator[Policy]:
         """Within this block the policy is the reference policy: the LoRA adapter is disabled (no
         second copy of the model); without LoRA, a frozen copy of the weights taken when
-        :meth:`parameters_to_train` was first called (or now, if never)."""
+        :meth:`parameters_to_train` was first called (or now, if never). After
+        :meth:`rebase_reference`: the policy as it was then (see :mod:`textgym.policy.reference`)."""
         if self._reference.active:
             yield self
             return

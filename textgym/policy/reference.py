@@ -1,7 +1,11 @@
-"""The reference policy (for KL penalties): the base weights under the trained ones.
+"""The reference policy (for KL penalties): the base weights under the trained ones, or the
+policy as a warm start left it.
 
 With a LoRA adapter the reference is the same model with the adapter disabled (no second copy);
-without one it is a frozen copy of the weights, taken before training changes them.
+without one it is a frozen copy of the weights, taken before training changes them. After
+:meth:`ReferenceWeights.rebase` (``Trainer.warm_start`` calls it: RL then stays near the
+imitation, as RLHF's KL stays near its SFT model) the reference is the policy at that moment: the
+adapter's weights of then, swapped in for the reference's passes, or a frozen copy of the model.
 """
 
 from __future__ import annotations
@@ -22,7 +26,28 @@ class ReferenceWeights:
 
     def __init__(self) -> None:
         self.snapshot: torch.nn.Module | None = None
+        #: With an adapter, after :meth:`rebase`: the reference's adapter weights, by parameter name.
+        self.adapter: dict[str, torch.Tensor] | None = None
         self.active = False
+
+    def rebase(self, model: torch.nn.Module) -> None:
+        """From now on the reference policy is ``model`` as it is now."""
+        if is_peft_model(model):
+            self.adapter = {name: p.detach().clone() for name, p in _adapter_parameters(model)}
+        else:
+            self.snapshot = copy.deepcopy(model).eval().requires_grad_(False)
+
+    def state(self) -> dict[str, torch.Tensor] | None:
+        """The weights that make a rebased reference (to checkpoint): the adapter's (``None``: the
+        reference is the base model's weights, or a full fine-tune's snapshot, not checkpointed)."""
+        return self.adapter
+
+    def load_state(self, model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+        """Make the adapter weights ``tensors`` (from :meth:`state`) the reference of ``model``."""
+        names = {name for name, _ in _adapter_parameters(model)}
+        if not is_peft_model(model) or set(tensors) != names:
+            raise ValueError("the reference weights do not fit the model's adapter")
+        self.adapter = {name: t.clone() for name, t in tensors.items()}
 
     def take_snapshot(self, model: torch.nn.Module) -> None:
         """Freeze a copy of ``model``'s weights as the reference (once: later calls keep the first)."""
@@ -35,7 +60,10 @@ class ReferenceWeights:
         adapter disabled, or the snapshot, taken now if there is none)."""
         self.active = True
         try:
-            if is_peft_model(model):
+            if is_peft_model(model) and self.adapter is not None:
+                with _swapped(model, self.adapter):
+                    yield model
+            elif is_peft_model(model):
                 with model.disable_adapter():
                     yield model
             else:
@@ -43,3 +71,25 @@ class ReferenceWeights:
                 yield self.snapshot
         finally:
             self.active = False
+
+
+def _adapter_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
+    """A PEFT model's adapter parameters (the LoRA matrices), by name."""
+    return [(name, p) for name, p in model.named_parameters() if "lora_" in name]
+
+
+@contextlib.contextmanager
+def _swapped(model: torch.nn.Module, weights: dict[str, torch.Tensor]) -> Iterator[None]:
+    """Within this block the adapter holds ``weights``; its own come back after (in place: the
+    optimizer keeps its parameters; each copy bumps their versions, so no cache outlives it)."""
+    parameters = dict(model.named_parameters())
+    own = {name: parameters[name].detach().clone() for name in weights}
+    with torch.no_grad():
+        for name, w in weights.items():
+            parameters[name].copy_(w)
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for name, w in own.items():
+                parameters[name].copy_(w)

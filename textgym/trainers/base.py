@@ -294,13 +294,16 @@ class Trainer:
 
         Demonstrations without a system prompt get the env's. ``config``: by default the
         trainer's ``sft_lr``, ``max_grad_norm`` and ``seed``; ``epochs`` overrides its epochs.
-        See :func:`textgym.trainers.sft.sft`.
+        The warm-started policy becomes the KL penalty's reference (``kl_coef``): RL is kept near
+        the imitation, not pulled back to the untrained model. See :func:`textgym.trainers.sft.sft`.
         """
         config = config or SFTConfig(lr=self.config.sft_lr, max_grad_norm=self.config.max_grad_norm,
                                      seed=self.config.seed)
-        return sft(self.policy, demonstrations, system_prompt=system_prompt_of(self.venv), config=config,
-                   epochs=epochs, parameters=self.trainable_parameters(), process=self.process,
-                   on_epoch=on_epoch)
+        losses = sft(self.policy, demonstrations, system_prompt=system_prompt_of(self.venv), config=config,
+                     epochs=epochs, parameters=self.trainable_parameters(), process=self.process,
+                     on_epoch=on_epoch)
+        self.policy.rebase_reference()
+        return losses
 
     def evaluate(self, episodes: int = 100, seed: int | None = None, num_envs: int | None = None) -> dict[str, Any]:
         """Greedy play on held-out seeds (``config.eval_seed`` by default): mean return, length,

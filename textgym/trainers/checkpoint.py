@@ -8,6 +8,7 @@ Layout of a checkpoint folder::
     tokenizer/                the tokenizer                 (these three: persistence.write, so
     policy.json               the policy's record           that Policy.load(checkpoint) works)
     value_head.safetensors    PPO's value head (when there is one)
+    reference.safetensors     the KL reference's adapter weights, when a warm start set them
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
     trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, the policy
                               (base model name and every PolicyConfig setting), anything else
@@ -53,6 +54,7 @@ __all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_o
 
 STATE_FILE = run_folder.STATE
 OPTIMIZER_FILE = "optimizer.safetensors"
+REFERENCE_FILE = "reference.safetensors"
 VALUE_HEAD_FILE = "value_head.safetensors"
 
 
@@ -161,7 +163,7 @@ def policy_from_record(record: dict[str, Any], device: str | torch.device | None
 def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optimizer],
                     state: dict[str, Any], model: torch.nn.Module | None = None,
                     policy: Policy | None = None, value_head: torch.nn.Module | None = None,
-                    files: dict[str, str] | None = None) -> Path:
+                    files: dict[str, str] | None = None, reference: dict[str, torch.Tensor] | None = None) -> Path:
     """Write a checkpoint atomically (to ``<path>.tmp``, then renamed).
 
     Args:
@@ -175,6 +177,7 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
         value_head: optional module saved to ``value_head.safetensors``.
         files: more text files to keep in the checkpoint, by name (e.g. the run's metrics lines
             up to it, so that a line torn by a crash can be restored on resume).
+        reference: the KL reference's own weights (``Policy.reference_state()``), when it has any.
     """
     path = Path(path)
     tmp = run_folder.temporary(path)
@@ -182,7 +185,7 @@ def save_checkpoint(path: str | Path, *, optimizers: dict[str, torch.optim.Optim
     remove_stale_temporary(path)
     try:
         _write_folder(tmp, path, optimizers=optimizers, state=state, model=model, policy=policy,
-                      value_head=value_head, files=files)
+                      value_head=value_head, files=files, reference=reference)
     except BaseException as exc:
         # A failed write (a full disk) leaves no half-written folder to fill the disk further.
         shutil.rmtree(tmp, ignore_errors=True)
@@ -238,7 +241,8 @@ def remove_stale_temporary(path: str | Path) -> bool:
 
 def _write_folder(tmp: Path, path: Path, *, optimizers: dict[str, torch.optim.Optimizer],
                   state: dict[str, Any], model: torch.nn.Module | None, policy: Policy | None,
-                  value_head: torch.nn.Module | None, files: dict[str, str] | None) -> None:
+                  value_head: torch.nn.Module | None, files: dict[str, str] | None,
+                  reference: dict[str, torch.Tensor] | None = None) -> None:
     """Write every file of the checkpoint ``path`` into the folder ``tmp``."""
     tmp.mkdir(parents=True)
     if policy is not None:
@@ -250,6 +254,8 @@ def _write_folder(tmp: Path, path: Path, *, optimizers: dict[str, torch.optim.Op
     if value_head is not None:
         save_file({k: v.detach().cpu().contiguous() for k, v in value_head.state_dict().items()},
                   str(tmp / VALUE_HEAD_FILE))
+    if reference is not None:
+        save_file({k: v.detach().cpu().contiguous() for k, v in reference.items()}, str(tmp / REFERENCE_FILE))
     all_tensors: dict[str, torch.Tensor] = {}
     optimizer_meta = {}
     for name, optimizer in optimizers.items():

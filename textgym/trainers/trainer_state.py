@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
+from safetensors.torch import load_file
 
 from textgym import distributed
 from textgym.trainers import alarms
@@ -62,7 +63,7 @@ def write(trainer: Trainer, path: Path) -> Path:
         "policy": ckpt.policy_record(trainer.policy),
     }
     return ckpt.save_checkpoint(path, policy=trainer.policy, optimizers=optimizers(trainer), state=state,
-                                value_head=trainer._value_head(),
+                                value_head=trainer._value_head(), reference=trainer.policy.reference_state(),
                                 files={METRICS_FILE: trainer.writer.lines_up_to(trainer.update_count)})
 
 
@@ -75,6 +76,9 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
         trainer.online_sft.make_optimizer(trainer.trainable_parameters())
     state = ckpt.load_checkpoint(path, model=trainer.model, optimizers=optimizers(trainer),
                                  value_head=trainer._value_head())
+    reference = ckpt.checkpoint_dir(path) / ckpt.REFERENCE_FILE
+    if reference.is_file():  # the KL reference a warm start set
+        trainer.policy.load_reference_state(load_file(str(reference)))
     trainer.update_count = state["update_count"]
     trainer.episodes_seen = state["episodes_seen"]
     trainer.decisions_seen = state["decisions_seen"]
