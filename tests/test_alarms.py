@@ -68,6 +68,17 @@ def test_entropy_collapse_without_candidates_compares_with_the_first_update():
     assert detect(rising) == []
 
 
+def test_after_a_warm_start_the_entropy_scale_is_the_first_update_s():
+    # BabyAI after imitating its bot (docs/results.md): confident from the first update, near the bot
+    imitation = UpdateStats(update=1, return_mean=0.935, entropy=0.0749, answer_choices=7)
+    assert codes(detect([imitation])) == ["entropy_collapse"]  # against log 7 it looks collapsed
+    assert detect([imitation], Reference(warm_started=True)) == []
+    # a collapse from there still fires: a tenth of the first update's entropy, the return no higher
+    later = UpdateStats(update=2, return_mean=0.9, entropy=0.005, answer_choices=7)
+    [alarm] = detect([imitation, later], Reference(warm_started=True))
+    assert alarm.code == "entropy_collapse" and "(7% of its start)" in alarm.message
+
+
 def test_kl_blowup_against_target_kl_or_the_absolute_bound():
     calm = UpdateStats(update=1, kl=0.05)
     assert detect([calm], Reference(target_kl=0.01)) == []                     # 5x target: fine

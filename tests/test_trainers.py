@@ -373,6 +373,8 @@ def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_pol
     resumed = Trainer.resume(trainer.save_checkpoint(), env="textgym/Bandit-v0")  # the reference is kept
     assert torch.allclose(logprobs(resumed.policy, reference=True), warm, atol=1e-6)
     assert torch.allclose(logprobs(resumed.policy), after, atol=1e-6)
+    # and the alarms still read a confident policy as the imitation (tests/test_alarms.py)
+    assert trainer.alarm_reference.warm_started and resumed.alarm_reference.warm_started
 
 
 def test_sft_on_demonstrations_with_and_without_valid_actions_in_one_batch(tiny_policy):

@@ -103,10 +103,13 @@ class Reference:
             :class:`textgym.registry.TrainingDefaults`; ``None``: the env has none, and "short of
             the reference" means "no better than at the first update").
         target_kl: the run's ``target_kl`` (``None``: none; :attr:`AlarmThresholds.kl_bound` applies).
+        warm_started: RL starts from a warm start (``Trainer.warm_start``): a confident policy is
+            the imitation, not a collapse, so the entropy's scale is its first update's.
     """
 
     solved: float | None = None
     target_kl: float | None = None
+    warm_started: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +118,8 @@ class AlarmThresholds:
 
     entropy_fraction: float = 0.1
     """``entropy_collapse``: the entropy is under this fraction of its scale (``log K`` over the
-    ``K`` candidates of score mode, else the entropy of the run's first update)."""
+    ``K`` candidates of score mode, else, or after a warm start, the entropy of the run's first
+    update)."""
     progress: float = 0.9
     """``entropy_collapse`` and ``one_answer`` fire only while the return has covered less than
     this fraction of the way from its first value to the reference (without a reference: while
@@ -179,7 +183,7 @@ def _entropy_collapse(history: Sequence[UpdateStats], reference: Reference,
     latest = history[-1]
     if latest.entropy is None:
         return None
-    if latest.answer_choices is not None and latest.answer_choices > 1:
+    if latest.answer_choices is not None and latest.answer_choices > 1 and not reference.warm_started:
         scale, of = math.log(latest.answer_choices), f"log {latest.answer_choices}"
     else:
         scale = next((s.entropy for s in history if s.entropy is not None), None)

@@ -15,6 +15,7 @@ every process builds the same trainer and plays its shard of each update (docs/d
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections import deque
@@ -303,6 +304,7 @@ class Trainer:
                      epochs=epochs, parameters=self.trainable_parameters(), process=self.process,
                      on_epoch=on_epoch)
         self.policy.rebase_reference()
+        self.alarm_reference = dataclasses.replace(self.alarm_reference, warm_started=True)
         return losses
 
     def evaluate(self, episodes: int = 100, seed: int | None = None, num_envs: int | None = None) -> dict[str, Any]:

@@ -14,6 +14,7 @@ more or fewer data-parallel processes than wrote it.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -59,6 +60,7 @@ def write(trainer: Trainer, path: Path) -> Path:
         "schedule_total": trainer.schedule_total,
         "recent": list(trainer.recent),
         "alarm_history": [stats.to_dict() for stats in trainer.alarm_history],
+        "warm_started": trainer.alarm_reference.warm_started,
         "algorithm_state": trainer._algorithm_state(),
         "policy": ckpt.policy_record(trainer.policy),
     }
@@ -89,6 +91,8 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     # checkpoints written before outcomes were tracked hold 3-tuples
     trainer.recent.extend((*r, None)[:4] for r in state["recent"])
     trainer.alarm_history = [alarms.UpdateStats.from_metrics(stats) for stats in state.get("alarm_history", [])]
+    trainer.alarm_reference = dataclasses.replace(trainer.alarm_reference,
+                                                  warm_started=bool(state.get("warm_started", False)))
     trainer._load_algorithm_state(state.get("algorithm_state", {}))
     trainer.writer.resume(ckpt.checkpoint_dir(path), trainer.update_count)  # metrics.jsonl, tb/
     trainer.transcripts.resume(trainer.update_count)
