@@ -356,7 +356,9 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                 "env": cfg.env, "target": plan.row.target, "budget_note": plan.row.budget,
                 "settings": dict(plan.row.settings),
                 "budget": {"updates": cfg.updates, "episodes": cfg.episodes,
-                           "episodes_per_update": plan.episodes_per_update},
+                           "episodes_per_update": plan.episodes_per_update,
+                           **({"warm_start": {"player": cfg.sft_player, "episodes": cfg.sft_episodes,
+                                              "epochs": cfg.sft_epochs}} if cfg.sft_player else {})},
                 "eval_episodes": plan.row.eval_episodes, "eval_env_kwargs": dict(plan.row.eval_env_kwargs),
                 "references": {}, "runs": [], "trained": {}}
         for plan in plans:

@@ -719,6 +719,8 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         **({"processes": processes} if processes is not None else {}),
         **({"act_dtype": trainer.policy.act_precision} if trainer is not None else {}),
     }
+    if summary.get("wall_time") is None and trainer is not None:  # no update yet: the warm start's time
+        summary["wall_time"] = round(trainer.wall_time(), 3)
     if evaluation is not None:
         summary["eval"] = evaluation
     runs.write_json(run_dir / run_folder.SUMMARY, summary)

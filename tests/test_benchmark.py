@@ -192,6 +192,19 @@ def test_every_declared_row_resolves_to_valid_train_settings(suite):
     assert len(set(names)) == len(names)
 
 
+def test_the_budget_cell_says_the_warm_start_and_the_rl_updates():
+    from textgym.benchmark import _budget
+
+    row = SUITES["full"].rows[0]
+    warm = {"player": "scripted", "episodes": 256, "epochs": 4}
+    runs = [{"train_seconds": 60.0}, {"train_seconds": 180.0}]
+    assert _budget({"budget": {"updates": 0, "warm_start": warm}, "runs": runs}, row) == (
+        "a warm start on the scripted player's 256 episodes (4 epochs), no RL update (2.0 min)")
+    assert _budget({"budget": {"updates": 8, "episodes_per_update": 16, "warm_start": warm}}, row) == (
+        "a warm start on the scripted player's 256 episodes (4 epochs), then 8 updates of 16 episodes")
+    assert _budget({"budget": {"updates": 1, "episodes_per_update": 8}}, row) == "1 update of 8 episodes"
+
+
 def test_the_full_suite_holds_the_issue_targets():
     rows = {row.name: row for row in SUITES["full"].rows}
     assert SUITES["full"].seeds == 3

@@ -586,6 +586,7 @@ def test_updates_0_keeps_the_warm_start_alone(cli, tmp_path, fast_config):
     assert "updates 0: the warm start alone, no RL update" in result.stdout
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["updates"] == 0
+    assert summary["wall_time"] > 0  # the warm start's time
     # the checkpoint holds the warm-started policy: it plays the scripted player's answer greedily
     trainer = Trainer.resume(run / "checkpoint", env="bandit")
     assert trainer.update_count == 0

@@ -339,9 +339,16 @@ def _budget(row: Mapping[str, Any] | None, declared: BenchmarkRow) -> str:
     updates = budget.get("updates", declared.settings.get("updates"))
     per_update = budget.get("episodes_per_update", (declared.settings.get("trainer") or {}).get("episodes_per_update"))
     if updates is None:
-        return "the env's registered budget" + took
-    text = f"{updates} update{'' if updates == 1 else 's'}"
-    return text + (f" of {per_update} episodes" if per_update else "") + took
+        text = "the env's registered budget"
+    elif updates == 0:
+        text = "no RL update"
+    else:
+        text = f"{updates} update{'' if updates == 1 else 's'}" + (f" of {per_update} episodes" if per_update else "")
+    warm = budget.get("warm_start")
+    if warm:  # the warm start comes first (textgym train --sft-player)
+        text = (f"a warm start on the {warm['player']} player's {warm['episodes']} episodes "
+                f"({warm['epochs']} epochs), {'' if updates == 0 else 'then '}{text}")
+    return text + took
 
 
 def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
