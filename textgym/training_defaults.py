@@ -41,10 +41,10 @@ class TrainingDefaults:
         >>> d.for_mode("score") == TrainingDefaults(updates=16, num_envs=16, lr=3e-4,
         ...                                          trainer={"episodes_per_update": 32})
         True
-        >>> TrainingDefaults(updates=0)
+        >>> TrainingDefaults(updates=-1)
         Traceback (most recent call last):
         ...
-        ValueError: updates must be an integer >= 1, got 0
+        ValueError: updates must be an integer >= 0, got -1
 
     Raises:
         ValueError: a setting out of its range, or a mode overrides a setting that does not exist.
