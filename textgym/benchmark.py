@@ -29,7 +29,7 @@ Example:
 
 from __future__ import annotations
 
-import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -296,14 +296,16 @@ def seed_summary(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     Example:
         >>> seed_summary([{"return_mean": 1.0, "win_rate": 0.5}, {"return_mean": 0.0, "win_rate": 0.25}])
         {'return_mean': 0.5, 'return_seed_std': 0.5, 'win_rate': 0.375, 'seeds': 2}
+        >>> seed_summary([{"return_mean": 0.95}] * 3)["return_seed_std"]
+        0.0
     """
     if not results:
         return {}
     returns = [float(r["return_mean"]) for r in results]
-    mean = sum(returns) / len(returns)
     summary: dict[str, Any] = {
-        "return_mean": mean,
-        "return_seed_std": math.sqrt(sum((x - mean) ** 2 for x in returns) / len(returns)),
+        "return_mean": statistics.fmean(returns),
+        # exact arithmetic: equal returns spread by 0, not by float rounding (1e-16)
+        "return_seed_std": statistics.pstdev(returns),
     }
     for rate in ("win_rate", "draw_rate", "loss_rate"):
         if all(rate in r for r in results):
