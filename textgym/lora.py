@@ -21,7 +21,7 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
-__all__ = ["LoraSettings", "adapter_settings", "add_lora", "differences", "is_peft_model"]
+__all__ = ["LoraSettings", "adapter_parameters", "adapter_settings", "add_lora", "differences", "is_peft_model"]
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,11 @@ class LoraSettings:
 def is_peft_model(model: Any) -> bool:
     """Whether ``model`` carries a PEFT adapter."""
     return hasattr(model, "peft_config") and hasattr(model, "disable_adapter")
+
+
+def adapter_parameters(model: Any) -> list[tuple[str, Any]]:
+    """A PEFT model's adapter parameters (the LoRA matrices), by name."""
+    return [(name, p) for name, p in model.named_parameters() if "lora_" in name]
 
 
 def _target_modules(model: Any, settings: LoraSettings, model_name: str | None) -> Any:

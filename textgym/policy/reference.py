@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import torch
 
-from textgym.lora import is_peft_model
+from textgym.lora import adapter_parameters, is_peft_model
 
 __all__ = ["ReferenceWeights"]
 
@@ -33,7 +33,7 @@ class ReferenceWeights:
     def rebase(self, model: torch.nn.Module) -> None:
         """From now on the reference policy is ``model`` as it is now."""
         if is_peft_model(model):
-            self.adapter = {name: p.detach().clone() for name, p in _adapter_parameters(model)}
+            self.adapter = {name: p.detach().clone() for name, p in adapter_parameters(model)}
         else:
             self.snapshot = copy.deepcopy(model).eval().requires_grad_(False)
 
@@ -44,7 +44,7 @@ class ReferenceWeights:
 
     def load_state(self, model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         """Make the adapter weights ``tensors`` (from :meth:`state`) the reference of ``model``."""
-        names = {name for name, _ in _adapter_parameters(model)}
+        names = {name for name, _ in adapter_parameters(model)}
         if not is_peft_model(model) or set(tensors) != names:
             raise ValueError("the reference weights do not fit the model's adapter")
         self.adapter = {name: t.clone() for name, t in tensors.items()}
@@ -71,11 +71,6 @@ class ReferenceWeights:
                 yield self.snapshot
         finally:
             self.active = False
-
-
-def _adapter_parameters(model: torch.nn.Module) -> list[tuple[str, torch.nn.Parameter]]:
-    """A PEFT model's adapter parameters (the LoRA matrices), by name."""
-    return [(name, p) for name, p in model.named_parameters() if "lora_" in name]
 
 
 @contextlib.contextmanager

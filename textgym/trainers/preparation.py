@@ -60,9 +60,8 @@ def prepare_model(policy: Policy, config: TrainConfig) -> torch.nn.Module:
     if differences:
         warnings.warn("the policy's model already has a LoRA adapter; training it as it is, not as the "
                       "config's lora_* fields describe (" + "; ".join(differences) + ")", stacklevel=3)
-    for name, p in model.named_parameters():
-        if "lora_" in name:
-            p.requires_grad_(True)
+    for _, p in lora.adapter_parameters(model):
+        p.requires_grad_(True)
     return model
 
 
