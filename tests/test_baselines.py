@@ -29,7 +29,7 @@ def test_every_builtin_env_has_random_and_scripted_references():
         # example/Colors-v0 from textgym's module when the doctests run first)
         if info.source != "textgym" or not info.id.startswith("textgym/"):
             continue
-        assert info.reference_policies == ("random", "scripted"), info.id
+        assert info.reference_policies[:2] == ("random", "scripted"), info.id
         assert registry.reference_policy(info.id, "random") is random_policy
         assert callable(registry.reference_policy(info.id, "scripted"))
     assert registry.reference_policy("cartpole", "genius") is None

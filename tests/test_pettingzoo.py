@@ -14,6 +14,7 @@ from pettingzoo.classic import connect_four_v3, rps_v2, tictactoe_v3
 from pettingzoo.test import api_test, parallel_api_test
 
 import textgym
+from textgym.baselines import evaluate_baseline, reference_policy_names
 from textgym.envs import games
 from textgym.envs.pettingzoo import wrap_pettingzoo
 
@@ -215,21 +216,44 @@ def test_scripted_opponent_beats_random_play():
     assert c4["loss"] >= 8
 
 
-def test_scripted_tictactoe_wins_and_blocks():
-    # PettingZoo cells are column-major: cell = col * 3 + row
-    def obs(mine, theirs):
-        planes = np.zeros((3, 3, 2), np.int8)
-        for c in mine:
-            planes[c // 3, c % 3, 0] = 1
-        for c in theirs:
-            planes[c // 3, c % 3, 1] = 1
-        mask = np.array([0 if c in mine or c in theirs else 1 for c in range(9)], np.int8)
-        return {"observation": planes, "action_mask": mask}
+def _tictactoe_observation(mine, theirs):
+    """A PettingZoo observation (cells column-major: cell = col * 3 + row)."""
+    planes = np.zeros((3, 3, 2), np.int8)
+    for c in mine:
+        planes[c // 3, c % 3, 0] = 1
+    for c in theirs:
+        planes[c // 3, c % 3, 1] = 1
+    mask = np.array([0 if c in mine or c in theirs else 1 for c in range(9)], np.int8)
+    return {"observation": planes, "action_mask": mask}
 
+
+def test_scripted_tictactoe_wins_and_blocks():
+    obs = _tictactoe_observation
     rng = np.random.default_rng(0)
     assert games.scripted_tictactoe(obs([0, 1], [4, 8]), rng) == 2        # completes its column
     assert games.scripted_tictactoe(obs([0], [4, 5]), rng) == 3           # blocks the middle row
     assert games.scripted_tictactoe(obs([], []), rng) == 4                # takes the centre
+
+
+def test_optimal_tictactoe_takes_a_win_and_is_deterministic():
+    obs = _tictactoe_observation
+    for opponent in ("random", "scripted", "unknown"):
+        assert games.optimal_tictactoe(obs([0, 1], [4, 8]), opponent) == 2    # completes its column
+        assert games.optimal_tictactoe(obs([0, 4], [1, 2]), opponent) == 8    # completes the diagonal
+    assert games.optimal_tictactoe(obs([], []), "random") == games.optimal_tictactoe(obs([], []), "random")
+    # against the worst case, a threat must be blocked (anything else loses)
+    assert games.optimal_tictactoe(obs([0], [4, 5]), "unknown") == 3
+
+
+@pytest.mark.parametrize("opponent", ["random", "scripted"])
+def test_optimal_tictactoe_never_loses_and_outscores_the_scripted_player(opponent):
+    """The best response to the opponent's known play, from both seats, on the same seeded games."""
+    env = textgym.make("textgym/TicTacToe-v0", opponent=opponent)
+    optimal = evaluate_baseline(env, "optimal", 200, seed=0)
+    scripted = evaluate_baseline(env, "scripted", 200, seed=0)
+    assert optimal["loss_rate"] == 0.0 and optimal["invalid_rate"] == 0.0
+    assert optimal["return_mean"] > scripted["return_mean"]
+    assert "optimal" in reference_policy_names("textgym/TicTacToe-v0")
 
 
 def test_views_seat_policy_opponent_and_invalid_answers():

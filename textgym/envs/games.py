@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -40,12 +41,13 @@ from textgym.envs.game_text import (
 )
 from textgym.envs.pettingzoo import FEEDBACK, wrap_pettingzoo
 from textgym.registry import ReferencePlayer, TrainingDefaults
-from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.spaces import TextSpace
+from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.invalid_answer import renamed_invalid_kwargs
 
 __all__ = ["CONNECT_FOUR_TRAINING_DEFAULTS", "SCRIPTED", "TEXT_GAMES", "TICTACTOE_TRAINING_DEFAULTS",
-           "TextGame", "TwoPlayerGameEnv", "make_connect_four", "make_pettingzoo_game", "make_tictactoe", "random_move",
+           "TextGame", "TwoPlayerGameEnv", "make_connect_four", "make_pettingzoo_game", "make_tictactoe", "optimal_player",
+           "optimal_tictactoe", "random_move",
            "register_envs", "scripted_connect_four", "scripted_player", "scripted_tictactoe"]
 
 # --------------------------------------------------------------------------------------------
@@ -61,25 +63,98 @@ def _ttt_cells(observation: Any) -> tuple[np.ndarray, np.ndarray]:
     return planes[:, :, 0].reshape(9), planes[:, :, 1].reshape(9)
 
 
+def _scripted_tictactoe_moves(mine: Any, theirs: Any, mask: np.ndarray) -> tuple[list[int], bool]:
+    """The scripted player's moves: ``([cell], True)`` when one is forced (a win, else a block),
+    else the equally likely cells of the first free group (centre, corners, sides) and ``False``."""
+    for player in (mine, theirs):  # first our winning move, then their winning move to block
+        for line in _TTT_LINES:
+            owned = [c for c in line if player[c]]
+            free = [c for c in line if mask[c]]
+            if len(owned) == 2 and len(free) == 1:
+                return [int(free[0])], True
+    for group in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
+        free = [c for c in group if mask[c]]
+        if free:
+            return free, False
+    return [int(c) for c in np.flatnonzero(mask)], False
+
+
 def scripted_tictactoe(observation: Any, rng: np.random.Generator) -> int:
     """Win now, else block the opponent's win, else centre, else a corner, else a side.
 
     Cell indices are the same up to transposition in either numbering, so lines, centre and
     corners are the same sets in PettingZoo's column-major numbering.
     """
-    mask = np.asarray(observation["action_mask"]).astype(bool)
     mine, theirs = _ttt_cells(observation)
-    for player in (mine, theirs):  # first our winning move, then their winning move to block
-        for line in _TTT_LINES:
-            owned = [c for c in line if player[c]]
-            free = [c for c in line if mask[c]]
-            if len(owned) == 2 and len(free) == 1:
-                return int(free[0])
-    for group in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
-        free = [c for c in group if mask[c]]
-        if free:
-            return int(rng.choice(free))
-    return int(rng.choice(np.flatnonzero(mask)))
+    moves, forced = _scripted_tictactoe_moves(mine, theirs, np.asarray(observation["action_mask"]).astype(bool))
+    return moves[0] if forced else int(rng.choice(moves))
+
+
+def _ttt_winner(board: tuple[int, ...]) -> int:
+    """+1 or -1 when that side has a line on ``board`` (cells +1 mine, -1 theirs, 0 empty), else 0."""
+    for a, b, c in _TTT_LINES:
+        if board[a] != 0 and board[a] == board[b] == board[c]:
+            return board[a]
+    return 0
+
+
+def _opponent_moves(board: tuple[int, ...], opponent: str) -> list[tuple[int, float]] | None:
+    """The opponent's moves on ``board`` with their probabilities (``None``: not a known
+    distribution, so the worst case is assumed)."""
+    free = [c for c in range(9) if board[c] == 0]
+    if opponent == "random":
+        return [(c, 1 / len(free)) for c in free]
+    if opponent == "scripted":  # the scripted player from its own side of the board
+        own = [cell == -1 for cell in board]
+        other = [cell == 1 for cell in board]
+        moves, _ = _scripted_tictactoe_moves(own, other, np.array([cell == 0 for cell in board]))
+        return [(c, 1 / len(moves)) for c in moves]
+    return None
+
+
+@functools.cache
+def _ttt_value(board: tuple[int, ...], learner_to_move: bool, opponent: str) -> float:
+    """The learner's expected return (+1 win, -1 loss, 0 draw) from ``board`` when it plays
+    best: the mean over the opponent's moves where it is ``"random"`` or ``"scripted"`` (its
+    distribution is known), the worst of them otherwise (minimax)."""
+    winner = _ttt_winner(board)
+    if winner or all(board):
+        return float(winner)
+    free = [c for c in range(9) if board[c] == 0]
+    if learner_to_move:
+        return max(_ttt_value(_play(board, c, 1), False, opponent) for c in free)
+    moves = _opponent_moves(board, opponent)
+    if moves is None:
+        return min(_ttt_value(_play(board, c, -1), True, opponent) for c in free)
+    return sum(p * _ttt_value(_play(board, c, -1), True, opponent) for c, p in moves)
+
+
+def _play(board: tuple[int, ...], cell: int, mark: int) -> tuple[int, ...]:
+    return board[:cell] + (mark,) + board[cell + 1:]
+
+
+def optimal_tictactoe(observation: Any, opponent: str = "random") -> int:
+    """The move of highest expected return against ``opponent`` (``"random"`` or ``"scripted"``:
+    the best response to its known play, found by searching the whole game; any other name:
+    minimax, the best against the worst case). Among moves of equal value, a win now, then the
+    lowest cell index: the player is deterministic (one answer per position, what imitation can
+    learn exactly).
+
+    Example:
+        >>> marks = np.zeros((3, 3, 2)); marks[0, 0, 0] = marks[1, 1, 0] = 1   # mine: cells 0 and 4
+        >>> marks[0, 1, 1] = marks[0, 2, 1] = 1                                 # theirs: 1 and 2
+        >>> optimal_tictactoe({"observation": marks, "action_mask": (marks.sum(2) == 0).reshape(9)})
+        8
+    """
+    mine, theirs = _ttt_cells(observation)
+    board = tuple(int(m) - int(t) for m, t in zip(mine, theirs))
+    free = np.flatnonzero(np.asarray(observation["action_mask"]))
+
+    def preference(cell: int) -> tuple[float, bool, int]:
+        after = _play(board, cell, 1)  # value rounded: sums in another order are ties; then a win now
+        return round(_ttt_value(after, False, opponent), 12), _ttt_winner(after) == 1, -cell
+
+    return max((int(c) for c in free), key=preference)
 
 
 def _c4_drop_row(board: np.ndarray, col: int) -> int | None:
@@ -373,6 +448,15 @@ def scripted_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     return lambda info: view.action_names[strategy(view.raw_observation(), rng)]
 
 
+def optimal_player(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
+    """The best response to the env's opponent (:func:`optimal_tictactoe`; minimax against an
+    opponent of unknown play), playing the learner's seat: the ``"optimal"`` reference policy of
+    ``textgym/TicTacToe-v0``."""
+    view = env.unwrapped
+    opponent = view.opponent if isinstance(view.opponent, str) else "unknown"
+    return lambda info: view.action_names[optimal_tictactoe(view.raw_observation(), opponent)]
+
+
 #: Recommended training settings against the random opponent from a random seat: rewards
 #: +1/-1/0 come at the end of a game (gamma 1), 64 games per update (~230 decisions), and lr 1e-3
 #: (2e-4 barely moved the policy in as many updates); 8 updates is what the earlier 10-minute
@@ -396,7 +480,8 @@ def register_envs() -> None:
              description="Tic-tac-toe against a random/scripted/policy opponent (PettingZoo tictactoe_v3)",
              action_names=TICTACTOE_ACTION_NAMES, source="textgym", kwargs={"max_episode_steps": None},
              training_defaults=TICTACTOE_TRAINING_DEFAULTS,
-             reference_policies={"scripted": "textgym.envs.games:scripted_player"})
+             reference_policies={"scripted": "textgym.envs.games:scripted_player",
+                                 "optimal": "textgym.envs.games:optimal_player"})
     register("textgym/ConnectFour-v3", "textgym.envs.games:make_connect_four",
              description="Connect four against a random/scripted/policy opponent (PettingZoo connect_four_v3)",
              action_names=CONNECT_FOUR_ACTION_NAMES, source="textgym",
