@@ -175,6 +175,25 @@ def test_blackjack_text():
     assert BlackjackText()((25, 7, 0)) == "Your total 25 (bust). Dealer shows 7."
 
 
+def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy():
+    from textgym.envs.classic import basic_strategy_hits, blackjack_value
+
+    assert blackjack_value(basic_strategy_hits) == pytest.approx(blackjack_value(), abs=1e-12)
+    always_stick = blackjack_value(lambda total, dealer, ace: False)
+    assert always_stick < blackjack_value(lambda total, dealer, ace: total < 17) < blackjack_value()
+    # Gymnasium's own env agrees: 20,000 seeded hands of "stick at 17+", within 4 standard errors
+    env = gym.make("Blackjack-v1")
+    returns = []
+    for seed in range(20_000):
+        (total, dealer, ace), _ = env.reset(seed=seed)
+        done = False
+        while not done:
+            (total, dealer, ace), reward, done, _, _ = env.step(int(total < 17))
+        returns.append(reward)
+    exact = blackjack_value(lambda total, dealer, ace: total < 17)
+    assert abs(np.mean(returns) - exact) < 4 * np.std(returns) / np.sqrt(len(returns))
+
+
 @pytest.mark.parametrize("total", range(4, 22))
 def test_hit_bust_chance_matches_gymnasiums_deck(total):
     # Gymnasium deals from DECK with replacement; count the cards that take the total past 21.

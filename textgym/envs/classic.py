@@ -17,6 +17,7 @@ and any other :func:`textgym.wrap` kwarg (``invalid_policy=``, ``history=`` ...)
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 from collections.abc import Callable, Sequence
@@ -32,6 +33,7 @@ from textgym.wrappers.text_observation import Renderer
 
 __all__ = [
     "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
+    "basic_strategy_hits", "blackjack_value",
     "CartPoleText", "GridText", "MountainCarText", "TaxiText", "hit_bust_chance", "make_acrobot",
     "make_blackjack", "make_cartpole", "make_cliffwalking", "make_frozenlake", "make_mountaincar",
     "make_taxi", "planned_tabular", "pole_heading_potential", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
@@ -514,26 +516,84 @@ def scripted_cartpole(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     return player
 
 
+def basic_strategy_hits(total: int, dealer: int, usable_ace: bool) -> bool:
+    """Basic strategy without doubling or splitting: whether to HIT. It is the best hit/stick
+    policy of Blackjack-v1 (its :func:`blackjack_value` is the optimum's, -0.0466 a hand)."""
+    if usable_ace:
+        return total <= 17 or (total == 18 and dealer in (9, 10, 1))
+    if total <= 11:
+        return True
+    if total == 12:
+        return dealer not in (4, 5, 6)
+    return total <= 16 and dealer not in (2, 3, 4, 5, 6)
+
+
 def scripted_blackjack(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
-    """Basic strategy without doubling or splitting."""
+    """Basic strategy without doubling or splitting (:func:`basic_strategy_hits`)."""
     from gymnasium.envs.toy_text.blackjack import sum_hand, usable_ace
 
     stick, hit = ACTION_NAMES["Blackjack-v1"]
 
     def player(info: dict[str, Any]) -> str:
         base = env.unwrapped
-        total, dealer = sum_hand(base.player), int(base.dealer[0])
-        if usable_ace(base.player):
-            take = total <= 17 or (total == 18 and dealer in (9, 10, 1))
-        elif total <= 11:
-            take = True
-        elif total == 12:
-            take = dealer not in (4, 5, 6)
-        else:
-            take = total <= 16 and dealer not in (2, 3, 4, 5, 6)
+        take = basic_strategy_hits(sum_hand(base.player), int(base.dealer[0]), bool(usable_ace(base.player)))
         return hit if take else stick
 
     return player
+
+
+# Blackjack-v1 computed exactly: cards drawn with replacement from ``BLACKJACK_DECK`` (so the
+# dealer's hidden card can be drawn when needed), the dealer draws below 17 (a usable ace counts
+# 11), a natural pays like any win (``natural=False``), the player may hit at any total.
+
+def _dealer_finals(showing: int) -> dict[int, float]:
+    """The dealer's final score (17-21, or 0 when bust) with its probability, given the card it shows."""
+    finals: dict[int, float] = {}
+
+    def draw(hard: int, ace: bool, p: float) -> None:
+        total = hard + 10 if ace and hard + 10 <= 21 else hard
+        if total >= 17:
+            finals[total if total <= 21 else 0] = finals.get(total if total <= 21 else 0, 0.0) + p
+            return
+        for card in BLACKJACK_DECK:
+            draw(hard + card, ace or card == 1, p / len(BLACKJACK_DECK))
+
+    draw(showing, showing == 1, 1.0)
+    return finals
+
+
+@functools.cache
+def _stick_value(total: int, showing: int) -> float:
+    """Expected return of sticking at ``total`` (<= 21) against the dealer showing ``showing``."""
+    return sum(p * ((total > final) - (total < final)) for final, p in _dealer_finals(showing).items())
+
+
+def blackjack_value(hits: Callable[[int, int, bool], bool] | None = None) -> float:
+    """The exact expected return of a Blackjack-v1 policy that sees what the text env shows
+    (``hits(total, dealer_card, usable_ace) -> True`` to HIT), or of the best such policy when
+    ``hits`` is ``None``. No sample of hands: what a sampled mean estimates.
+
+    Example:
+        >>> round(blackjack_value(), 4)                                  # the best hit/stick policy
+        -0.0466
+        >>> round(blackjack_value(lambda total, dealer, ace: total < 17), 4)   # "stick at 17+"
+        -0.0793
+    """
+    @functools.cache
+    def value(hard: int, ace: bool, showing: int) -> float:
+        if hard > 21:
+            return -1.0
+        usable = ace and hard + 10 <= 21
+        total = hard + 10 if usable else hard
+        hit = sum(value(hard + card, ace or card == 1, showing) for card in BLACKJACK_DECK) / len(BLACKJACK_DECK)
+        stick = _stick_value(total, showing)
+        if hits is None:
+            return max(hit, stick)
+        return hit if hits(total, showing, usable) else stick
+
+    n = len(BLACKJACK_DECK)
+    return sum(value(a + b, a == 1 or b == 1, showing) for a in BLACKJACK_DECK for b in BLACKJACK_DECK
+               for showing in BLACKJACK_DECK) / n ** 3
 
 
 def scripted_mountaincar(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
