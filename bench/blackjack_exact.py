@@ -51,6 +51,7 @@ def greedy_table(policy: textgym.Policy) -> dict[tuple[int, int, bool], bool]:
 def load_run(run: Path) -> textgym.Policy:
     """The trained policy of a run folder: its model, policy settings and adapter (read only)."""
     from textgym.cli import config as run_config
+
     from textgym.trainers import make_trainer
 
     config = run_config.load_toml(run / "config.toml")

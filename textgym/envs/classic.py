@@ -32,12 +32,32 @@ from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.text_observation import Renderer
 
 __all__ = [
-    "ACTION_NAMES", "REFERENCE_POLICIES", "TRAINING_DEFAULTS", "AcrobotText", "BlackjackText",
-    "basic_strategy_hits", "blackjack_value",
-    "CartPoleText", "GridText", "MountainCarText", "TaxiText", "hit_bust_chance", "make_acrobot",
-    "make_blackjack", "make_cartpole", "make_cliffwalking", "make_frozenlake", "make_mountaincar",
-    "make_taxi", "planned_tabular", "pole_heading_potential", "pole_spin_potential", "scripted_acrobot", "scripted_blackjack",
-    "scripted_cartpole", "scripted_mountaincar",
+    "ACTION_NAMES",
+    "REFERENCE_POLICIES",
+    "TRAINING_DEFAULTS",
+    "AcrobotText",
+    "BlackjackText",
+    "CartPoleText",
+    "GridText",
+    "MountainCarText",
+    "TaxiText",
+    "basic_strategy_hits",
+    "blackjack_value",
+    "hit_bust_chance",
+    "make_acrobot",
+    "make_blackjack",
+    "make_cartpole",
+    "make_cliffwalking",
+    "make_frozenlake",
+    "make_mountaincar",
+    "make_taxi",
+    "planned_tabular",
+    "pole_heading_potential",
+    "pole_spin_potential",
+    "scripted_acrobot",
+    "scripted_blackjack",
+    "scripted_cartpole",
+    "scripted_mountaincar",
 ]
 
 # Action names in the order of each Gymnasium env's action indices.
