@@ -15,7 +15,7 @@ from typing import Any
 
 from textgym.cli import config as run_config
 from textgym.cli.envtools import make_env, resolve_env
-from textgym.cli.errors import CLIError
+from textgym.cli.errors import EXIT_USAGE, CLIError
 from textgym.cli.messages import say, styled
 from textgym.cli.modelcheck import check_option_names
 from textgym.cli.runs import with_stderr
@@ -166,6 +166,14 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
     check_env_kwargs(env_id, given_kwargs)
+    from textgym.baselines import reference_policy_names
+
+    known = reference_policy_names(env_id)
+    # "scripted" on an env without one is a table line saying so; any other unknown name is a typo
+    unknown = [name for name in baselines if name not in known and name != "scripted"]
+    if unknown:
+        raise CLIError(f"--baseline {unknown[0]}: {env_id} has the reference policies {', '.join(known)}",
+                       exit_code=EXIT_USAGE)
     checkpoints = [checkpoint] if isinstance(checkpoint, Path) else list(checkpoint or [])
     if not checkpoints and model is None and not baselines:
         raise CLIError("nothing to evaluate: give --checkpoint DIR, --model NAME or --baseline")

@@ -15,7 +15,6 @@ peft, trl and even gymnasium are imported inside the commands that need them.
 
 from __future__ import annotations
 
-from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -45,11 +44,6 @@ def _complete_env(incomplete: str) -> list[str]:
 
     names = sorted({info.short_name for info in textgym.list_envs()})
     return [name for name in names if name.startswith(incomplete.lower())]
-
-
-class Baseline(str, Enum):
-    random = "random"
-    scripted = "scripted"
 
 
 # Options that are settings are declared once, as config dataclass fields (cli/options.py derives
@@ -154,8 +148,9 @@ def evaluate(
         None, help="Model to evaluate without a checkpoint, or the base model of an adapter.",
         metavar="TEXT",
     ),
-    baseline: list[Baseline] = typer.Option(
-        [], "--baseline", help="Also evaluate a reference policy (repeatable)."
+    baseline: list[str] = typer.Option(
+        [], "--baseline", help="Also evaluate a reference policy of the env: random, scripted, "
+        "optimal where it has one (repeatable).", metavar="NAME"
     ),
     episodes: int = typer.Option(50, min=1, help="Evaluation episodes.", metavar="N"),
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
@@ -172,7 +167,7 @@ def evaluate(
     policy_flags = {name: given[name] for name in ("max_new_tokens", "normalization", "chat_template", "act_dtype")}
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=given["mode"],
-        baselines=[b.value for b in baseline], episodes=episodes,
+        baselines=list(baseline), episodes=episodes,
         num_envs=given["num_envs"],  # None: textgym.trainers.evaluation.eval_envs
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],

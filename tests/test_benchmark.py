@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from textgym.cli import benchmarking, evaluation, training
 
+from textgym.baselines import reference_policy_names
 from textgym.benchmark import SUITES
+from textgym.registry import resolve_id
 from textgym.seeds import EVAL_BASE
 
 SMOKE = SUITES["smoke"]
@@ -48,7 +50,8 @@ def test_smoke_suite_writes_the_table_and_json_with_references(smoke_out):
         entry = data["rows"][row.name]
         references = entry["references"]
         # the untrained model and every reference the env registers, on the same held-out seeds
-        assert set(references) == {"untrained", "random", "scripted"}
+        assert set(references) == {"untrained", *reference_policy_names(resolve_id(row.env))}
+        assert {"random", "scripted"} <= set(references)
         for reference in references.values():
             assert reference["episodes"] == row.eval_episodes
         assert references["random"]["seed"] == EVAL_BASE
@@ -58,10 +61,12 @@ def test_smoke_suite_writes_the_table_and_json_with_references(smoke_out):
         assert run["eval"]["episodes"] == row.eval_episodes
         assert entry["trained"]["return_mean"] == run["eval"]["return_mean"]
         assert Path(run["run_dir"], "checkpoint").is_dir()  # a real textgym train run folder
-        # the table shows these numbers: trained, untrained, random, scripted
+        # the table shows these numbers: trained, untrained, random, scripted, optimal (if any)
         cells = line.strip("| ").split(" | ")
-        for cell, value in zip(cells[3:7], (run["eval"], references["untrained"], references["random"],
-                                            references["scripted"]), strict=True):
+        assert (cells[7] == "none") == ("optimal" not in references)
+        shown_references = [references[name] for name in ("random", "scripted", "optimal") if name in references]
+        for cell, value in zip(cells[3:3 + 2 + len(shown_references)],
+                               (run["eval"], references["untrained"], *shown_references), strict=True):
             shown = float(cell.split()[0])
             assert shown == pytest.approx(value["return_mean"], abs=0.051 * max(1, abs(value["return_mean"])))
     # the scripted players: the bandit's names the right animal every time
@@ -131,7 +136,7 @@ def test_rows_runs_some_rows_and_the_table_keeps_the_others_records(smoke_out, c
     assert [len(data["rows"][row.name]["runs"]) for row in SMOKE.rows] == [1, 0, 1]
     [cartpole] = [line for line in (part / "results.md").read_text().splitlines()
                   if line.startswith("| cartpole-numbers | ")]
-    assert cartpole.count("not run") == 4  # trained, untrained, random, scripted
+    assert cartpole.count("not run") == 5  # trained, untrained, random, scripted, optimal
 
 
 @pytest.mark.parametrize("args, exit_code, says", [

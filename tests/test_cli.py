@@ -347,6 +347,15 @@ def test_eval_needs_something_to_evaluate(cli):
     assert "nothing to evaluate" in line
 
 
+def test_eval_baseline_names_are_the_envs_reference_policies(cli):
+    result = cli("eval", "tictactoe", "--baseline", "optimal", "--episodes", "4", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"]["optimal"]["loss_rate"] == 0.0
+    result = cli("eval", "tictactoe", "--model", "tiny", "--baseline", "optimall")
+    line = one_error_line(result)
+    assert result.exit_code == 2 and "optimall" in line and "random, scripted, optimal" in line
+
+
 def test_eval_missing_checkpoint(cli, tmp_path):
     line = one_error_line(cli("eval", "bandit", "--checkpoint", tmp_path / "nope"))
     assert "does not exist" in line

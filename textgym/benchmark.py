@@ -372,10 +372,10 @@ def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
     """The Markdown table of a suite's results (``results.json``'s content): one line per row,
     the trained policy's greedy return (mean over seeds) beside the untrained model's and the
     references', with the row's target. A row not run yet says so."""
-    names = ["random", "scripted"]
+    names = ["random", "scripted", "optimal"]  # "optimal": the best policy, where one is known
     lines = [
-        "| run | env | budget per seed | trained (greedy) | untrained | random | scripted | target |",
-        "|---|---|---|---:|---:|---:|---:|---|",
+        "| run | env | budget per seed | trained (greedy) | untrained | random | scripted | optimal | target |",
+        "|---|---|---|---:|---:|---:|---:|---:|---|",
     ]
     rows = results.get("rows") or {}
     for declared in suite.rows:

@@ -651,15 +651,18 @@ def planned_tabular(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     return lambda info: names[int(plan[int(env.unwrapped.s)])]
 
 
-#: The scripted reference player of each env (registered as its ``"scripted"`` reference policy).
-REFERENCE_POLICIES: dict[str, str] = {
-    "CartPole-v1": "textgym.envs.classic:scripted_cartpole",
-    "MountainCar-v0": "textgym.envs.classic:scripted_mountaincar",
-    "Acrobot-v1": "textgym.envs.classic:scripted_acrobot",
-    "Blackjack-v1": "textgym.envs.classic:scripted_blackjack",
-    "FrozenLake-v1": "textgym.envs.classic:planned_tabular",
-    "Taxi-v4": "textgym.envs.classic:planned_tabular",
-    "CliffWalking-v1": "textgym.envs.classic:planned_tabular",
+#: The reference players of each env by name (``textgym eval --baseline NAME``): ``"scripted"``,
+#: and ``"optimal"`` where the scripted player is the best policy (Blackjack: basic strategy, whose
+#: exact expected return is the optimum's, :func:`blackjack_value`).
+REFERENCE_POLICIES: dict[str, dict[str, str]] = {
+    "CartPole-v1": {"scripted": "textgym.envs.classic:scripted_cartpole"},
+    "MountainCar-v0": {"scripted": "textgym.envs.classic:scripted_mountaincar"},
+    "Acrobot-v1": {"scripted": "textgym.envs.classic:scripted_acrobot"},
+    "Blackjack-v1": {"scripted": "textgym.envs.classic:scripted_blackjack",
+                     "optimal": "textgym.envs.classic:scripted_blackjack"},
+    "FrozenLake-v1": {"scripted": "textgym.envs.classic:planned_tabular"},
+    "Taxi-v4": {"scripted": "textgym.envs.classic:planned_tabular"},
+    "CliffWalking-v1": {"scripted": "textgym.envs.classic:planned_tabular"},
 }
 
 # --------------------------------------------------------------------------- training defaults
