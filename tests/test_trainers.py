@@ -340,7 +340,8 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
     assert before < 1.0 and trainer.evaluate(episodes=32)["return_mean"] == 1.0
 
 
-def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_policy, tmp_path):
+@pytest.mark.parametrize("use_lora", [True, False], ids=["lora", "full-fine-tune"])
+def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_policy, tmp_path, use_lora):
     from textgym.rollout import collect, decisions_of
     from textgym.trainers import SFTConfig, Trainer
     from textgym.trainers.kl import flat_units, reference_logprobs
@@ -357,7 +358,7 @@ def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_pol
         return torch.cat(flat_units(ev.logprobs, ev.mask))
 
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
-                           config=ReinforceConfig(**SMALL, kl_coef=0.1), out_dir=tmp_path / "run")
+                           config=ReinforceConfig(**SMALL, kl_coef=0.1, use_lora=use_lora), out_dir=tmp_path / "run")
     untrained = logprobs(tiny_policy, reference=True)  # no warm start: the adapter disabled
     assert torch.allclose(untrained, logprobs(tiny_policy))  # (a new adapter changes nothing yet)
     demos, _ = player_demonstrations("bandit", "scripted", episodes=16, seed=3)

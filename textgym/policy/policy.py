@@ -198,11 +198,12 @@ class Policy:
         self._reference.rebase(self.model)
 
     def reference_state(self) -> dict[str, torch.Tensor] | None:
-        """The weights of a rebased reference, to checkpoint (``None``: nothing to save)."""
+        """The reference's own weights, to checkpoint: a rebased adapter's, or a full fine-tune's
+        frozen copy (``None``: the base model under the adapter, nothing to save)."""
         return self._reference.state()
 
     def load_reference_state(self, tensors: dict[str, torch.Tensor]) -> None:
-        """Restore a rebased reference from :meth:`reference_state`'s weights."""
+        """Restore the reference from :meth:`reference_state`'s weights."""
         self._reference.load_state(self.model, tensors)
 
     @contextlib.contextmanager

@@ -6,6 +6,8 @@ without one it is a frozen copy of the weights, taken before training changes th
 :meth:`ReferenceWeights.rebase` (``Trainer.warm_start`` calls it: RL then stays near the
 imitation, as RLHF's KL stays near its SFT model) the reference is the policy at that moment: the
 adapter's weights of then, swapped in for the reference's passes, or a frozen copy of the model.
+A checkpoint keeps what the base model does not: the rebased adapter's weights, or the frozen
+copy of a full fine-tune (so a resumed run's KL penalty pulls toward the same policy).
 """
 
 from __future__ import annotations
@@ -38,16 +40,36 @@ class ReferenceWeights:
             self.snapshot = copy.deepcopy(model).eval().requires_grad_(False)
 
     def state(self) -> dict[str, torch.Tensor] | None:
-        """The weights that make a rebased reference (to checkpoint): the adapter's (``None``: the
-        reference is the base model's weights, or a full fine-tune's snapshot, not checkpointed)."""
-        return self.adapter
+        """The weights that make the reference (to checkpoint): a rebased adapter's, or a full
+        fine-tune's frozen copy (each shared tensor once: tied embeddings). ``None``: the
+        reference is the base model under the adapter, which the checkpoint holds already."""
+        if self.adapter is not None:
+            return self.adapter
+        if self.snapshot is None:
+            return None
+        tensors, seen = {}, set()
+        for name, tensor in self.snapshot.state_dict().items():
+            if tensor.data_ptr() not in seen:
+                seen.add(tensor.data_ptr())
+                tensors[name] = tensor
+        return tensors
 
     def load_state(self, model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
-        """Make the adapter weights ``tensors`` (from :meth:`state`) the reference of ``model``."""
-        names = {name for name, _ in adapter_parameters(model)}
-        if not is_peft_model(model) or set(tensors) != names:
-            raise ValueError("the reference weights do not fit the model's adapter")
-        self.adapter = {name: t.clone() for name, t in tensors.items()}
+        """Make the weights ``tensors`` (from :meth:`state`) the reference of ``model``: its
+        adapter's weights, or (without an adapter) a frozen copy of the model holding them."""
+        if is_peft_model(model):
+            names = {name for name, _ in adapter_parameters(model)}
+            if set(tensors) != names:
+                raise ValueError("the reference weights do not fit the model's adapter")
+            self.adapter = {name: t.clone() for name, t in tensors.items()}
+            return
+        snapshot = copy.deepcopy(model).eval().requires_grad_(False)
+        missing, unexpected = snapshot.load_state_dict(tensors, strict=False)
+        loaded = {t.data_ptr() for name, t in snapshot.state_dict().items() if name in tensors}
+        untied = [name for name in missing if snapshot.state_dict()[name].data_ptr() not in loaded]
+        if unexpected or untied:
+            raise ValueError("the reference weights do not fit the model")
+        self.snapshot = snapshot
 
     def take_snapshot(self, model: torch.nn.Module) -> None:
         """Freeze a copy of ``model``'s weights as the reference (once: later calls keep the first)."""

@@ -8,7 +8,8 @@ Layout of a checkpoint folder::
     tokenizer/                the tokenizer                 (these three: persistence.write, so
     policy.json               the policy's record           that Policy.load(checkpoint) works)
     value_head.safetensors    PPO's value head (when there is one)
-    reference.safetensors     the KL reference's adapter weights, when a warm start set them
+    reference.safetensors     the KL reference's weights: a warm start's adapter weights, or a full
+                              fine-tune's frozen copy of the model
     optimizer.safetensors     every tensor of the optimizer state, flattened ("<name>/<param>.<key>")
     trainer_state.json        counters, config, RNG states, optimizer hyper-parameters, the policy
                               (base model name and every PolicyConfig setting), anything else

@@ -79,7 +79,7 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     state = ckpt.load_checkpoint(path, model=trainer.model, optimizers=optimizers(trainer),
                                  value_head=trainer._value_head())
     reference = ckpt.checkpoint_dir(path) / ckpt.REFERENCE_FILE
-    if reference.is_file():  # the KL reference a warm start set
+    if reference.is_file():  # the KL reference: a warm start's adapter, or a full fine-tune's copy
         trainer.policy.load_reference_state(load_file(str(reference)))
     trainer.update_count = state["update_count"]
     trainer.episodes_seen = state["episodes_seen"]
