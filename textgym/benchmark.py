@@ -24,7 +24,7 @@ Example:
     >>> suite.model, [row.name for row in suite.rows]
     ('tiny', ['bandit', 'cartpole-numbers', 'blackjack'])
     >>> print(markdown_table(suite, {"rows": {}}).splitlines()[2])
-    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | 1.0 (the scripted player) |
+    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | not run | 1.0 (the scripted player) |
 """
 
 from __future__ import annotations
@@ -187,9 +187,9 @@ QUICK = Suite(
     "not the targets.",
     model="smollm2-135m", seeds=1,
     rows=(
-        BenchmarkRow("tictactoe", "tictactoe", {"updates": 4}, eval_episodes=100,
+        BenchmarkRow("tictactoe", "tictactoe", {"sft_player": "none", "updates": 4}, eval_episodes=100,
                      target=_TICTACTOE_TARGET,
-                     budget="4 of the registered 8 updates (64 games each): ~5 min"),
+                     budget="4 REINFORCE updates of 64 games from the untrained model, no warm start: ~5 min"),
         BenchmarkRow("textworld-one-command", "textworld", {**_TEXTWORLD, "updates": 6},
                      eval_episodes=32, eval_env_kwargs=_textworld_eval(32), target=_TEXTWORLD_TARGET,
                      budget="half of the example's 12 updates: ~3.5 min, and ~2 min to generate "
