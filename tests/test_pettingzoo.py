@@ -256,6 +256,27 @@ def test_optimal_tictactoe_never_loses_and_outscores_the_scripted_player(opponen
     assert "optimal" in reference_policy_names("textgym/TicTacToe-v0")
 
 
+def test_the_safe_best_response_to_random_play_never_loses_to_a_player_who_wins_and_blocks():
+    """The best response to random play takes risks: against the scripted player it loses games
+    that the safe one (only moves keeping the minimax value) draws, on the same seeded games."""
+    env = textgym.make("textgym/TicTacToe-v0", opponent="scripted")
+    view = env.unwrapped
+    losses = {}
+    for safe in (False, True):
+        outcomes = []
+        for seed in range(100):
+            env.reset(seed=seed)
+            terminated = truncated = False
+            while not (terminated or truncated):
+                move = games.optimal_tictactoe(view.raw_observation(), "random", safe=safe)
+                _, _, terminated, truncated, info = env.step(view.action_names[move])
+            outcomes.append(info["outcome"])
+        losses[safe] = outcomes.count("loss")
+    assert losses[True] == 0 and losses[False] > 10
+    against_random = evaluate_baseline(textgym.make("textgym/TicTacToe-v0"), "safe", 200, seed=0)
+    assert against_random["loss_rate"] == 0.0 and against_random["win_rate"] >= 0.9
+
+
 def test_views_seat_policy_opponent_and_invalid_answers():
     calls = []
 
