@@ -187,9 +187,11 @@ QUICK = Suite(
     "not the targets.",
     model="smollm2-135m", seeds=1,
     rows=(
-        BenchmarkRow("tictactoe", "tictactoe", {"sft_player": "none", "updates": 4}, eval_episodes=100,
+        BenchmarkRow("tictactoe", "tictactoe", {"sft_player": "none", "updates": 4, "lr": 1e-3,
+                                                "trainer": {"kl_coef": 0.0}}, eval_episodes=100,
                      target=_TICTACTOE_TARGET,
-                     budget="4 REINFORCE updates of 64 games from the untrained model, no warm start: ~5 min"),
+                     budget="4 REINFORCE updates of 64 games at lr 1e-3 from the untrained model, no "
+                            "warm start: ~5 min"),
         BenchmarkRow("textworld-one-command", "textworld", {**_TEXTWORLD, "updates": 6},
                      eval_episodes=32, eval_env_kwargs=_textworld_eval(32), target=_TEXTWORLD_TARGET,
                      budget="half of the example's 12 updates: ~3.5 min, and ~2 min to generate "
