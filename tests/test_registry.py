@@ -117,7 +117,8 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
     assert info.training_defaults.trainer == cartpole.trainer
     # a mode replaces what it names: Blackjack's KL penalty is for score mode only
     blackjack, generate = training_defaults("blackjack"), training_defaults("blackjack", "generate")
-    assert (blackjack.updates, blackjack.trainer["kl_coef"], blackjack.trainer["entropy_coef"]) == (80, 0.2, 0.01)
+    assert (blackjack.updates, blackjack.sft_player, blackjack.trainer["kl_coef"]) == (0, "scripted", 0.2)
+    assert generate.sft_player == "none"  # generate mode: REINFORCE from the untrained model
     assert (generate.updates, generate.trainer["kl_coef"], generate.trainer["entropy_coef"]) == (16, 0.0, 0.0)
     assert generate.trainer["episodes_per_update"] == blackjack.trainer["episodes_per_update"] == 64
     # an env that registered none gets the generic settings
