@@ -90,8 +90,8 @@ class Suite:
 # default model (smollm2-135m, score mode, LoRA on the top 8 layers, 2 CPU cores; docs/results.md):
 # TicTacToe ~73 s per update of 64 games, TextWorld one-command quests ~33 s per update of 16
 # games, Blackjack ~15 s per update of 64 hands, CartPole ~5 decisions/s while training; plus the
-# evaluations (references and trained runs), a few minutes per row. The quick suite's 30 minutes is
-# that sum, not yet timed as a whole on a quiet machine.
+# evaluations (references and trained runs), a few minutes per row. The quick suite took 20 min 16 s
+# as a whole on 2 quiet cores (commit 27dd364, docs/results.md "The quick suite").
 
 #: CartPole with the numbers only: the heading shaping still credits each push (the reward may
 #: say what the prompt does not), the check and step cap as CartPole-v0's "195 over 200 steps".
