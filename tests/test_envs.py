@@ -185,10 +185,10 @@ def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy():
     env = gym.make("Blackjack-v1")
     returns = []
     for seed in range(20_000):
-        (total, dealer, ace), _ = env.reset(seed=seed)
+        (total, *_), _ = env.reset(seed=seed)
         done = False
         while not done:
-            (total, dealer, ace), reward, done, _, _ = env.step(int(total < 17))
+            (total, *_), reward, done, _, _ = env.step(int(total < 17))
         returns.append(reward)
     exact = blackjack_value(lambda total, dealer, ace: total < 17)
     assert abs(np.mean(returns) - exact) < 4 * np.std(returns) / np.sqrt(len(returns))
