@@ -573,7 +573,8 @@ def _dealer_finals(showing: int) -> dict[int, float]:
     def draw(hard: int, ace: bool, p: float) -> None:
         total = hard + 10 if ace and hard + 10 <= 21 else hard
         if total >= 17:
-            finals[total if total <= 21 else 0] = finals.get(total if total <= 21 else 0, 0.0) + p
+            score = total if total <= 21 else 0
+            finals[score] = finals.get(score, 0.0) + p
             return
         for card in BLACKJACK_DECK:
             draw(hard + card, ace or card == 1, p / len(BLACKJACK_DECK))
