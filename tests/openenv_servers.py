@@ -5,6 +5,9 @@
   field (``position``, ``goal``); ``"wait"`` sleeps for minutes (a slow server).
 * ``garbage``: a WebSocket server that answers every message with text that is not JSON (a
   malformed reply); plain ``websockets``, since OpenEnv's server never sends such a thing.
+* ``garbled``: speaks OpenEnv's wire format (``/schema``, WebSocket ``reset``/``step``) but the
+  answer to a step after ``reset(seed=k)`` has the garbled field ``GARBLED[k]`` (a reward that is
+  not a number, an observation that is not an object, ``done`` missing, NaN, a huge string...).
 """
 
 from __future__ import annotations
@@ -62,5 +65,50 @@ def garbage(port: int) -> None:
         server.serve_forever()
 
 
+_GOOD = {"observation": {"text": "you stand still", "metadata": {}}, "reward": 0.0, "done": False}
+#: The step answers of the ``garbled`` server, by the seed of the episode's reset.
+GARBLED = [
+    {**_GOOD, "reward": "abc"},
+    {**_GOOD, "observation": ["not", "an", "object"]},
+    {k: v for k, v in _GOOD.items() if k != "done"},
+    {**_GOOD, "reward": float("nan")},
+    {**_GOOD, "observation": {"text": "x" * 2_000_000}},
+    {**_GOOD, "done": "yes"},
+    {**_GOOD, "metadata": "not an object"},
+    {**_GOOD, "reward": float("inf")},
+    ["not", "an", "object"],
+]
+
+
+def garbled(port: int) -> None:
+    import json
+
+    from websockets.sync.server import serve
+
+    schema = {"action": {"type": "object", "properties": {"move": {"enum": ["left", "right"]}},
+                         "required": ["move"]}}
+
+    def http(connection, request):
+        if request.path == "/schema":
+            return connection.respond(200, json.dumps(schema))
+        return None  # the WebSocket session (/ws)
+
+    def answer(connection):
+        seed = 0
+        for message in connection:
+            message = json.loads(message)
+            if message["type"] == "reset":
+                seed = message["data"].get("seed", 0)
+                data = _GOOD
+            elif message["type"] == "step":
+                data = GARBLED[seed % len(GARBLED)]
+            else:
+                continue
+            connection.send(json.dumps({"type": "observation", "data": data}))
+
+    with serve(answer, "127.0.0.1", port, process_request=http, max_size=None) as server:
+        server.serve_forever()
+
+
 if __name__ == "__main__":
-    {"walk": walk, "garbage": garbage}[sys.argv[1]](int(sys.argv[2]))
+    {"walk": walk, "garbage": garbage, "garbled": garbled}[sys.argv[1]](int(sys.argv[2]))

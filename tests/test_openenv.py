@@ -3,6 +3,7 @@ started once per module and torn down even when a test fails."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -74,6 +75,7 @@ def servers():
         started["bandit"] = textgym_serve("bandit")       # killed by a test
         started["walk"] = helper("walk")
         started["garbage"] = helper("garbage")
+        started["garbled"] = helper("garbled")
         for server in started.values():
             server.wait()
         yield started
@@ -167,6 +169,37 @@ def test_malformed_reply_is_one_clear_error(servers):
     with pytest.raises(OpenEnvError, match=f"malformed reply from OpenEnv server {url}"):
         env.reset(seed=0)
     env.close()
+
+
+@pytest.mark.parametrize(("seed", "what"), [
+    (0, "reward is 'abc', not a number"), (1, "observation is ['not', 'an', 'object'], not an object"),
+    (2, "done is missing"), (3, "reward is nan, not a finite number"),
+    (4, "observation.text is a string of 2,000,000 characters"), (5, "done is 'yes', not true or false"),
+    (6, "metadata is 'not an object', not an object"), (7, "reward is inf, not a finite number"),
+    (8, "the reply is list, not an object")])
+def test_a_garbled_field_is_a_malformed_reply_naming_it(servers, seed, what):
+    url = servers["garbled"].url
+    env = textgym.make(f"openenv:{url}", step_timeout=10.0)
+    try:
+        assert env.reset(seed=seed)[0] == "you stand still"
+        with pytest.raises(OpenEnvError, match=f"malformed reply from OpenEnv server {url}: .*{re.escape(what)}"):
+            env.step("left")
+        assert env.reset(seed=seed)[0] == "you stand still"   # the session was dropped; a new one opens
+    finally:
+        env.close()
+
+
+def test_a_garbled_server_costs_its_episodes_not_the_rollout(servers):
+    from textgym.rollout import collect
+
+    venv = textgym.make_vec(f"openenv:{servers['cartpole'].url},{servers['garbled'].url}", num_envs=2,
+                            step_timeout=10.0)
+    try:
+        rollout = collect(_KillsAServer(None, at=0), venv, episodes=3, seed=0)
+    finally:
+        venv.close()
+    assert rollout.stats["dropped_episodes"] >= 1 and rollout.stats["failed_envs"] == 1
+    assert len(rollout.episodes) == 3 and all(s.env_index == 0 for e in rollout.episodes for s in e.steps)
 
 
 def test_unreachable_server_is_one_clear_error():
