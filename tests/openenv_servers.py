@@ -75,14 +75,15 @@ def garbage(port: int) -> None:
 def drops(port: int) -> None:
     import uvicorn
     from openenv.core import Action, Environment, Observation, State, create_fastapi_app
+    from pydantic import Field
 
     class Drop(Action):
         column: int
         variant: str = "mini"
 
     class Board(Observation):
-        board: list[list[int]] = []
-        legal_actions: list[int] = []
+        board: list[list[int]] = Field(default_factory=list)
+        legal_actions: list[int] = Field(default_factory=list)
 
     class Drops(Environment):
         """Drop pieces into 3 columns of height 2; the game ends when the board is full, with
@@ -158,8 +159,14 @@ def echo(port: int) -> None:
 
     import uvicorn
     from fastmcp import FastMCP
-    from openenv.core import CallToolAction, CallToolObservation, MCPEnvironment, Observation, State
-    from openenv.core import create_fastapi_app
+    from openenv.core import (
+        CallToolAction,
+        CallToolObservation,
+        MCPEnvironment,
+        Observation,
+        State,
+        create_fastapi_app,
+    )
 
     class Echo(MCPEnvironment):
         SUPPORTS_CONCURRENT_SESSIONS = True

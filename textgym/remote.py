@@ -166,6 +166,43 @@ def _describe_error(url: str, exc: BaseException, timeout: float) -> str:
     return f"OpenEnv server {url} failed: {text or type(exc).__name__}"
 
 
+class Session:
+    """One session on an OpenEnv server (opened at the first call, through OpenEnv's client);
+    any failure closes it and raises :class:`OpenEnvError` naming the URL, and the next call
+    opens a new one.
+
+    Args:
+        url: the server, ``http://HOST:PORT``.
+        step_timeout: seconds a call may take, connecting included.
+    """
+
+    def __init__(self, url: str, step_timeout: float = DEFAULT_STEP_TIMEOUT):
+        self.url, self.step_timeout = url, step_timeout
+        self._client = None
+
+    def call(self, what: str, *args: Any, **kwargs: Any):
+        """``client.what(...)`` (``"reset"``, ``"step"``) on the session."""
+        client_class = _openenv_client()  # a missing package is not the server's fault
+        try:
+            if self._client is None:
+                self._client = client_class(base_url=self.url, connect_timeout_s=self.step_timeout,
+                                            message_timeout_s=self.step_timeout).sync()
+                self._client.connect()
+            return getattr(self._client, what)(*args, **kwargs)
+        except Exception as exc:  # every failure of the session is the server's
+            if what == "step" and "VALIDATION_ERROR" in str(exc):
+                raise _Rejected(str(exc)) from exc  # the server refused this action: an invalid answer
+            self.drop()
+            raise OpenEnvError(_describe_error(self.url, exc, self.step_timeout)) from exc
+
+    def drop(self) -> None:
+        """Close the session (the next call opens a new one)."""
+        client, self._client = self._client, None
+        if client is not None:
+            with suppress(Exception):  # the session is gone either way
+                client.close()
+
+
 class OpenEnvTextEnv(gym.Env):
     """An OpenEnv server's env as a text env: one session on it (opened at the first reset).
 
@@ -194,7 +231,7 @@ class OpenEnvTextEnv(gym.Env):
         self.rule = InvalidAnswerRule(policy="retry", penalty=invalid_penalty, max_retries=max_retries,
                                       retry_fallback="terminate")
         self._answers = AnswerCounter(self.rule)  # a foreign server's invalid answers (the §1 sequence)
-        self._client = None
+        self.session = Session(self.url, self.step_timeout)
         self._textgym: bool | None = None   # decided by the first reset's reply
         self._schema: ActionModel | None = None
         self._legal: dict[str, Any] = {}   # a foreign server: this step's legal actions, {name: value sent}
@@ -208,26 +245,10 @@ class OpenEnvTextEnv(gym.Env):
     # --- the session -------------------------------------------------------------------------
 
     def _call(self, what: str, *args: Any, **kwargs: Any):
-        """``client.what(...)`` on the open session (opened first if needed); any failure closes it
-        and raises :class:`OpenEnvError` naming the URL."""
-        client_class = _openenv_client()  # a missing package is not the server's fault
-        try:
-            if self._client is None:
-                self._client = client_class(base_url=self.url, connect_timeout_s=self.step_timeout,
-                                            message_timeout_s=self.step_timeout).sync()
-                self._client.connect()
-            return getattr(self._client, what)(*args, **kwargs)
-        except Exception as exc:  # every failure of the session is the server's
-            if what == "step" and "VALIDATION_ERROR" in str(exc):
-                raise _Rejected(str(exc)) from exc  # the server refused this action: an invalid answer
-            self._drop_session()
-            raise OpenEnvError(_describe_error(self.url, exc, self.step_timeout)) from exc
+        return self.session.call(what, *args, **kwargs)
 
     def _drop_session(self) -> None:
-        client, self._client = self._client, None
-        if client is not None:
-            with suppress(Exception):  # the session is gone either way
-                client.close()
+        self.session.drop()
 
     def close(self) -> None:
         self._drop_session()
@@ -340,22 +361,7 @@ class OpenEnvTextEnv(gym.Env):
         return f"Answer with a JSON object with the fields {', '.join(model.required or model.fields)}."
 
     def _render(self, result: Any) -> str:
-        observation = result.observation
-        shown = {k: v for k, v in observation.items()
-                 if k not in ("metadata", "reward", "done") and k not in LEGAL_ACTION_FIELDS}
-        if not any(v not in (None, "", [], {}) for v in shown.values()):  # all in metadata (an MCP env)
-            shown = {k: v for k, v in (observation.get("metadata") or result.metadata or {}).items()
-                     if k not in LEGAL_ACTION_FIELDS}
-        text = None
-        for name in TEXT_FIELDS:
-            if isinstance(shown.get(name), str):
-                text = shown[name]
-                break
-        strings = [v for v in shown.values() if isinstance(v, str)]
-        if text is None and len(strings) == 1 and len(shown) == 1:
-            text = strings[0]
-        if text is None:
-            text = "\n".join(_render_field(k, v) for k, v in shown.items())
+        text = render_observation(result)
         if self._listed:
             text += f"\nlegal actions: {', '.join(self._legal) or '(none)'}"
         return text
@@ -449,6 +455,25 @@ class OpenEnvTextEnv(gym.Env):
 
 #: Observation (or metadata) fields that list the legal actions of a step (OpenEnv's games).
 LEGAL_ACTION_FIELDS = ("legal_actions", "valid_actions", "available_actions")
+
+
+def render_observation(result: Any) -> str:
+    """A reply's observation as text: its text field if it has one (:data:`TEXT_FIELDS`), else a
+    compact ``field: value`` rendering (boards as grids); the metadata when the observation has
+    nothing else (an MCP env's reset). The legal actions are left out (the env lists them)."""
+    observation = result.observation
+    shown = {k: v for k, v in observation.items()
+             if k not in ("metadata", "reward", "done") and k not in LEGAL_ACTION_FIELDS}
+    if not any(v not in (None, "", [], {}) for v in shown.values()):
+        metadata = observation.get("metadata") or result.metadata or {}
+        shown = {k: v for k, v in metadata.items() if k not in LEGAL_ACTION_FIELDS and k != _METADATA_KEY}
+    for name in TEXT_FIELDS:
+        if isinstance(shown.get(name), str):
+            return shown[name]
+    strings = [v for v in shown.values() if isinstance(v, str)]
+    if len(strings) == 1 and len(shown) == 1:
+        return strings[0]
+    return "\n".join(_render_field(k, v) for k, v in shown.items())
 
 
 def _legal_actions_of(result: Any) -> list[Any] | None:
@@ -557,6 +582,88 @@ class ActionModel:
         return text
 
 
+class MCPToolbox:
+    """An OpenEnv MCP environment's tools (a :class:`textgym.tools.Toolbox`): listed with OpenEnv's
+    ``ListToolsAction`` and called with its ``CallToolAction`` on one session. A server that dies
+    or answers garbage raises :class:`OpenEnvError` (the episode is lost, as for any served env).
+
+    Args:
+        url: the server, ``http://HOST:PORT``.
+        step_timeout: seconds a reset or tool call may take.
+    """
+
+    def __init__(self, url: str, step_timeout: float = DEFAULT_STEP_TIMEOUT):
+        self.url = url
+        self.session = Session(url, step_timeout)
+        self._schemas: list[dict[str, Any]] | None = None
+
+    def schemas(self) -> list[dict[str, Any]]:
+        if self._schemas is None:
+            result = self.session.call("step", {"type": "list_tools"})
+            tools = result.observation.get("tools")
+            if not (isinstance(tools, list) and tools and all(
+                    isinstance(t, dict) and isinstance(t.get("name"), str)
+                    and isinstance(t.get("input_schema", {}), dict) for t in tools)):
+                self.session.drop()
+                raise OpenEnvError(f"malformed reply from OpenEnv server {self.url}: the tool list is "
+                                   f"{_shown(tools)}, not a list of tools")
+            self._schemas = [{"type": "function", "function": {
+                "name": t["name"], "description": str(t.get("description") or ""),
+                "parameters": t.get("input_schema") or {"type": "object", "properties": {}}}} for t in tools]
+        return self._schemas
+
+    def reset(self, seed: int | None, options: dict[str, Any] | None) -> str:
+        kwargs: dict[str, Any] = {} if seed is None else {"seed": int(seed)}
+        if options:
+            kwargs["options"] = options
+        return render_observation(self.session.call("reset", **kwargs))
+
+    def call(self, name: str, arguments: dict[str, Any]):
+        from textgym.tools import ToolResult
+
+        try:
+            result = self.session.call("step", {"type": "call_tool", "tool_name": name, "arguments": arguments})
+        except _Rejected as refused:
+            return ToolResult(f"Error: {refused}")
+        observation = result.observation
+        error = observation.get("error")
+        if isinstance(error, dict):
+            text = f"Error: {error.get('message', error)}"
+        else:
+            text = _tool_result_text(observation.get("result"))
+        return ToolResult(text, 0.0 if result.reward is None else float(result.reward), result.done)
+
+    def reward(self, answer: str) -> float:
+        return 0.0  # an MCP env rewards its tool calls; a final answer is not sent to it
+
+    def close(self) -> None:
+        self.session.drop()
+
+
+def _tool_result_text(result: Any) -> str:
+    """An MCP ``CallToolResult`` (as OpenEnv sends it) as text: its text contents, else its data."""
+    if isinstance(result, dict) and isinstance(result.get("content"), list):
+        texts = [c.get("text") for c in result["content"] if isinstance(c, dict) and isinstance(c.get("text"), str)]
+        if texts:
+            return ("Error: " if result.get("is_error") else "") + "\n".join(texts)
+        if "data" in result:
+            result = result["data"]
+    return result if isinstance(result, str) else json.dumps(result, default=str)
+
+
+def serves_mcp(url: str, timeout: float = DEFAULT_STEP_TIMEOUT) -> bool:
+    """Whether the server at ``url`` is an MCP environment (its action schema is OpenEnv's
+    ``CallToolAction``); ``False`` when its schema cannot be read (the env says why at reset)."""
+    import requests
+
+    try:
+        reply = requests.get(f"{url}/schema", timeout=timeout)
+        reply.raise_for_status()
+        return ActionModel.from_schema(reply.json()["action"]).is_mcp
+    except Exception:  # noqa: BLE001 - unreachable or not OpenEnv: the text env reports it at reset
+        return False
+
+
 class _Rejected(Exception):
     """The server refused an action (OpenEnv's ``VALIDATION_ERROR``): the answer was invalid."""
 
@@ -565,7 +672,23 @@ def make(env_id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gy
     """The env ``"openenv:URL"`` names (the first URL of a list); ``kwargs`` go to
     :class:`OpenEnvTextEnv`. ``max_episode_steps`` adds Gymnasium's ``TimeLimit`` (the server's
     own limit stays)."""
-    env: gym.Env = OpenEnvTextEnv(urls_of(env_id)[0], **kwargs)
+    url = urls_of(env_id)[0]
+    if serves_mcp(url, kwargs.get("step_timeout", DEFAULT_STEP_TIMEOUT)):
+        return mcp_env(url, max_episode_steps=max_episode_steps, **kwargs)
+    env: gym.Env = OpenEnvTextEnv(url, **kwargs)
+    if max_episode_steps is not None:
+        env = gym.wrappers.TimeLimit(env, max_episode_steps=max_episode_steps)
+    return env
+
+
+def mcp_env(url: str, max_episode_steps: int | None = None, step_timeout: float = DEFAULT_STEP_TIMEOUT,
+            **kwargs: Any) -> gym.Env:
+    """An OpenEnv MCP server as a tool env (:func:`textgym.tools.tool_env` on :class:`MCPToolbox`);
+    ``kwargs`` go to :class:`textgym.tools.ToolEnv`."""
+    from textgym.tools import tool_env
+
+    # the session's own timeout fires first: a slow server loses the episode like any served env
+    env = tool_env(MCPToolbox(url, step_timeout), step_timeout=step_timeout + 5.0, **kwargs)
     if max_episode_steps is not None:
         env = gym.wrappers.TimeLimit(env, max_episode_steps=max_episode_steps)
     return env
