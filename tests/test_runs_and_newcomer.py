@@ -77,3 +77,32 @@ def test_the_last_step_carries_info_episode_as_the_readme_says():
     assert info["episode_stats"] is info["episode"]   # the earlier key, for one more release
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert '`info["episode"]` (return, length, invalid answers)' in readme
+
+
+# --- 10. JSONL is split at "\n" only ----------------------------------------------------------------
+
+def test_a_transcript_holding_unicode_line_separators_is_shown_by_view(tmp_path):
+    from textgym.cli.viewing import build_report
+    from textgym.transcripts import read_transcripts
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.toml").write_text('env = "textgym/Bandit-v0"\n')
+    step = {"observation": "line one\u2028line two\u2029\x85end", "answer": "cat", "parse": None,
+            "reward": 1.0, "reward_terms": None, "logprob": -0.5}
+    record = {"source": "train", "update": 1, "index": 0, "seed": 0, "return": 1.0, "length": 1,
+              "invalid": 0, "truncated": False, "system_prompt": "", "steps": [step]}
+    (run / "transcripts.jsonl").write_text(json.dumps(record, ensure_ascii=False) + "\n", encoding="utf-8")
+    [read] = read_transcripts(run)
+    assert read["steps"][0]["observation"] == step["observation"]
+    assert '"total": 1' in build_report([run])
+
+
+def test_demonstrations_holding_unicode_line_separators_are_read_whole(tmp_path):
+    from textgym.trainers.sft import load_demonstrations
+
+    path = tmp_path / "demos.jsonl"
+    path.write_text(json.dumps({"prompt": "a\u2028b", "answer": "c\u2029d"}, ensure_ascii=False) + "\n",
+                    encoding="utf-8")
+    [demo] = load_demonstrations(path)
+    assert (demo.prompt, demo.answer) == ("a\u2028b", "c\u2029d")
