@@ -58,7 +58,7 @@ def differences(before, after, path: str = "") -> list[str]:
     if isinstance(before, dict) and isinstance(after, dict):
         out = []
         for key in sorted(set(before) | set(after)):
-            if key in TIMED or key.endswith("_seconds") or key.endswith("_per_s"):
+            if key in TIMED or key.endswith(("_seconds", "_per_s")):
                 continue
             if key not in before or key not in after:
                 out.append(f"{path}/{key}: only {'after' if key in after else 'before'}")
