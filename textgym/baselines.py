@@ -72,9 +72,10 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
     decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
     The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
     ``on_step(observation, info, answer)`` sees every decision (recording demonstrations:
-    :func:`textgym.trainers.sft.player_demonstrations`). An episode the env does not end is cut
-    at ``max_episode_steps`` steps (``None``: :data:`textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`),
-    as a model's rollout is; cut episodes are counted in ``cut_episodes``.
+    :func:`textgym.trainers.engine.sft.player_demonstrations`). An episode the env does not end
+    is cut at ``max_episode_steps`` steps (``None``:
+    :data:`textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`), as a model's rollout is; cut episodes are
+    counted in ``cut_episodes``.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
