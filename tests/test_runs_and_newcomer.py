@@ -99,7 +99,7 @@ def test_a_transcript_holding_unicode_line_separators_is_shown_by_view(tmp_path)
 
 
 def test_demonstrations_holding_unicode_line_separators_are_read_whole(tmp_path):
-    from textgym.trainers.sft import load_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations
 
     path = tmp_path / "demos.jsonl"
     path.write_text(json.dumps({"prompt": "a\u2028b", "answer": "c\u2029d"}, ensure_ascii=False) + "\n",
