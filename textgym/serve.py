@@ -35,7 +35,7 @@ from typing import Any
 try:
     from openenv.core import Action, Environment, Observation, State
     from openenv.core.env_server.types import EnvironmentMetadata
-    from pydantic import Field
+    from pydantic import Field, model_validator
 except ImportError as _missing:  # pragma: no cover - depends on the installed extras
     raise ImportError("serving envs needs OpenEnv: pip install 'textgym[openenv]'") from _missing
 
@@ -45,10 +45,26 @@ __all__ = ["METADATA_KEY", "TextAction", "TextObservation", "TextgymEnvironment"
 METADATA_KEY = "textgym"
 
 
+class WrongStepFormat(TypeError):
+    """A step that is not ``{"text": ...}``; a TypeError so that OpenEnv's server sends its message
+    to the client (a ValueError would become its generic "Invalid message")."""
+
+
 class TextAction(Action):
-    """What a client sends: the model's raw answer text, parsed by the served env."""
+    """What a client sends: the model's raw answer text, parsed by the served env. A step is
+    ``{"type": "step", "data": {"text": "LEFT"}}`` on the WebSocket (OpenEnv's ``GenericEnvClient``:
+    ``client.step({"text": "LEFT"})``)."""
 
     text: str = Field(description="The answer text, parsed by the env like a model's answer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_the_field(cls, data: Any) -> Any:
+        fields = sorted(data) if isinstance(data, dict) else None
+        if fields is None or "text" not in data or not isinstance(data["text"], str):
+            got = f"the fields {', '.join(map(str, fields))}" if fields else type(data).__name__
+            raise WrongStepFormat(f'a textgym server takes a step as {{"text": "<the answer>"}}; got {got}')
+        return data
 
 
 class TextObservation(Observation):
