@@ -189,3 +189,27 @@ def test_parse_tool_call_reads_the_native_and_the_json_format():
     assert parse_tool_call('{"answer": 3}') is None
     assert parse_tool_call("[" * 100_000) is None
     assert parse_tool_call("<tool_call>" + "[" * 100_000).error.startswith("the tool call is not JSON")
+
+
+def test_transcripts_show_the_tool_calls_and_their_results(tmp_path):
+    from textgym.rollout import collect
+    from textgym.transcripts import TranscriptWriter, read_transcripts
+    from textgym.vector import TextVectorEnv
+
+    class Scripted:
+        """Calls increment twice, then answers 2."""
+
+        def act(self, observations, system_prompts, valid_actions=None, greedy=False):
+            from textgym.policy import Decision
+
+            answers = [call("increment") if "<tool_response>\n2" not in obs else "2" for obs in observations]
+            return [Decision(text=a, prompt_ids=[], answer_ids=[], token_logprobs=[], logprob=0.0) for a in answers]
+
+    venv = TextVectorEnv([lambda: textgym.tool_env(Counter)], seed=0)
+    episodes = collect(Scripted(), venv, episodes=1, seed=0).episodes
+    TranscriptWriter(tmp_path, per_update=1).write(episodes, update=1, source="train")
+    steps = read_transcripts(tmp_path)[0]["steps"]
+    assert [s["parse"]["action"] for s in steps] == ["increment({})", "increment({})", "final answer"]
+    assert [s["observation"] for s in steps][1:] == ["<tool_response>\n1\n</tool_response>",
+                                                     "<tool_response>\n2\n</tool_response>"]
+    assert read_transcripts(tmp_path)[0]["return"] == 1.0
