@@ -233,6 +233,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
         state = _checkpoint_state(run_dir)
         resuming.check_identity(run_dir, cfg, state)
+        resuming.check_env_kwargs(run_dir, cfg.env_kwargs, state)
         env_kwargs = _checkpoint_env_kwargs(run_dir, state)
     else:
         cfg = _new_config(file_layer, layer, config_file)

@@ -4,9 +4,12 @@ what a newcomer meets; one test (or more) per item."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from test_cli_runs import FAST, one_error_line
+import torch
+from test_cli_runs import FAST, one_error_line, snapshot
 
 
 @pytest.fixture
@@ -106,3 +109,66 @@ def test_demonstrations_holding_unicode_line_separators_are_read_whole(tmp_path)
                     encoding="utf-8")
     [demo] = load_demonstrations(path)
     assert (demo.prompt, demo.answer) == ("a\u2028b", "c\u2029d")
+
+
+# --- 11. resume and checkpoints ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished tiny Bandit run (1 update, 8 episodes): copy it before changing it."""
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    folder = tmp_path_factory.mktemp("finished")
+    config = folder / "fast.toml"
+    config.write_text(FAST + "[env_kwargs]\nnum_cues = 2\n")
+    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
+                                      "--check-every", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    """A private copy of :func:`finished_run`."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("num_cues = 2", "num_cues = 3", "[env_kwargs] num_cues=3 but the checkpoint was trained with num_cues=2"),
+    ("num_cues = 2", "num_cues = 2\nnum_arms = 3", "[env_kwargs] num_arms=3 but the checkpoint was trained with no num_arms"),
+    ("[env_kwargs]\nnum_cues = 2", "", "[env_kwargs] no num_cues but the checkpoint was trained with num_cues=2"),
+])
+def test_resume_refuses_edited_env_kwargs(cli, run, old, new, named):
+    config = run / "config.toml"
+    assert old in config.read_text(), config.read_text()
+    config.write_text(config.read_text().replace(old, new))
+    before = snapshot(run)
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert "cannot resume" in line and named in line, line
+    assert snapshot(run) == before
+
+
+def test_a_swapped_optimizer_state_is_refused_naming_the_file(cli, run):
+    from safetensors.torch import load_file, save_file
+
+    optimizer = run / "checkpoint" / "optimizer.safetensors"
+    tensors = load_file(str(optimizer))
+    name = next(k for k, v in tensors.items() if v.dim() > 0)
+    tensors[name] = torch.zeros(3, 5)   # another adapter's moment
+    save_file(tensors, str(optimizer))
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert str(optimizer) in line and "shape (3, 5)" in line, line
+
+
+def test_a_truncated_adapter_is_named(cli, run):
+    adapter = run / "checkpoint" / "adapter" / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[: adapter.stat().st_size // 2])
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert str(adapter) in line and "truncated" in line, line
+    for command in (("eval", "bandit", "--checkpoint", run, "--episodes", 2),
+                    ("play", "bandit", "--checkpoint", run)):
+        result = cli(*command)
+        [line] = [line for line in result.stderr.splitlines() if line.startswith("textgym: error:")]
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert str(adapter) in line and "truncated" in line, (command, line)
