@@ -28,6 +28,7 @@ from textgym.cli import resuming, runs, stopping
 from textgym.cli.display import LiveDisplay, plan_line
 from textgym.cli.envtools import (
     check_env_kwargs,
+    check_mode,
     recorded_env_id,
     refuse_env_import,
     resolve_env,
@@ -242,6 +243,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
     check_env_kwargs(cfg.env, env_kwargs)
+    check_mode(cfg.env, cfg.mode, env_kwargs)
     _check_policy_table(cfg)
     policy_settings = policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)
     _fill_from_policy(cfg, policy_settings)

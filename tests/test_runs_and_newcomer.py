@@ -86,6 +86,7 @@ def test_the_last_step_carries_info_episode_as_the_readme_says():
 
 def test_a_transcript_holding_unicode_line_separators_is_shown_by_view(tmp_path):
     from textgym.cli.viewing import build_report
+
     from textgym.transcripts import read_transcripts
 
     run = tmp_path / "run"
@@ -172,3 +173,30 @@ def test_a_truncated_adapter_is_named(cli, run):
         [line] = [line for line in result.stderr.splitlines() if line.startswith("textgym: error:")]
         assert result.exit_code != 0 and "Traceback" not in result.output
         assert str(adapter) in line and "truncated" in line, (command, line)
+
+
+# --- 12. score mode on a free-text env fails first ----------------------------------------------
+
+def test_score_mode_on_a_free_text_env_fails_before_the_model_and_the_run_folder(cli, tmp_path, monkeypatch):
+    from textgym.cli import training
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(training, "build_policy", no_model)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(cli("train", "reasoning_gym/leg_counting", "--model", "tiny"))
+    assert "reasoning_gym/leg_counting takes free-text answers" in line and "--mode generate" in line, line
+    line = one_error_line(cli("train", "reasoning_gym/leg_counting", "--model", "tiny", "--out", tmp_path / "run"))
+    assert "--mode generate" in line and not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+    line = one_error_line(cli("eval", "reasoning_gym/leg_counting", "--model", "tiny", "--episodes", 2))
+    assert "--mode generate" in line, line
+
+
+def test_the_registry_declares_which_envs_take_free_text():
+    from textgym.registry import takes_free_text
+
+    assert takes_free_text("reasoning_gym/leg_counting")
+    assert not takes_free_text("reasoning_gym/leg_counting", {"candidates": ["1", "2"]})
+    assert not takes_free_text("reasoning_gym/syllogism")   # a fixed answer set: Yes or No
+    assert not takes_free_text("cartpole") and not takes_free_text("textarena/GuessTheNumber-v0")
