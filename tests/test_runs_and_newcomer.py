@@ -200,3 +200,23 @@ def test_the_registry_declares_which_envs_take_free_text():
     assert not takes_free_text("reasoning_gym/leg_counting", {"candidates": ["1", "2"]})
     assert not takes_free_text("reasoning_gym/syllogism")   # a fixed answer set: Yes or No
     assert not takes_free_text("cartpole") and not takes_free_text("textarena/GuessTheNumber-v0")
+
+
+# --- 13. --episodes is rounded up to whole updates, and says so -------------------------------------
+
+def test_episodes_rounded_up_to_whole_updates_is_said_in_the_plan_and_the_summary(cli, tmp_path):
+    config = tmp_path / "fast.toml"
+    config.write_text(FAST.replace("episodes = 8\n", "").replace("episodes_per_update = 8", "episodes_per_update = 16"))
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", config, "--out", run, "--episodes", 8, "--check-every", 0)
+    assert result.exit_code == 0, result.output
+    assert ("plan: 1 update of 16 episodes (--episodes 8 rounded up to whole updates: 16 episodes); "
+            "stops after update 1") in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["episodes_planned"] == summary["episodes"] == 16
+
+
+def test_one_update_is_singular():
+    from textgym.cli.display import plan_line
+
+    assert plan_line(1, episodes_per_update=8) == "plan: 1 update of 8 episodes; stops after update 1"
