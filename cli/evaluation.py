@@ -62,16 +62,15 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
-    from textgym.trainers import make_trainer
+    from textgym.trainers import make_trainer, read_checkpoint
     from textgym.trainers.engine.evaluation import eval_envs
-    from textgym.trainers.state.checkpoint import read_state
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
     recorded: dict[str, Any] = {}
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
-        state = read_state(folder)
+        state = read_checkpoint(folder)
         if run is None and state.get("out_dir") and Path(state["out_dir"], run_folder.CONFIG).is_file():
             run = Path(state["out_dir"])
         if run is not None:

@@ -140,7 +140,7 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
 
 def _trainer_config(cfg: run_config.RunConfig) -> Any:
     """The algorithm's config dataclass from the run config (bad values -> CLIError)."""
-    from textgym.trainers import config as trainer_configs
+    from textgym.trainers import config_for
 
     fields = {
         **cfg.trainer,
@@ -151,7 +151,7 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
         **({"lr": cfg.lr} if cfg.lr is not None else {}),
     }
     try:
-        return trainer_configs.config_for(cfg.algo, fields)
+        return config_for(cfg.algo, fields)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"invalid {cfg.algo} settings: {exc}") from exc
 
@@ -405,10 +405,10 @@ def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessConte
 
 def _checkpoint_state(run_dir: Path) -> dict[str, Any]:
     """The JSON state of a resumed run's checkpoint (CLIError: none yet, unreadable)."""
-    from textgym.trainers.state.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     try:
-        return read_state(run_dir / CHECKPOINT)
+        return read_checkpoint(run_dir / CHECKPOINT)
     except FileNotFoundError:
         raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
     except (OSError, ValueError) as exc:
@@ -736,9 +736,9 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
 def _checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
     """summary.json's ``checkpoint`` (``None`` when the run has none yet) and
     ``checkpoint_update``, the update it holds."""
-    from textgym.trainers.state.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     try:
-        return {"checkpoint": str(checkpoint), "checkpoint_update": read_state(checkpoint)["update_count"]}
+        return {"checkpoint": str(checkpoint), "checkpoint_update": read_checkpoint(checkpoint)["update_count"]}
     except (OSError, ValueError, KeyError):
         return {"checkpoint": None}

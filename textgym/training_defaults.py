@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textgym.settings import check, like, setting
-from textgym.trainers.config import MAX_ENVS, TrainConfig
+from textgym.trainers.engine.train_config import MAX_ENVS, TrainConfig
 
 __all__ = ["TrainingDefaults"]
 
@@ -91,7 +91,7 @@ class TrainingDefaults:
     """Passes over the warm-up's demonstrations.
     (``SFTConfig.epochs``.)"""
     trainer: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`), e.g.
+    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.algorithms`), e.g.
     ``episodes_per_update``, ``gamma``."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments for :func:`textgym.make` (e.g. CartPole's ``shaping``)."""

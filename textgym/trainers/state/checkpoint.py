@@ -47,7 +47,6 @@ from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
 from textgym.settings import check, setting
-from textgym.trainers.config import config_for
 
 __all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
            "load_tensors",
@@ -364,10 +363,11 @@ class Counters:
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
-    """The JSON state of a checkpoint, its counters and its algorithm's config checked.
+    """The JSON state of a checkpoint, its counters checked (its algorithm's config:
+    :func:`textgym.trainers.read_checkpoint`).
 
     Raises:
-        ValueError: a counter or a config field out of its range (the file was edited).
+        ValueError: a counter out of its range (the file was edited).
     """
     file = checkpoint_dir(path) / STATE_FILE
     with open(file) as f:
@@ -376,9 +376,6 @@ def read_state(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file} is not a JSON object")  # noqa: TRY004 - a malformed file
     try:
         Counters(**{f.name: state[f.name] for f in fields(Counters) if f.name in state})
-        if isinstance(state.get("config"), dict):
-            config = dict(state["config"])
-            config_for(config.pop("algorithm", state.get("algorithm")), config)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{file}: {exc}") from None
     return state
