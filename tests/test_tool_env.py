@@ -213,3 +213,35 @@ def test_transcripts_show_the_tool_calls_and_their_results(tmp_path):
     assert [s["observation"] for s in steps][1:] == ["<tool_response>\n1\n</tool_response>",
                                                      "<tool_response>\n2\n</tool_response>"]
     assert read_transcripts(tmp_path)[0]["return"] == 1.0
+
+
+def test_the_calculator_tool_env_trains_in_generate_mode(tiny_model_and_tokenizer, tmp_path):
+    import copy
+
+    import torch
+
+    from textgym.trainers import make_trainer
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=8, seed=0)
+    before = [p.detach().clone() for p in policy.model.parameters() if p.requires_grad]
+    trainer = make_trainer("reinforce", policy, env="textgym/Calculator-v0", out_dir=tmp_path,
+                           config={"num_envs": 2, "episodes_per_update": 4, "minibatch_size": 8, "lr": 1e-2})
+    history = trainer.train(updates=1)
+    assert len(history) == 1 and history[0]["episodes"] >= 4
+    after = [p for p in policy.model.parameters() if p.requires_grad]
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))   # the update changed weights
+    envs = trainer.venv.envs
+    assert envs[0].get_wrapper_attr("tools")   # a tool env, played by the one rollout loop
+
+
+def test_one_calculator_class_serves_trl_and_tool_env():
+    from textgym.envs.calculator import ArithmeticCalculator
+
+    trl_style = ArithmeticCalculator()                   # what TRL's environment_factory makes
+    assert trl_style.reset(seed=0) == "Calculate 5 - 33 - 65."
+    trl_style.subtract(a=5, b=33)
+    assert trl_style.subtract(a=-28, b=65) == "-93" and trl_style.get_reward() == 1.0   # TRL: the last result
+    env = textgym.tool_env(ArithmeticCalculator)
+    env.reset(seed=0)
+    assert env.step("<answer>-93</answer>")[1] == 1.0     # textgym: the final answer
