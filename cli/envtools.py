@@ -94,10 +94,11 @@ def make_env(env_id: str, **kwargs: Any) -> Any:
         raise CLIError(str(exc)) from exc
 
 
-def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
+def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], mode: str | None = None) -> None:
     """Make the env once with the run's ``[env_kwargs]`` and close it, so an unknown or bad
     setting fails in milliseconds, before a model loads or a run folder is written (making a
-    text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
+    text env is cheap: TextWorld, the costliest, generates its games at ``reset``). A served env
+    is reset once; in score ``mode`` it must list the actions to score."""
     import textgym
     from textgym.vector import SubEnvError
 
@@ -107,7 +108,10 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
     try:
         if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
-            env.reset()
+            _, info = env.reset()
+            if mode == "score" and not info.get("valid_actions"):
+                raise CLIError(f"{env_id}: the server lists no actions to score (its answers are free "
+                               "text or tool calls): train it with --mode generate")
     except SubEnvError as exc:
         raise CLIError(str(exc)) from exc
     finally:

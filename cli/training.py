@@ -240,7 +240,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         if main:
             runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
-    check_env_kwargs(cfg.env, env_kwargs)
+    check_env_kwargs(cfg.env, env_kwargs, cfg.mode)
     _check_policy_table(cfg)
     policy_settings = policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)
     _fill_from_policy(cfg, policy_settings)
