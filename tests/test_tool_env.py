@@ -235,13 +235,51 @@ def test_the_calculator_tool_env_trains_in_generate_mode(tiny_model_and_tokenize
     assert envs[0].get_wrapper_attr("tools")   # a tool env, played by the one rollout loop
 
 
+def test_the_calculator_passes_gymnasiums_env_checker():
+    import warnings
+
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("textgym/Calculator-v0")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version.*")
+        check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert obs == "Calculate -33 * -22 - -8." and [t["function"]["name"] for t in info["tools"]] == [
+        "add", "divide", "multiply", "subtract"]
+
+
 def test_one_calculator_class_serves_trl_and_tool_env():
     from textgym.envs.calculator import ArithmeticCalculator
 
     trl_style = ArithmeticCalculator()                   # what TRL's environment_factory makes
-    assert trl_style.reset(seed=0) == "Calculate 5 - 33 - 65."
-    trl_style.subtract(a=5, b=33)
-    assert trl_style.subtract(a=-28, b=65) == "-93" and trl_style.get_reward() == 1.0   # TRL: the last result
+    assert trl_style.reset(seed=0) == "Calculate -33 * -22 - -8."
+    trl_style.multiply(a=-33, b=-22)
+    assert trl_style.subtract(a=726, b=-8) == "734" and trl_style.get_reward() == 1.0   # TRL: the last result
     env = textgym.tool_env(ArithmeticCalculator)
     env.reset(seed=0)
-    assert env.step("<answer>-93</answer>")[1] == 1.0     # textgym: the final answer
+    assert env.step("<answer>734</answer>")[1] == 1.0     # textgym: the final answer
+
+
+def test_adversarial_answers_never_break_a_tool_env():
+    from tests.test_fuzz import EMPTY_NON_TEXT, GARBAGE_TEXT, OTHER_NON_TEXT
+
+    env = textgym.tool_env(Counter, invalid_policy="retry", max_tool_calls=3)
+    env.reset(seed=0)
+    tool_calls = [call("increment", by=10 ** 400), call("increment", by=float("nan")), call("flood", nul="yes"),
+                  "<tool_call>" + "{" * 50_000, '<tool_call>{"name": null}</tool_call>',
+                  '<tool_call>{"name": "increment", "arguments": {"by": 1, "by": 2}}</tool_call>',
+                  '{"name": "__init__", "arguments": {}}', '{"name": "reset", "arguments": {}}']
+    for answer in GARBAGE_TEXT + EMPTY_NON_TEXT + OTHER_NON_TEXT + tool_calls:
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert isinstance(obs, str) and isinstance(reward, float) and isinstance(info["parse"]["valid"], bool)
+        if terminated or truncated:
+            env.reset(seed=1)
+
+
+def test_the_calculators_scripted_reference_solves_every_item():
+    from textgym.baselines import evaluate_baseline
+
+    result = evaluate_baseline(textgym.make("textgym/Calculator-v0"), "scripted", episodes=50, seed=0)
+    assert result["return_mean"] == 1.0 and result["invalid_rate"] == 0.0

@@ -55,7 +55,8 @@ from textgym.envs import calculator as _calculator
 register("textgym/Calculator-v0", "textgym.envs.calculator:make_calculator",
          description="Arithmetic with calculator tools (tool calls; reasoning-gym's basic_arithmetic)",
          source="textgym", kwargs={"max_episode_steps": None},
-         training_defaults=_calculator.TRAINING_DEFAULTS)
+         training_defaults=_calculator.TRAINING_DEFAULTS,
+         reference_policies={"scripted": "textgym.envs.calculator:scripted_calculator"})
 
 # PettingZoo board games as single-agent text envs (PettingZoo itself is imported on make).
 from textgym.envs import games as _games

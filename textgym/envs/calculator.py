@@ -17,12 +17,12 @@ Example:
     >>> env = textgym.make("textgym/Calculator-v0")
     >>> obs, info = env.reset(seed=0)
     >>> obs
-    'Calculate 5 - 33 - 65.'
-    >>> _ = env.step('<tool_call>{"name": "subtract", "arguments": {"a": 5, "b": 33}}</tool_call>')
-    >>> obs, *_ = env.step('<tool_call>{"name": "subtract", "arguments": {"a": -28, "b": 65}}</tool_call>')
+    'Calculate -33 * -22 - -8.'
+    >>> _ = env.step('<tool_call>{"name": "multiply", "arguments": {"a": -33, "b": -22}}</tool_call>')
+    >>> obs, *_ = env.step('<tool_call>{"name": "subtract", "arguments": {"a": 726, "b": -8}}</tool_call>')
     >>> obs.splitlines()[-2]
-    '-93'
-    >>> env.step("<answer>-93</answer>")[1:3]
+    '734'
+    >>> env.step("<answer>734</answer>")[1:3]
     (1.0, True)
 """
 
@@ -32,11 +32,13 @@ from typing import Any
 
 from textgym.registry import TrainingDefaults
 
-__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator"]
+__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator"]
 
 #: basic_arithmetic's settings: two or three terms of up to two digits, + - * only, integers.
+#: Parentheses stay allowed: without them reasoning-gym 0.1.25 answers "75 + 19 * 74" with
+#: 6956, (75 + 19) * 74 (9 of 200 items), so a correct answer would score 0.
 DEFAULT_CONFIG = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2,
-                  "operators": ("+", "-", "*"), "allow_parentheses": False, "allow_negation": False}
+                  "operators": ("+", "-", "*"), "allow_parentheses": True, "allow_negation": False}
 
 _DESCRIPTION = ("Solve the arithmetic task with the calculator tools, one call at a time, then give "
                 "the final result alone in <answer></answer> tags, without a tool call.")
@@ -141,6 +143,38 @@ def make_calculator(max_episode_steps: int | None = None, history: int = 8, max_
         max_tool_calls = min(max_tool_calls, int(max_episode_steps))
     return tool_env(ArithmeticCalculator(**config), history=history, description=_DESCRIPTION,
                     max_tool_calls=max_tool_calls, **settings)
+
+
+def _evaluate(expression: str) -> int | float:
+    """An arithmetic expression of numbers, + - * / and parentheses, evaluated without ``eval``."""
+    import ast
+    import operator
+
+    operations = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in operations:
+            return operations[type(node.op)](value(node.left), value(node.right))
+        raise ValueError(f"not arithmetic: {ast.dump(node)}")
+
+    return _number(value(ast.parse(expression, mode="eval").body))
+
+
+def scripted_calculator(env: Any, seed: int | None = None):
+    """The reference player: works the question out itself and answers it (no tool call), the
+    score a model reaches by solving every item."""
+    calculator = env.unwrapped.toolbox.environment
+
+    def player(info: dict[str, Any]) -> str:
+        question = str(calculator._entry["question"]).split("\n")[0]
+        expression = question.removeprefix("Calculate").strip().rstrip(".").replace("=", "").strip()
+        return f"<answer>{_evaluate(expression)}</answer>"
+
+    return player
 
 
 #: Generate mode: a tool call or a final answer is short; one episode is a few turns.
