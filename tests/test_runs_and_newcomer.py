@@ -259,3 +259,34 @@ def test_the_invalid_rate_axis_never_runs_negative(tmp_path):
     panel = re.search(r'data-metric="invalid_rate".*?</svg>', page).group(0)
     labels = [float(t) for t in re.findall(r'class="tick" text-anchor="end">([-0-9.e]+)<', panel)]
     assert labels and min(labels) == 0.0 and max(labels) == 1.0, labels
+
+
+# --- 16. benchmark suites: targets of the row's own evaluation, one number format, "met" --------------
+
+@pytest.mark.parametrize("suite", ["smoke", "quick", "full"])
+def test_every_target_matches_its_rows_evaluation(suite):
+    from textgym.benchmark import SUITES
+
+    for row in SUITES[suite].rows:
+        cap = row.eval_env_kwargs.get("max_episode_steps")
+        if cap is not None and row.target.return_at_least is not None:   # CartPole: 1 per step
+            assert row.target.return_at_least <= cap and f"{cap}-step cap" in str(row.target), (suite, row.name)
+    [cartpole] = [row for row in SUITES["smoke"].rows if row.name == "cartpole-numbers"]
+    assert cartpole.eval_env_kwargs["max_episode_steps"] == 20 and cartpole.target.return_at_least == 19.5
+
+
+def test_the_table_has_one_number_format_and_a_met_column():
+    from textgym.benchmark import SUITES, markdown_table
+
+    results = {"rows": {
+        "bandit": {"trained": {"return_mean": 1.0}, "references": {"untrained": {"return_mean": 0.25},
+                                                                   "random": {"return_mean": 0.5}}},
+        "cartpole-numbers": {"trained": {"return_mean": 9.5}, "references": {"untrained": {"return_mean": 17.25},
+                                                                             "random": {"return_mean": 20.0}}},
+    }}
+    table = markdown_table(SUITES["smoke"], results).splitlines()
+    assert table[0].endswith("| target | met |")
+    bandit, cartpole, blackjack = table[2:]
+    assert bandit.endswith("| return >= 1 (the scripted player's) | yes |")
+    assert "| 9.5 | 17.2 | 20 |" in cartpole and cartpole.endswith(" | no |")
+    assert "+" not in cartpole and blackjack.endswith(" | - |")
