@@ -631,8 +631,38 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     if max_episode_steps is not None and "max_episode_steps" in spec.kwargs:
         spec = dataclasses.replace(
             spec, kwargs={**spec.kwargs, "max_episode_steps": max_episode_steps})
-        return gym.make(spec, **kwargs)
-    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        return _reset_safe_checker(gym.make(spec, **kwargs))
+    return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
+
+
+class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
+    """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
+    the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        first = not self.checked_reset
+        try:
+            return super().reset(seed=seed, options=options)
+        except BaseException:
+            if first:
+                self.checked_reset = False
+            raise
+
+
+def _reset_safe_checker(env: gym.Env) -> gym.Env:
+    """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
+    its wrapper chain (if any) replaced by a :class:`ResetSafeEnvChecker` around the same env."""
+    outer, wrapper = None, env
+    while isinstance(wrapper, gym.Wrapper):
+        if type(wrapper) is gym.wrappers.PassiveEnvChecker:
+            checker = ResetSafeEnvChecker(wrapper.env)
+            if outer is None:
+                return checker
+            outer.env = checker
+            return env
+        outer, wrapper = wrapper, wrapper.env
+    return env
 
 
 def make_vec(id: str, num_envs: int, seed: int | None = None, **kwargs: Any):
