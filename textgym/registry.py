@@ -76,6 +76,12 @@ class UnknownEnvError(gym.error.UnregisteredEnv):
     """No env is registered under this id or short name; the message names close matches."""
 
 
+class EnvUnavailableError(RuntimeError):
+    """The env is registered but cannot be made on this machine (a family's id whose package
+    downloads data at run time, missing offline: :attr:`EnvFamily.unavailable`); the message
+    says why and what fixes it."""
+
+
 class DuplicateEnvError(gym.error.RegistrationError):
     """Two different sources registered the same env id; the message names both."""
 
@@ -416,6 +422,9 @@ class EnvFamily:
         free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
             callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
             either.
+        unavailable: a callable ``(name) -> str | None`` (or its ``"module:attribute"``): why an
+            id cannot be made on this machine (data its package downloads at run time and that
+            is missing offline), shown by ``textgym envs --family PREFIX``; ``None``: all can.
     """
 
     prefix: str
@@ -428,6 +437,12 @@ class EnvFamily:
     source: str = "textgym"
     reference_policies: Any = None
     free_text: Any = False
+    unavailable: Any = None
+
+    def why_unavailable(self, name: str) -> str | None:
+        """Why ``prefix/name`` cannot be made here (``unavailable``), or ``None``."""
+        check = _load(self.unavailable) if isinstance(self.unavailable, str) else self.unavailable
+        return check(name) if callable(check) else None
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -496,8 +511,13 @@ def family_ids(prefix: str, register_all: bool = False) -> list[str]:
 
 
 def make_family_env(family: str, name: str, **kwargs: Any) -> gym.Env:
-    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``."""
-    return _load(_FAMILIES[family.lower()].make)(name, **kwargs)
+    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``
+    (:class:`EnvUnavailableError` first when the family says the id cannot be made here)."""
+    found = _FAMILIES[family.lower()]
+    reason = found.why_unavailable(name)
+    if reason is not None:  # before the package's game module is imported (it would try to download)
+        raise EnvUnavailableError(f"{found.prefix}/{name} is {reason}")
+    return _load(found.make)(name, **kwargs)
 
 
 def _register_family_id(family: EnvFamily, name: str) -> str:
