@@ -635,10 +635,11 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
 
 
-class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
+class PassiveEnvChecker(gym.wrappers.PassiveEnvChecker):
     """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
     the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
-    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``."""
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``.
+    It has Gymnasium's name, so ``str(env)`` reads as ``gym.make``'s."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         first = not self.checked_reset
@@ -652,11 +653,11 @@ class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
 
 def _reset_safe_checker(env: gym.Env) -> gym.Env:
     """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
-    its wrapper chain (if any) replaced by a :class:`ResetSafeEnvChecker` around the same env."""
+    its wrapper chain (if any) replaced by textgym's :class:`PassiveEnvChecker` around the same env."""
     outer, wrapper = None, env
     while isinstance(wrapper, gym.Wrapper):
         if type(wrapper) is gym.wrappers.PassiveEnvChecker:
-            checker = ResetSafeEnvChecker(wrapper.env)
+            checker = PassiveEnvChecker(wrapper.env)
             if outer is None:
                 return checker
             outer.env = checker
