@@ -26,9 +26,13 @@ A game that needs data downloaded at run time (NLTK corpora for ``Wordle-v0``...
 
 Example:
     >>> import textgym
-    >>> env = textgym.make("textarena/GuessTheNumber-v0")      # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0)                           # doctest: +SKIP
-    >>> obs, reward, terminated, truncated, info = env.step("[10]")  # doctest: +SKIP
+    >>> env = textgym.make("textarena/GuessTheNumber-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> info["valid_actions"][:3]
+    ['[1]', '[2]', '[3]']
+    >>> obs, reward, terminated, truncated, info = env.step("[10]")
+    >>> obs.splitlines()[-1], reward, terminated
+    ('[GAME] The target number is higher.', 0.0, False)
 """
 
 from __future__ import annotations
