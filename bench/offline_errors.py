@@ -15,8 +15,7 @@ asked once with ``HUB_PROBE_SECONDS``, the client's timeout ending the wait).
   own overhead.
 
 Each is timed ``--repeats`` times (the first run of a process includes its imports); the median
-and the range are printed (and written with
-``--json``).
+and the range are printed (and written with ``--json``).
 
 Usage:
     python bench/offline_errors.py --json bench/results/offline_errors.json
