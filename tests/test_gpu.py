@@ -16,7 +16,7 @@ import textgym
 from textgym.policy import Policy
 from textgym.rollout import collect
 from textgym.trainers import ReinforceConfig, Trainer, make_trainer
-from textgym.trainers.metrics import read_metrics
+from textgym.trainers.reporting.metrics import read_metrics
 
 pytestmark = pytest.mark.gpu
 
