@@ -116,3 +116,14 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], mode: str | None =
         raise CLIError(str(exc)) from exc
     finally:
         env.close()
+
+
+def check_mode(env_id: str, mode: str | None, env_kwargs: dict[str, Any]) -> None:
+    """Refuse score mode (CLIError, one line) on an env that takes free-text answers, as its
+    registrant declared (:func:`textgym.registry.takes_free_text`): score mode picks one of the
+    listed actions and there is none. Checked before a model loads or a run folder is written."""
+    from textgym.registry import takes_free_text
+
+    if (mode or "score") == "score" and takes_free_text(env_id, env_kwargs):
+        raise CLIError(f"{env_id} takes free-text answers and lists no actions for score mode to "
+                       f"pick from: use --mode generate")

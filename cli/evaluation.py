@@ -149,7 +149,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None,
         config: Path | None = None) -> None:
-    from textgym.cli.envtools import check_env_kwargs
+    from textgym.cli.envtools import check_env_kwargs, check_mode
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -165,6 +165,10 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
     check_env_kwargs(env_id, given_kwargs)
+    if model is not None and not checkpoint:  # a bare model plays in the mode given (a checkpoint: its own)
+        from textgym.registry import training_defaults
+
+        check_mode(env_id, mode, {**training_defaults(env_id, mode or "score").env_kwargs, **given_kwargs})
     from textgym.baselines import reference_policy_names
 
     known = reference_policy_names(env_id)

@@ -132,6 +132,10 @@ class EnvSpecInfo:
             :func:`training_defaults` then gives :data:`GENERIC_TRAINING_DEFAULTS`).
         reference_policies: the names of its reference policies (:func:`reference_policy`);
             ``"random"`` is always one.
+        free_text: the env takes free-text answers and lists no finite set of actions, so score
+            mode has nothing to pick from (:func:`takes_free_text`); a callable ``(env_kwargs)
+            -> bool`` where a make-time setting decides (``reasoning_gym/...`` given
+            ``candidates``). ``False`` also where the registrant did not say.
     """
 
     id: str
@@ -141,6 +145,7 @@ class EnvSpecInfo:
     short_name: str = ""
     training_defaults: TrainingDefaults | None = dataclasses.field(default=None, hash=False)
     reference_policies: tuple[str, ...] = ("random",)
+    free_text: bool | Callable[[dict[str, Any]], bool] = dataclasses.field(default=False, hash=False)
 
 
 _lock = threading.RLock()
@@ -172,6 +177,7 @@ def register(
     source: str | None = None,
     training_defaults: TrainingDefaults | None = None,
     reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
+    free_text: bool | Callable[[dict[str, Any]], bool] = False,
     **kwargs: Any,
 ) -> None:
     """Register a text env with Gymnasium and record its textgym metadata.
@@ -197,6 +203,9 @@ def register(
             "mypackage.envs:scripted_player"}``: each a :data:`ReferencePolicy` or its
             ``"module:attribute"`` (imported when first used). ``"random"`` (a uniformly random
             valid action) is always there unless given here.
+        free_text: the env takes free-text answers, with no finite list of actions (score
+            mode cannot play it: ``textgym train`` refuses it before loading a model); a callable
+            ``(env_kwargs) -> bool`` when its make-time settings decide.
         **kwargs: Gymnasium's ``register`` arguments (``max_episode_steps``, ``reward_threshold``,
             ``kwargs``, ...); any other keyword is a default constructor kwarg of the env.
             Give ``kwargs={"max_episode_steps": None}`` to say that the entry point takes
@@ -237,7 +246,7 @@ def register(
             id=id, description=description,
             action_names=tuple(action_names) if action_names is not None else None,
             source=source, short_name=_short_name(id), training_defaults=training_defaults,
-            reference_policies=tuple(references))
+            reference_policies=tuple(references), free_text=free_text)
         _REFERENCES[id] = references
         _ORIGINS[id] = origin
 
@@ -334,6 +343,27 @@ def training_defaults(id: str, mode: str | None = None) -> TrainingDefaults:
     return dataclasses.replace(chosen, **unset)
 
 
+def takes_free_text(id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether the env, made with ``env_kwargs``, takes free-text answers with no finite list of
+    actions, as its registrant declared (:attr:`EnvSpecInfo.free_text`): score mode, which
+    picks one of the listed actions, cannot play it. Nothing is made or imported but the
+    declaration.
+
+    Example:
+        >>> takes_free_text("bandit")
+        False
+
+    Args:
+        id: a registered id or short name.
+        env_kwargs: the settings the env would be made with.
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        info = _INFOS.get(env_id)
+    declared = info.free_text if info is not None else False
+    return bool(declared(dict(env_kwargs or {})) if callable(declared) else declared)
+
+
 def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
     """The reference policy ``name`` of an env, or ``None`` when it has none by that name.
 
@@ -403,6 +433,9 @@ class EnvFamily:
             the envs come from; default: who registers the family (as in :func:`register`).
         reference_policies: the reference players of its ids (as :func:`register`'s), a callable
             ``(name) -> {name: policy}`` or the ``"module:attribute"`` of either (``None``: random only).
+        free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
+            callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
+            either.
     """
 
     prefix: str
@@ -414,6 +447,7 @@ class EnvFamily:
     training_defaults: Any = None
     source: str = "textgym"
     reference_policies: Any = None
+    free_text: Any = False
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -500,8 +534,12 @@ def _register_family_id(family: EnvFamily, name: str) -> str:
                 references = _load(references)
             if callable(references):
                 references = references(name)
+            free_text = _load(family.free_text) if isinstance(family.free_text, str) else family.free_text
+            if callable(free_text):
+                free_text = free_text(name)
             register(env_id, "textgym.registry:make_family_env", description=family.description,
                      source=family.source, training_defaults=defaults, reference_policies=references,
+                     free_text=free_text,
                      kwargs={"family": family.prefix, "name": name, "max_episode_steps": None})
             _FAMILY_IDS.add(env_id)
             _INFOS[env_id] = dataclasses.replace(_INFOS[env_id], short_name=env_id)
@@ -613,8 +651,38 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     if max_episode_steps is not None and "max_episode_steps" in spec.kwargs:
         spec = dataclasses.replace(
             spec, kwargs={**spec.kwargs, "max_episode_steps": max_episode_steps})
-        return gym.make(spec, **kwargs)
-    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        return _reset_safe_checker(gym.make(spec, **kwargs))
+    return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
+
+
+class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
+    """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
+    the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        first = not self.checked_reset
+        try:
+            return super().reset(seed=seed, options=options)
+        except BaseException:
+            if first:
+                self.checked_reset = False
+            raise
+
+
+def _reset_safe_checker(env: gym.Env) -> gym.Env:
+    """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
+    its wrapper chain (if any) replaced by a :class:`ResetSafeEnvChecker` around the same env."""
+    outer, wrapper = None, env
+    while isinstance(wrapper, gym.Wrapper):
+        if type(wrapper) is gym.wrappers.PassiveEnvChecker:
+            checker = ResetSafeEnvChecker(wrapper.env)
+            if outer is None:
+                return checker
+            outer.env = checker
+            return env
+        outer, wrapper = wrapper, wrapper.env
+    return env
 
 
 def make_vec(id: str, num_envs: int, seed: int | None = None, **kwargs: Any):

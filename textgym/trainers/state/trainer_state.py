@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file
 
 from textgym import distributed
 from textgym.trainers.reporting import alarms
@@ -81,7 +80,7 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
                                  value_head=trainer._value_head())
     reference = ckpt.checkpoint_dir(path) / ckpt.REFERENCE_FILE
     if reference.is_file():  # the KL reference: a warm start's adapter, or a full fine-tune's copy
-        trainer.policy.load_reference_state(load_file(str(reference)))
+        trainer.policy.load_reference_state(ckpt.load_tensors(reference))
     trainer.update_count = state["update_count"]
     trainer.episodes_seen = state["episodes_seen"]
     trainer.decisions_seen = state["decisions_seen"]
