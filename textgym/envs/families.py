@@ -50,7 +50,9 @@ def route_gym_lookups() -> None:
 
     Example:
         >>> import gymnasium as gym, textgym
-        >>> env = gym.make("minigrid/BabyAI-GoToRedBall-v0")   # doctest: +SKIP
+        >>> env = gym.make("minigrid/BabyAI-GoToRedBall-v0")
+        >>> env.reset(seed=0)[0].splitlines()[0]
+        'Mission: go to the red ball.'
     """
     from gymnasium.envs import registration
 

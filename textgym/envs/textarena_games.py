@@ -40,9 +40,13 @@ at once, naming the resources (no package on the registry ships NLTK's tagger mo
 
 Example:
     >>> import textgym
-    >>> env = textgym.make("textarena/GuessTheNumber-v0")      # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0)                           # doctest: +SKIP
-    >>> obs, reward, terminated, truncated, info = env.step("[10]")  # doctest: +SKIP
+    >>> env = textgym.make("textarena/GuessTheNumber-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> info["valid_actions"][:3]
+    ['[1]', '[2]', '[3]']
+    >>> obs, reward, terminated, truncated, info = env.step("[10]")
+    >>> obs.splitlines()[-1], reward, terminated
+    ('[GAME] The target number is higher.', 0.0, False)
 """
 
 from __future__ import annotations
@@ -150,7 +154,7 @@ class TextArenaEnv(gym.Env):
         game: the TextArena id, e.g. ``"TicTacToe-v0"``.
         opponent: for two-player games: ``"random"``, ``"scripted"`` (games in :data:`SCRIPTED`),
             ``"self"`` (self-play: a trainer plays the learner's policy here,
-            :data:`textgym.envs.games.SELF_PLAY`),
+            :data:`textgym.registry.SELF_PLAY`),
             ``f(text, valid_actions) -> answer`` or
             an object with ``act(observations, system_prompts, valid_actions)`` (a :class:`textgym.Policy`).
         seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset).
@@ -245,7 +249,8 @@ class TextArenaEnv(gym.Env):
             return str(self._opponent_rng.choice(moves)) if moves else ""
         if self.opponent == "scripted":
             return SCRIPTED[_game_name(self.game)](self.env, self._opponent_rng)
-        from textgym.envs.games import SELF_PLAY, learner_missing
+        from textgym.envs.games import learner_missing
+        from textgym.registry import SELF_PLAY
 
         if self.opponent == SELF_PLAY:
             raise learner_missing(f"textarena/{self.game}")
