@@ -290,3 +290,40 @@ def test_the_table_has_one_number_format_and_a_met_column():
     assert bandit.endswith("| return >= 1 (the scripted player's) | yes |")
     assert "| 9.5 | 17.2 | 20 |" in cartpole and cartpole.endswith(" | no |")
     assert "+" not in cartpole and blackjack.endswith(" | - |")
+
+
+# --- 17. TextArena: games that need downloads, and how a game ends ----------------------------------
+
+def test_textarena_games_that_download_nltk_data_are_marked_unavailable_offline(cli, monkeypatch):
+    pytest.importorskip("textarena")
+    from textgym.envs import textarena_games
+    from textgym.registry import EnvUnavailableError
+
+    monkeypatch.setattr(textarena_games, "_nltk_has", lambda resource: False)   # offline, no NLTK data
+    assert textarena_games.nltk_downloads("Wordle-v0") == ["averaged_perceptron_tagger_eng", "words"]
+    assert textarena_games.nltk_downloads("GuessTheNumber-v0") == []
+    listed = cli("envs", "--family", "textarena").stdout.splitlines()
+    [wordle] = [line for line in listed if line.startswith("textarena/Wordle-v0 ")]
+    assert "unavailable offline" in wordle and "words" in wordle
+    assert "textarena/GuessTheNumber-v0" in listed            # playable: no reason beside it
+    import textgym
+
+    with pytest.raises(EnvUnavailableError, match="averaged_perceptron_tagger_eng, words"):
+        textgym.make("textarena/Wordle-v0")
+    line = one_error_line(cli("play", "textarena/Wordle-v0", input=""))
+    assert "textarena/Wordle-v0 is unavailable offline" in line and "nltk.downloader" in line
+
+
+def test_a_finished_textarena_game_says_it_ended_and_why():
+    pytest.importorskip("textarena")
+    import textgym
+
+    env = textgym.make("textarena/GuessTheNumber-v0")
+    _, info = env.reset(seed=0)
+    done = False
+    while not done:   # always the smallest number left: a game lost at the turn limit or won
+        obs, reward, terminated, truncated, info = env.step(info["valid_actions"][0])
+        done = terminated or truncated
+    assert info["outcome"] in ("win", "loss") and info["end_reason"]
+    said = {"win": "you won", "loss": "you lost"}[info["outcome"]]
+    assert obs.endswith(f"[GAME] The game is over: {said} (reward {reward:.3g}). {info['end_reason']}")
