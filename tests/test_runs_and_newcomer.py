@@ -355,3 +355,13 @@ def test_every_command_of_the_help_is_one_whole_sentence(cli):
     result = cli("--help")
     export = result.stdout[result.stdout.index("│ export "):result.stdout.index("│ plot ")]
     assert export.rstrip(" │\n").endswith("card."), export
+
+
+def test_the_plotted_rate_axes_never_run_negative():
+    from textgym.cli.plotting import figure_of
+
+    records = [{"update": u, "episodes": 8 * u, "wall_time": float(u), "return_mean": 1.0, "invalid_rate": 0.0}
+               for u in (1, 2)]
+    figure = figure_of([("run", records)])
+    rates = [ax for ax in figure.axes if ax.get_ylabel() == "invalid-answer rate"]
+    assert rates and all(ax.get_ylim() == (0.0, 1.0) for ax in rates)
