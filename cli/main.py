@@ -272,8 +272,10 @@ def export(
     device: str | None = option(RunConfig, "device", help_prefix="With --merge: ")[1],
     dtype: str | None = option(RunConfig, "dtype", help_prefix="With --merge: ")[1],
 ) -> None:
-    """Export a checkpoint for use elsewhere: its PEFT adapter (or a merged model) with the
-    tokenizer, the policy settings and a model card."""
+    """Export a checkpoint for use elsewhere: its adapter or merged model, tokenizer and card.
+
+    The folder holds the PEFT adapter (or, with --merge, a merged model), the tokenizer, the
+    policy settings and a model card."""
     from textgym.cli import exporting
 
     exporting.run(run, out, merge=merge, push_to_hub=push_to_hub, force=force, device=device,
