@@ -75,7 +75,7 @@ def test_a_trl_style_class_is_a_tool_env_that_solves_with_tool_calls():
     env.reset(seed=0)
     env.step(call("increment", by=2))
     _, reward, terminated, _, info = env.step("2")
-    assert (reward, terminated, info["episode_stats"]) == (1.0, True, {"return": 1.0, "length": 2, "invalid_count": 0})
+    assert (reward, terminated, info["episode"]) == (1.0, True, {"return": 1.0, "length": 2, "invalid_count": 0})
 
 
 def test_plain_functions_with_reset_and_reward():
@@ -94,7 +94,7 @@ def test_plain_functions_with_reset_and_reward():
     assert env.step(call("add", a=4, b=3))[0] == "<tool_response>\n7\n</tool_response>"
     _, reward, terminated, _, info = env.step("7")
     assert (reward, terminated) == (1.0, True)
-    assert info["episode_stats"] == {"return": 1.0, "length": 2, "invalid_count": 0}
+    assert info["episode"] == {"return": 1.0, "length": 2, "invalid_count": 0}
 
 
 def test_a_function_without_types_or_docstring_is_refused_naming_it():
@@ -180,7 +180,7 @@ def test_the_tool_calls_per_episode_are_capped():
     env.reset(seed=0)
     assert not env.step(call("increment"))[3]
     _obs, _reward, terminated, truncated, info = env.step(call("increment"))
-    assert (terminated, truncated) == (False, True) and info["episode_stats"]["length"] == 2
+    assert (terminated, truncated) == (False, True) and info["episode"]["length"] == 2
 
 
 def test_parse_tool_call_reads_the_native_and_the_json_format():

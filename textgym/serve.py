@@ -24,7 +24,7 @@ What travels (the text-env contract of ``docs/design.md`` §1, nothing lost):
 * the observation: :class:`TextObservation`, ``text`` (what the model reads), ``reward``,
   ``done`` (terminated or truncated), and in ``metadata`` the keys of :data:`METADATA_KEY`:
   ``terminated``, ``truncated``, ``info`` (the env's info made JSON-safe: ``system_prompt``,
-  ``valid_actions``, ``parse``, ``episode_stats``...) and, at reset, ``env`` (the env id,
+  ``valid_actions``, ``parse``, ``episode``...) and, at reset, ``env`` (the env id,
   action names and the ``History`` window) so that a client knows it talks to a textgym env.
 
 Example (no server: the adapter alone):
