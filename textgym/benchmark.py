@@ -151,6 +151,11 @@ class BenchmarkRow:
     target: Target = field(default_factory=Target)
     budget: str = ""
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, Target):  # a target the table could not check
+            raise TypeError(f"row {self.name!r}: target must be a textgym.benchmark.Target "
+                            f"(e.g. Target(return_at_least=0.9)), got {self.target!r}")
+
 
 @dataclass(frozen=True)
 class Suite:
