@@ -40,7 +40,7 @@ from textgym.trainers.config import ALGORITHMS, TrainConfig
 from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
 #: The ``--help`` panels of ``textgym train``, in the order they are shown.
 WHAT = "What to train"
@@ -302,7 +302,7 @@ def early_stop(config: RunConfig) -> EarlyStop | None:
     ``check_every`` 0)."""
     if config.until is None or config.check_every == 0:
         return None
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
     given = {"every": config.check_every, "episodes": config.check_episodes, "max_steps": config.check_max_steps}
     return EarlyStop(until=config.until, **{k: v for k, v in given.items() if v is not None})

@@ -25,7 +25,7 @@ from textgym import run_folder
 
 def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
     """``(checkpoint folder, run folder or None)`` for a run folder or a checkpoint folder."""
-    from textgym.trainers.checkpoint import checkpoint_dir
+    from textgym.trainers.state.checkpoint import checkpoint_dir
 
     if not path.exists():
         raise CLIError(f"checkpoint {path} does not exist")
@@ -63,8 +63,8 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     from textgym.cli.training import build_policy
 
     from textgym.trainers import make_trainer
-    from textgym.trainers.checkpoint import read_state
-    from textgym.trainers.evaluation import eval_envs
+    from textgym.trainers.engine.evaluation import eval_envs
+    from textgym.trainers.state.checkpoint import read_state
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}

@@ -168,7 +168,7 @@ def evaluate(
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=given["mode"],
         baselines=list(baseline), episodes=episodes,
-        num_envs=given["num_envs"],  # None: textgym.trainers.evaluation.eval_envs
+        num_envs=given["num_envs"],  # None: textgym.trainers.engine.evaluation.eval_envs
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],

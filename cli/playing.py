@@ -37,7 +37,7 @@ def _trained_agent(checkpoint: Path, env_id: str) -> tuple[Any, dict[str, Any]]:
     checkpoint, another env's, or unloadable)."""
     from textgym.cli.evaluation import find_checkpoint
 
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.state.checkpoint import read_state
 
     folder, _ = find_checkpoint(checkpoint)
     state = read_state(folder)

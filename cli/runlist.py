@@ -28,8 +28,8 @@ def describe(run: Path) -> dict[str, Any]:
     from textgym.cli.runlock import lock_holder
     from textgym.cli.runs import summarize_metrics
 
-    from textgym.trainers.checkpoint import read_state
-    from textgym.trainers.metrics import lines_by_update
+    from textgym.trainers.reporting.metrics import lines_by_update
+    from textgym.trainers.state.checkpoint import read_state
 
     try:
         config = run_config.load_toml(run / run_folder.CONFIG)

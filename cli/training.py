@@ -402,7 +402,7 @@ def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessConte
 
 def _checkpoint_state(run_dir: Path) -> dict[str, Any]:
     """The JSON state of a resumed run's checkpoint (CLIError: none yet, unreadable)."""
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.state.checkpoint import read_state
 
     try:
         return read_state(run_dir / CHECKPOINT)
@@ -446,7 +446,7 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
     number of processes wrote it)."""
     from textgym.trainers import Trainer
-    from textgym.trainers.checkpoint import remove_stale_temporary
+    from textgym.trainers.state.checkpoint import remove_stale_temporary
 
     checkpoint = run_dir / CHECKPOINT
     if process.is_main and remove_stale_temporary(checkpoint) and not quiet:  # a failed or killed save's
@@ -477,7 +477,7 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
 
 
 def _check_demonstrations(path: str) -> None:
-    from textgym.trainers.sft import load_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations
 
     try:
         load_demonstrations(path)
@@ -497,7 +497,7 @@ def _check_player(env: str, player: str) -> None:
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
     from textgym.baselines import BaselineNotApplicable
     from textgym.seeds import demonstration_seed
-    from textgym.trainers.sft import load_demonstrations, player_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations, player_demonstrations
 
     demos = []
     if cfg.sft:
@@ -730,7 +730,7 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
 def _checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
     """summary.json's ``checkpoint`` (``None`` when the run has none yet) and
     ``checkpoint_update``, the update it holds."""
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.state.checkpoint import read_state
 
     try:
         return {"checkpoint": str(checkpoint), "checkpoint_update": read_state(checkpoint)["update_count"]}

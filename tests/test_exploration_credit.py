@@ -9,8 +9,12 @@ import torch
 
 from textgym.policy.sampling import sample_candidate, sample_next
 from textgym.trainers import ReinforceConfig, make_trainer
-from textgym.trainers.loss_step import behaviour_logprobs
-from textgym.trainers.losses import normalize, same_state_advantages, truncated_importance_weights
+from textgym.trainers.engine.loss_step import behaviour_logprobs
+from textgym.trainers.engine.losses import (
+    normalize,
+    same_state_advantages,
+    truncated_importance_weights,
+)
 
 SMALL = {"num_envs": 4, "episodes_per_update": 8, "lr": 1e-3}
 
@@ -149,7 +153,7 @@ def test_reinforce_adds_the_same_state_advantage_to_the_batch_normalised_return(
         tiny_policy, countdown_env_cls, monkeypatch):
     """Countdown's states ("N steps left.") recur across episodes: each decision's advantage is its
     normalised return-to-go plus state_credit x (that minus the mean over its state's decisions)."""
-    import textgym.trainers.reinforce as reinforce_module
+    import textgym.trainers.algorithms.reinforce as reinforce_module
     from textgym.vector import TextVectorEnv
 
     seen = {}

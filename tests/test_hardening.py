@@ -140,7 +140,7 @@ def test_a_checkpoint_save_that_fails_leaves_no_temporary_and_names_the_file(tin
 
     import torch
 
-    from textgym.trainers import checkpoint as ckpt
+    from textgym.trainers.state import checkpoint as ckpt
 
     optimizer = torch.optim.AdamW([p for p in tiny_policy.model.parameters()][:1], lr=0.1)
     path = tmp_path / "checkpoint"
@@ -172,7 +172,7 @@ def test_resume_removes_a_stale_checkpoint_tmp(cli, run):
 def test_blown_up_weights_are_never_saved(tiny_policy, tmp_path):
     import torch
 
-    from textgym.trainers import checkpoint as ckpt
+    from textgym.trainers.state import checkpoint as ckpt
 
     trainer_free = {"policy": torch.optim.AdamW([next(tiny_policy.model.parameters())], lr=0.1)}
     path = tmp_path / "checkpoint"
@@ -343,7 +343,7 @@ def test_runs_lists_the_run_folders(cli, finished_run, tmp_path):
 def test_the_bounded_alarm_history_raises_what_the_whole_one_raises():
     import random
 
-    from textgym.trainers import alarms
+    from textgym.trainers.reporting import alarms
 
     rng = random.Random(0)
     history, kept = [], []
@@ -360,7 +360,8 @@ def test_the_bounded_alarm_history_raises_what_the_whole_one_raises():
 
 
 def test_a_long_run_keeps_a_bounded_alarm_history(tiny_policy, tmp_path):
-    from textgym.trainers import alarms, make_trainer
+    from textgym.trainers import make_trainer
+    from textgym.trainers.reporting import alarms
 
     config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path)
@@ -377,7 +378,7 @@ def test_greedy_checks_are_in_tensorboard_the_plot_and_the_wall_time(fault_envs,
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from textgym.trainers import make_trainer
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
     config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
     trainer = make_trainer("reinforce", tiny_policy, env="fault/Slow-v0", config=config, out_dir=tmp_path / "slow",

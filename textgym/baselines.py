@@ -70,7 +70,7 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
     decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
     The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
     ``on_step(observation, info, answer)`` sees every decision (recording demonstrations:
-    :func:`textgym.trainers.sft.player_demonstrations`).
+    :func:`textgym.trainers.engine.sft.player_demonstrations`).
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")

@@ -251,7 +251,7 @@ class SelfPlay:
                  trainer_config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  trainer: Trainer | None = None):
         from textgym.trainers import make_trainer
-        from textgym.trainers.metrics import MetricsWriter
+        from textgym.trainers.reporting.metrics import MetricsWriter
 
         if isinstance(config, dict):
             config = SelfPlayConfig(**config)

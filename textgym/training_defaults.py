@@ -30,7 +30,7 @@ class TrainingDefaults:
     Budgets are in updates (or episodes), so a default run does the same work on any machine;
     ``minutes`` is an optional cap. ``until`` is the env's solved threshold: the default of
     ``textgym train --until`` (training stops once a greedy check reaches it) and what the
-    collapse alarms (:mod:`textgym.trainers.alarms`) compare the return with.
+    collapse alarms (:mod:`textgym.trainers.reporting.alarms`) compare the return with.
 
     Example:
         >>> d = TrainingDefaults(updates=16, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},

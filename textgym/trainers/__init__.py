@@ -32,22 +32,22 @@ from textgym.trainers.config import (
     config_for,
     trainer_class,
 )
-from textgym.trainers.early_stop import EarlyStop
+from textgym.trainers.engine.early_stop import EarlyStop
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
     from textgym.policy import Policy
     from textgym.rollout import Envs
-    from textgym.trainers.base import Trainer
-    from textgym.trainers.grpo import GRPOTrainer
-    from textgym.trainers.ppo import PPOTrainer
-    from textgym.trainers.reinforce import ReinforceTrainer
+    from textgym.trainers.algorithms.grpo import GRPOTrainer
+    from textgym.trainers.algorithms.ppo import PPOTrainer
+    from textgym.trainers.algorithms.reinforce import ReinforceTrainer
+    from textgym.trainers.engine.trainer import Trainer
 
 _LAZY = {
-    "Trainer": "textgym.trainers.base",
-    "ReinforceTrainer": "textgym.trainers.reinforce",
-    "GRPOTrainer": "textgym.trainers.grpo",
-    "PPOTrainer": "textgym.trainers.ppo",
+    "Trainer": "textgym.trainers.engine.trainer",
+    "ReinforceTrainer": "textgym.trainers.algorithms.reinforce",
+    "GRPOTrainer": "textgym.trainers.algorithms.grpo",
+    "PPOTrainer": "textgym.trainers.algorithms.ppo",
 }
 
 
@@ -84,7 +84,7 @@ def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textg
 def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
            out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
-    from textgym.trainers.base import Trainer
+    from textgym.trainers.engine.trainer import Trainer
 
     return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
 

@@ -189,7 +189,7 @@ class TrainConfig:
     report_to: str = setting("tensorboard", metavar="LIST")
     """tensorboard, trackio, wandb or none.
     The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
-    installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.trackers`), or ``none``."""
+    installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.reporting.trackers`), or ``none``."""
 
     algorithm = "base"  # not a field: the name make_trainer knows this config by
     trainer = ""  # not a field: "module:Class" of the algorithm's trainer (imported on first use)
@@ -228,7 +228,7 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(self)  # every field's range, as declared above
         self.lora_settings()  # validates the lora_* fields together
-        from textgym.trainers.trackers import check_report_to
+        from textgym.trainers.reporting.trackers import check_report_to
 
         check_report_to(self.report_to)
 
@@ -250,7 +250,7 @@ class ReinforceConfig(TrainConfig):
     by more than this factor). ``None``: the plain ``-A log pi`` loss."""
 
     algorithm = "reinforce"
-    trainer = "textgym.trainers.reinforce:ReinforceTrainer"
+    trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"
 
 
 @dataclass
@@ -274,7 +274,7 @@ class GRPOConfig(TrainConfig):
     (suits per-step rewards, e.g. CartPole)."""
 
     algorithm = "grpo"
-    trainer = "textgym.trainers.grpo:GRPOTrainer"
+    trainer = "textgym.trainers.algorithms.grpo:GRPOTrainer"
 
     @property
     def episodes_per_group(self) -> int:
@@ -316,7 +316,7 @@ class PPOConfig(TrainConfig):
     """Normalise advantages over the batch."""
 
     algorithm = "ppo"
-    trainer = "textgym.trainers.ppo:PPOTrainer"
+    trainer = "textgym.trainers.algorithms.ppo:PPOTrainer"
 
 
 @dataclass

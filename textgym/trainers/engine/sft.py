@@ -10,7 +10,7 @@ its valid actions, of the answer among them (what the policy's greedy choice max
 
 Example:
     >>> import json, tempfile, textgym
-    >>> from textgym.trainers.sft import load_demonstrations, sft
+    >>> from textgym.trainers.engine.sft import load_demonstrations, sft
     >>> path = tempfile.mktemp(suffix=".jsonl")
     >>> _ = open(path, "w").write(json.dumps({"observation": "Color: red.", "action": "cat"}) + "\\n")
     >>> model, tok = textgym.models.load("tiny")
@@ -36,7 +36,7 @@ import torch
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
 from textgym.trainers.config import SFTConfig, TrainConfig
-from textgym.trainers.optimization import optimizer_step
+from textgym.trainers.engine.optimization import optimizer_step
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext

@@ -2,7 +2,7 @@
 
 Per update, :meth:`LossStep.prepare` computes what the whole batch needs once: the reference
 policy's log-probs for the KL penalty (adapter disabled; only when ``kl_coef > 0``) and the
-acting-precision correction (:class:`~textgym.trainers.precision.ActingCorrection`). Per
+acting-precision correction (:class:`~textgym.trainers.engine.precision.ActingCorrection`). Per
 minibatch, :meth:`LossStep.loss_fn` re-scores the decisions (with grad; state centering when
 configured), hands them to the algorithm's ``objective`` (REINFORCE's ``-A log pi``, GRPO's
 clipped surrogate, PPO's clipped surrogate plus value loss) and adds the terms common to all:
@@ -37,11 +37,11 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from textgym.policy import Decision, Evaluation, Policy
-from textgym.trainers.centering import evaluate_minibatch
-from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
-from textgym.trainers.losses import masked_mean, truncated_importance_weights
-from textgym.trainers.optimization import LossFn
-from textgym.trainers.precision import ActingCorrection
+from textgym.trainers.engine.centering import evaluate_minibatch
+from textgym.trainers.engine.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.engine.losses import masked_mean, truncated_importance_weights
+from textgym.trainers.engine.optimization import LossFn
+from textgym.trainers.engine.precision import ActingCorrection
 
 if TYPE_CHECKING:
     from textgym.trainers.config import TrainConfig
@@ -109,7 +109,7 @@ class LossStep:
         return cls(policy, decisions, config, reference, correction)
 
     def loss_fn(self, objective: Objective) -> LossFn:
-        """The minibatch loss of :func:`textgym.trainers.optimization.run_minibatches`: the
+        """The minibatch loss of :func:`textgym.trainers.engine.optimization.run_minibatches`: the
         algorithm's ``objective`` minus ``entropy_coef`` x entropy plus ``kl_coef`` x the KL to
         the reference policy; its statistics plus ``entropy``, ``kl`` and ``ref_kl``."""
         cfg = self.config

@@ -1,6 +1,6 @@
 """A trainer's checkpoint: what it holds of a run, and how a run continues from it.
 
-:mod:`~textgym.trainers.checkpoint` owns the folder format (atomic writes, weights, optimizer
+:mod:`~textgym.trainers.state.checkpoint` owns the folder format (atomic writes, weights, optimizer
 tensors, RNG states); this module says what of a :class:`~textgym.trainers.Trainer` goes in its
 ``trainer_state.json`` (the algorithm and its config, the env, the counters, the metrics window,
 the alarm history, the algorithm's own state, the policy's record) and puts it back:
@@ -23,15 +23,15 @@ import torch
 from safetensors.torch import load_file
 
 from textgym import distributed
-from textgym.trainers import alarms
-from textgym.trainers import checkpoint as ckpt
-from textgym.trainers.metrics import METRICS_FILE
+from textgym.trainers.reporting import alarms
+from textgym.trainers.reporting.metrics import METRICS_FILE
+from textgym.trainers.state import checkpoint as ckpt
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
     from textgym.policy import Policy
     from textgym.rollout import Envs
-    from textgym.trainers.base import Trainer
+    from textgym.trainers.engine.trainer import Trainer
 
 __all__ = ["load", "optimizers", "resume", "write"]
 
@@ -45,7 +45,7 @@ def optimizers(trainer: Trainer) -> dict[str, torch.optim.Optimizer]:
 
 
 def write(trainer: Trainer, path: Path) -> Path:
-    """Write ``trainer``'s checkpoint to ``path`` (atomically; :func:`textgym.trainers.checkpoint.save_checkpoint`)."""
+    """Write ``trainer``'s checkpoint to ``path`` (atomically; :func:`textgym.trainers.state.checkpoint.save_checkpoint`)."""
     state = {
         "algorithm": trainer.algorithm,
         "config": trainer.config.to_dict(),

@@ -28,16 +28,16 @@ import torch
 
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer
 from textgym.trainers.config import ReinforceConfig
-from textgym.trainers.loss_step import LossStep, skipped_update
-from textgym.trainers.losses import (
+from textgym.trainers.engine.loss_step import LossStep, skipped_update
+from textgym.trainers.engine.losses import (
     EMABaseline,
     all_finite,
     clipped_surrogate,
     normalize,
     returns_to_go,
 )
+from textgym.trainers.engine.trainer import Trainer
 
 
 class ReinforceTrainer(Trainer):

@@ -108,7 +108,7 @@ class MetricsWriter:
         out_dir: the run's folder (created if missing). ``None`` writes nothing.
         tensorboard: also write TensorBoard scalars if the ``tensorboard`` package is installed.
         trackers: other trackers to report to, ``"trackio"`` and ``"wandb"``
-            (:mod:`~textgym.trainers.trackers`), started at the first :meth:`write`.
+            (:mod:`~textgym.trainers.reporting.trackers`), started at the first :meth:`write`.
         run_config: the settings the trackers record with the run.
     """
 
@@ -156,7 +156,7 @@ class MetricsWriter:
     def _open_trackers(self) -> list[Any]:
         """The trackers besides TensorBoard, started at the first use."""
         if self._trackers is None:
-            from textgym.trainers.trackers import make_trackers
+            from textgym.trainers.reporting.trackers import make_trackers
 
             self._trackers = (make_trackers(self._tracker_names, self.out_dir, self._run_config)
                               if self.out_dir is not None and self._tracker_names else [])

@@ -2,7 +2,7 @@
 
 Example:
     >>> import textgym
-    >>> from textgym.trainers.evaluation import evaluate_greedy
+    >>> from textgym.trainers.engine.evaluation import evaluate_greedy
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> venv = textgym.make_vec("textgym/Bandit-v0", num_envs=4)
     >>> from textgym.seeds import EVAL_BASE
@@ -22,11 +22,11 @@ import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, Episode, SupportsAct, collect
-from textgym.trainers.early_stop import CheckResult
+from textgym.trainers.engine.early_stop import CheckResult
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
 __all__ = ["EVAL_MAX_ENVS", "HeldOut", "eval_envs", "evaluate_greedy"]
 
