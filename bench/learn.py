@@ -33,6 +33,7 @@ import sys
 import time
 from pathlib import Path
 
+from textgym import jsonl
 from textgym.trainers.config import ALGORITHMS
 
 ENVS = {
@@ -217,10 +218,9 @@ def latest_results(out: Path) -> list[dict]:
     if not path.exists():
         return []
     latest: dict[tuple[str, str, str | None, str], dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            latest[(r["env"], r["algorithm"], r["config"].get("credit"), r.get("mode", "score"))] = r
+    for line in jsonl.read_lines(path):
+        r = json.loads(line)
+        latest[(r["env"], r["algorithm"], r["config"].get("credit"), r.get("mode", "score"))] = r
     return list(latest.values())
 
 

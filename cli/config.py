@@ -142,7 +142,7 @@ class EnvSettings:
     max_episode_steps: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, metavar="N")
     """Cut episodes at N steps (truncated; an env with no limit: 1000).
     The env's own step limit (``textgym.make(..., max_episode_steps=N)``); without one the rollout
-    cuts an episode at ``textgym.rollout.DEFAULT_MAX_EPISODE_STEPS`` (a test checks the 1000)."""
+    cuts an episode at ``textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`` (a test checks the 1000)."""
     step_timeout: float | None = setting(None, at_least=0.001, flag=True, panel=HARDWARE, metavar="SECONDS",
                                          default_text="30")  # textgym.remote.DEFAULT_STEP_TIMEOUT (a test checks)
     """openenv:URL envs: a server's longest reset or step.

@@ -145,7 +145,7 @@ def test_train_and_eval_options_are_the_declared_settings():
     from textgym.cli.config import ENV_FLAGS, TRAINER_FLAGS, EnvSettings
     from textgym.cli.options import flags_of
 
-    from textgym import remote, rollout
+    from textgym import remote, step_cap
     from textgym.settings import field_docs
 
     launch = {"env", "out", "config", "resume", "force", "quiet", "processes", "stop_after"}
@@ -155,7 +155,7 @@ def test_train_and_eval_options_are_the_declared_settings():
     assert "max_episode_steps" in eval_options and "step_timeout" not in eval_options
     fields = {f.name: f for f in dataclasses.fields(EnvSettings)}
     assert setting_of(fields["step_timeout"]).default_text == f"{remote.DEFAULT_STEP_TIMEOUT:g}"
-    assert f"no limit: {rollout.DEFAULT_MAX_EPISODE_STEPS})" in field_docs(EnvSettings)["max_episode_steps"]
+    assert f"no limit: {step_cap.DEFAULT_MAX_EPISODE_STEPS})" in field_docs(EnvSettings)["max_episode_steps"]
 
 
 def test_an_env_recommends_the_settings_a_run_declares():

@@ -205,9 +205,9 @@ def test_a_run_whose_weights_blow_up_says_so_and_saves_no_poisoned_checkpoint(cl
 # --- 8. an env that never ends ------------------------------------------------------------------
 
 def test_an_endless_env_is_cut_at_the_default_cap_in_train_and_eval(cli, tmp_path, monkeypatch, caplog):
-    from textgym import rollout
+    from textgym import step_cap
 
-    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 3)  # 1000 in real runs: the same code path
+    monkeypatch.setattr(step_cap, "DEFAULT_MAX_EPISODE_STEPS", 3)  # 1000 in real runs: the same code path
     run = tmp_path / "run"
     result = cli("train", "faultenvs:fault/Endless-v0", "--config", write_fast(tmp_path), "--out", run,
                  "--check-every", "0", "--quiet")
@@ -495,7 +495,7 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
     from textgym.cli.stopping import StopSignals
 
     import textgym
-    from textgym import rollout
+    from textgym import rollout, step_cap
 
     class SignalsAtSteps(gym.Wrapper):
         """Ctrl-C pressed at the 3rd and the 6th step (the process signals itself)."""
@@ -508,7 +508,7 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
                 os.kill(os.getpid(), signal.SIGINT)
             return super().step(action)
 
-    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
+    monkeypatch.setattr(step_cap, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
     env = SignalsAtSteps(textgym.make("fault/Endless-v0"))
     messages = []
     with StopSignals(lambda message, style=None: messages.append(message)) as stop, \

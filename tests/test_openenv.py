@@ -142,7 +142,7 @@ def test_foreign_server_rendered_and_parsed_against_its_schema(servers):
         assert obs.startswith("position: 1\ngoal: 2\n") and not info["parse"]["valid"]
         assert info["parse"]["policy"] == "retry" and not terminated
         obs, reward, terminated, _, info = env.step("right")
-        assert (reward, terminated, info["episode_stats"]) == (1.0, True, {"return": 1.0, "length": 3,
+        assert (reward, terminated, info["episode"]) == (1.0, True, {"return": 1.0, "length": 3,
                                                                            "invalid_count": 1})
     finally:
         env.close()

@@ -51,7 +51,7 @@ def test_walkthrough_wins_every_generated_game(game_dir):
         assert terminated and not truncated
         assert info["won"] and not info["lost"]
         assert total == info["max_score"] > 0
-        assert info["episode_stats"]["return"] == total
+        assert info["episode"]["return"] == total
         assert "*** The End ***" in obs and "RESTART" not in obs
     assert len(played) == POOL
 
@@ -233,7 +233,7 @@ def test_retry_and_terminate_policies(game_dir):
     env.reset(seed=2)
     obs, reward, terminated, truncated, info = env.step("blah")
     assert terminated and reward == -1.0 and info["parse"]["policy"] == "terminate"
-    assert info["episode_stats"]["invalid_count"] == 1
+    assert info["episode"]["invalid_count"] == 1
 
     def broken(text, names):
         raise ValueError("parser bug")
@@ -291,7 +291,7 @@ def test_registered_id_makes_the_env(game_dir):
     truncated = False
     for _ in range(4):
         obs, reward, terminated, truncated, info = env.step("inventory")
-    assert truncated and info["episode_stats"]["length"] == 4
+    assert truncated and info["episode"]["length"] == 4
 
 
 def test_import_does_not_load_textworld():
@@ -355,11 +355,12 @@ def test_gymnasium_tools_work_on_textworld(game_dir):
     assert str(rebuilt) == str(env) and env.spec.kwargs["max_episode_steps"] == 30
     assert rebuilt.reset(seed=1)[0] == env.reset(seed=1)[0]
     stats = gym.wrappers.RecordEpisodeStatistics(textgym.make("textgym/TextWorld-v0",
-                                                              game_files=str(game_dir)))
+                                                              game_files=str(game_dir)),
+                                                 stats_key="gym_episode")
     stats.reset(seed=0)
     for command in stats.unwrapped.walkthrough:
         *_, info = stats.step(command)
-    assert info["episode"]["r"] == info["episode_stats"]["return"] == 1.0
+    assert info["gym_episode"]["r"] == info["episode"]["return"] == 1.0
 
 
 def test_answer_formats_ask_for_a_command_and_type_the_one_given(game_dir):

@@ -578,7 +578,7 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     Args:
         id: a registered id or short name (see :func:`resolve_id`).
         max_episode_steps: episode step limit. Built-in text envs apply it inside their text
-            wrappers, so ``info["episode_stats"]`` also reports truncated episodes (``gym.make`` would
+            wrappers, so ``info["episode"]`` also reports truncated episodes (``gym.make`` would
             put Gymnasium's ``TimeLimit`` outside them).
         **kwargs: passed to the env: e.g. ``formatter=``, ``render_mode=``, ``invalid_policy=``,
             ``history=``, or the Gymnasium env's own kwargs (``is_slippery=False``).

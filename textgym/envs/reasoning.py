@@ -194,7 +194,7 @@ def list_ids() -> list[str]:
 
 def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
     """The text env of reasoning-gym dataset ``name`` (one step per episode, so
-    ``max_episode_steps`` changes nothing), with ``info["episode_stats"]`` at its end."""
+    ``max_episode_steps`` changes nothing), with ``info["episode"]`` at its end."""
     from textgym.wrappers.episode_stats import EpisodeStats
 
     return EpisodeStats(ReasoningGymEnv(name, **kwargs))

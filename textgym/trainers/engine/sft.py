@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from textgym import jsonl
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
 from textgym.trainers.config import SFTConfig, TrainConfig
@@ -64,9 +65,7 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
         ValueError: naming the line, when a line is not JSON or lacks the fields.
     """
     demos: list[Demonstration] = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in jsonl.numbered_lines(Path(path).read_text(encoding="utf-8")):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:

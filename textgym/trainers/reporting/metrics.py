@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textgym import run_folder
+from textgym import jsonl, run_folder
 
 METRICS_FILE = run_folder.METRICS
 
@@ -64,9 +64,7 @@ def lines_by_update(path: str | Path) -> tuple[dict[int, str], int]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return lines, 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in jsonl.lines(text):
         try:
             update = json.loads(line).get("update")
         except (json.JSONDecodeError, AttributeError):
@@ -228,4 +226,4 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in jsonl.read_lines(path)]
