@@ -218,3 +218,29 @@ def test_target_kl_stops_the_epochs_of_an_update_that_exceeds_it(tiny_policy):
 def test_reinforce_clips_its_ratio_by_default():
     assert ReinforceConfig().clip_eps == 0.2
     assert ReinforceConfig(clip_eps=None).clip_eps is None
+
+
+# --- 4. the benchmark's exact return, through the registry ---------------------------------------
+
+
+def test_blackjack_exact_return_of_a_policy_that_reads_its_total():
+    """A policy that hits below 17, reading the total from the text the env renders, has the exact
+    expected return of "stick at 17+"; the registry hands the function out by env id."""
+    import contextlib
+    import re
+    from types import SimpleNamespace
+
+    from textgym import registry
+    from textgym.envs.classic import blackjack_value
+
+    class StickAt17:
+        evaluating = staticmethod(contextlib.nullcontext)
+
+        def act(self, texts, systems, valid, greedy=False):
+            assert greedy
+            totals = [int(re.search(r"total (\d+)", text).group(1)) for text in texts]
+            return [SimpleNamespace(text="HIT" if total < 17 else "STICK") for total in totals]
+
+    exact = registry.exact_return("textgym/Blackjack-v1")
+    assert exact(StickAt17()) == pytest.approx(blackjack_value(lambda total, dealer, ace: total < 17))
+    assert registry.exact_return("cartpole") is None
