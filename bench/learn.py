@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 from textgym import jsonl
-from textgym.trainers.config import ALGORITHMS
+from textgym.trainers import ALGORITHMS
 
 ENVS = {
     "blackjack": "textgym/Blackjack-v1",
@@ -104,7 +104,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
 
     warm_seconds = 0.0
     if args.warm_start and env_key == "blackjack":
-        from textgym.trainers.config import SFTConfig
+        from textgym.trainers import SFTConfig
 
         sft_config = SFTConfig(lr=args.sft_lr) if args.sft_lr else None
         t = time.monotonic()

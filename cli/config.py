@@ -36,7 +36,7 @@ from textgym.cli.errors import CLIError
 
 from textgym.policy.config import MODES, PolicyConfig
 from textgym.settings import check_value, like, setting, setting_of
-from textgym.trainers.config import ALGORITHMS, TrainConfig
+from textgym.trainers import ALGORITHMS, TrainConfig
 from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:

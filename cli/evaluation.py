@@ -62,16 +62,15 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
-    from textgym.trainers import make_trainer
+    from textgym.trainers import make_trainer, read_checkpoint
     from textgym.trainers.engine.evaluation import eval_envs
-    from textgym.trainers.state.checkpoint import read_state
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
     recorded: dict[str, Any] = {}
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
-        state = read_state(folder)
+        state = read_checkpoint(folder)
         if run is None and state.get("out_dir") and Path(state["out_dir"], run_folder.CONFIG).is_file():
             run = Path(state["out_dir"])
         if run is not None:
@@ -156,7 +155,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None,
         config: Path | None = None) -> None:
-    from textgym.cli.envtools import check_env_kwargs
+    from textgym.cli.envtools import check_env_kwargs, check_mode
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -172,6 +171,10 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
     check_env_kwargs(env_id, given_kwargs)
+    if model is not None and not checkpoint:  # a bare model plays in the mode given (a checkpoint: its own)
+        from textgym.registry import training_defaults
+
+        check_mode(env_id, mode, {**training_defaults(env_id, mode or "score").env_kwargs, **given_kwargs})
     from textgym.baselines import reference_policy_names
 
     known = reference_policy_names(env_id)

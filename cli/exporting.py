@@ -132,9 +132,9 @@ def _check_out(out: Path, force: bool, checkpoint: Path, run_dir: Path | None) -
 def training_facts(checkpoint: Path, run_dir: Path | None) -> dict[str, Any]:
     """What the model card says about the run: env, algorithm, episodes, updates and the final
     evaluation from ``summary.json`` when it belongs to this checkpoint."""
-    from textgym.trainers.state.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
-    state = read_state(checkpoint)
+    state = read_checkpoint(checkpoint)
     facts: dict[str, Any] = {
         "env": state.get("env_id"),
         "algorithm": state.get("algorithm"),

@@ -25,7 +25,7 @@ from textgym.cli.options import flags_of, option, with_settings
 
 from textgym.benchmark import BenchmarkConfig
 from textgym.policy.config import PolicyConfig
-from textgym.trainers.config import TrainConfig
+from textgym.trainers import TrainConfig
 
 app = typer.Typer(
     cls=TextgymGroup,

@@ -40,10 +40,10 @@ def _trained_agent(checkpoint: Path, env_id: str) -> tuple[Any, dict[str, Any]]:
     checkpoint, another env's, or unloadable)."""
     from textgym.cli.evaluation import find_checkpoint
 
-    from textgym.trainers.state.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     folder, _ = find_checkpoint(checkpoint)
-    state = read_state(folder)
+    state = read_checkpoint(folder)
     trained_on = str(state.get("env_id") or "").split(":")[-1]
     if trained_on and trained_on != env_id:
         raise CLIError(f"checkpoint {checkpoint} was trained on {trained_on}, not {env_id}")

@@ -208,7 +208,8 @@ def build_report(runs: Sequence[str | Path]) -> str:
                                                            "first_return_mean", "last_return_mean")
                             if k in summary)
         last = records[-1] if records else {}
-        progress = f"{len(records)} updates" + (f", {last.get('episodes')} episodes" if last else "")
+        progress = (f"{len(records)} update{'' if len(records) == 1 else 's'}"
+                    + (f", {last.get('episodes')} episodes" if last else ""))
         sections.append(
             f'<details class="settings"><summary><span class="swatch" style="background:'
             f'{COLORS[i % len(COLORS)]}"></span>{html.escape(name)}: {html.escape(progress)}'

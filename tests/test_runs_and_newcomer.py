@@ -4,9 +4,12 @@ what a newcomer meets; one test (or more) per item."""
 from __future__ import annotations
 
 import json
+import shutil
+from pathlib import Path
 
 import pytest
-from test_cli_runs import FAST, one_error_line
+import torch
+from test_cli_runs import FAST, one_error_line, snapshot
 
 
 @pytest.fixture
@@ -83,6 +86,7 @@ def test_the_last_step_carries_info_episode_as_the_readme_says():
 
 def test_a_transcript_holding_unicode_line_separators_is_shown_by_view(tmp_path):
     from textgym.cli.viewing import build_report
+
     from textgym.transcripts import read_transcripts
 
     run = tmp_path / "run"
@@ -106,3 +110,113 @@ def test_demonstrations_holding_unicode_line_separators_are_read_whole(tmp_path)
                     encoding="utf-8")
     [demo] = load_demonstrations(path)
     assert (demo.prompt, demo.answer) == ("a\u2028b", "c\u2029d")
+
+
+# --- 11. resume and checkpoints ----------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A finished tiny Bandit run (1 update, 8 episodes): copy it before changing it."""
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    folder = tmp_path_factory.mktemp("finished")
+    config = folder / "fast.toml"
+    config.write_text(FAST + "[env_kwargs]\nnum_cues = 2\n")
+    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
+                                      "--check-every", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
+@pytest.fixture
+def run(finished_run, tmp_path):
+    """A private copy of :func:`finished_run`."""
+    return Path(shutil.copytree(finished_run, tmp_path / "run"))
+
+
+@pytest.mark.parametrize("old, new, named", [
+    ("num_cues = 2", "num_cues = 3", "[env_kwargs] num_cues=3 but the checkpoint was trained with num_cues=2"),
+    ("num_cues = 2", "num_cues = 2\nnum_arms = 3", "[env_kwargs] num_arms=3 but the checkpoint was trained with no num_arms"),
+    ("[env_kwargs]\nnum_cues = 2", "", "[env_kwargs] no num_cues but the checkpoint was trained with num_cues=2"),
+])
+def test_resume_refuses_edited_env_kwargs(cli, run, old, new, named):
+    config = run / "config.toml"
+    assert old in config.read_text(), config.read_text()
+    config.write_text(config.read_text().replace(old, new))
+    before = snapshot(run)
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert "cannot resume" in line and named in line, line
+    assert snapshot(run) == before
+
+
+def test_a_swapped_optimizer_state_is_refused_naming_the_file(cli, run):
+    from safetensors.torch import load_file, save_file
+
+    optimizer = run / "checkpoint" / "optimizer.safetensors"
+    tensors = load_file(str(optimizer))
+    name = next(k for k, v in tensors.items() if v.dim() > 0)
+    tensors[name] = torch.zeros(3, 5)   # another adapter's moment
+    save_file(tensors, str(optimizer))
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert str(optimizer) in line and "shape (3, 5)" in line, line
+
+
+def test_a_truncated_adapter_is_named(cli, run):
+    adapter = run / "checkpoint" / "adapter" / "adapter_model.safetensors"
+    adapter.write_bytes(adapter.read_bytes()[: adapter.stat().st_size // 2])
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 16))
+    assert str(adapter) in line and "truncated" in line, line
+    for command in (("eval", "bandit", "--checkpoint", run, "--episodes", 2),
+                    ("play", "bandit", "--checkpoint", run)):
+        result = cli(*command)
+        [line] = [line for line in result.stderr.splitlines() if line.startswith("textgym: error:")]
+        assert result.exit_code != 0 and "Traceback" not in result.output
+        assert str(adapter) in line and "truncated" in line, (command, line)
+
+
+# --- 12. score mode on a free-text env fails first ----------------------------------------------
+
+def test_score_mode_on_a_free_text_env_fails_before_the_model_and_the_run_folder(cli, tmp_path, monkeypatch):
+    from textgym.cli import training
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("the model was loaded")
+
+    monkeypatch.setattr(training, "build_policy", no_model)
+    monkeypatch.chdir(tmp_path)
+    line = one_error_line(cli("train", "reasoning_gym/leg_counting", "--model", "tiny"))
+    assert "reasoning_gym/leg_counting takes free-text answers" in line and "--mode generate" in line, line
+    line = one_error_line(cli("train", "reasoning_gym/leg_counting", "--model", "tiny", "--out", tmp_path / "run"))
+    assert "--mode generate" in line and not (tmp_path / "run").exists() and not (tmp_path / "runs").exists()
+    line = one_error_line(cli("eval", "reasoning_gym/leg_counting", "--model", "tiny", "--episodes", 2))
+    assert "--mode generate" in line, line
+
+
+def test_the_registry_declares_which_envs_take_free_text():
+    from textgym.registry import takes_free_text
+
+    assert takes_free_text("reasoning_gym/leg_counting")
+    assert not takes_free_text("reasoning_gym/leg_counting", {"candidates": ["1", "2"]})
+    assert not takes_free_text("reasoning_gym/syllogism")   # a fixed answer set: Yes or No
+    assert not takes_free_text("cartpole") and not takes_free_text("textarena/GuessTheNumber-v0")
+
+
+# --- 13. --episodes is rounded up to whole updates, and says so -------------------------------------
+
+def test_episodes_rounded_up_to_whole_updates_is_said_in_the_plan_and_the_summary(cli, tmp_path):
+    config = tmp_path / "fast.toml"
+    config.write_text(FAST.replace("episodes = 8\n", "").replace("episodes_per_update = 8", "episodes_per_update = 16"))
+    run = tmp_path / "run"
+    result = cli("train", "bandit", "--config", config, "--out", run, "--episodes", 8, "--check-every", 0)
+    assert result.exit_code == 0, result.output
+    assert ("plan: 1 update of 16 episodes (--episodes 8 rounded up to whole updates: 16 episodes); "
+            "stops after update 1") in result.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["episodes_planned"] == summary["episodes"] == 16
+
+
+def test_one_update_is_singular():
+    from textgym.cli.display import plan_line
+
+    assert plan_line(1, episodes_per_update=8) == "plan: 1 update of 8 episodes; stops after update 1"

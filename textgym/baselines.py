@@ -123,18 +123,22 @@ def evaluate_baseline(env: gym.Env, name: str, episodes: int,
         BaselineNotApplicable: the policy cannot play the env (one line naming the env and the
             baselines that apply to it).
     """
-    if env.spec is None:
-        raise ValueError("evaluate_baseline needs a registered env (made by textgym.make or "
-                         "gym.make); call evaluate_reference with a policy for others")
-    policy = reference_policy(env.spec.id, name)
+    if env.spec is None:  # a served env ("openenv:URL"): every env has the random policy
+        if name != "random":
+            return None
+        policy: ReferencePolicy | None = random_policy
+    else:
+        policy = reference_policy(env.spec.id, name)
     if policy is None:
         return None
     try:
         return evaluate_reference(env, policy, episodes, seed)
     except BaselineNotApplicable as error:
-        others = [other for other in reference_policy_names(env.spec.id) if other != name]
+        names = reference_policy_names(env.spec.id) if env.spec is not None else ["random"]
+        others = [other for other in names if other != name]
         applies = f"baselines that apply: {', '.join(others)}" if others else "no baseline applies to it"
-        raise BaselineNotApplicable(f"{env.spec.id}: {error}; {applies}") from None
+        where = env.spec.id if env.spec is not None else "this env"
+        raise BaselineNotApplicable(f"{where}: {error}; {applies}") from None
 
 
 def reference_policy_names(env_id: str) -> list[str]:

@@ -12,8 +12,8 @@ do the references: the untrained model and the env's registered reference polici
 suite   what                                                    cost
 ======  ======================================================  =========================================
 smoke   the tiny random model, tiny budgets on 3 classic envs   about a minute on 2 cores (a test)
-quick   the default model, short budgets on the issue-31 envs   fits 30 minutes on 2 cores, 1 seed
-full    the default model, the issue-31 targets, 3 seeds        at most 30 minutes per run
+quick   the default model, full's envs, short budgets           fits 30 minutes on 2 cores, 1 seed
+full    the default model, six envs' targets, 3 seeds           at most 30 minutes per run
         (and the rl suite's rows)
 rl      RL on its own (issue 44): start_eval vs eval, 3 seeds   at most 60 minutes per run
 ======  ======================================================  =========================================
@@ -56,7 +56,7 @@ class BenchmarkRow:
         eval_episodes: greedy held-out episodes per trained run and per reference.
         eval_env_kwargs: env settings of the evaluation over the run's (e.g. a step cap, or
             TextWorld's held-out pool of games).
-        target: what the row should reach (issue 31's target), shown in the table.
+        target: what the row should reach, shown in the table.
         budget: how the budget was chosen.
     """
 
@@ -103,7 +103,7 @@ _CARTPOLE_EVAL = {"max_episode_steps": 200}
 _CARTPOLE_TARGET = "greedy >= 195 (200 steps)"
 #: The same, warm-started on the scripted PD controller's play (2,000 decisions, 4 epochs at lr
 #: 1e-3) and no RL update: 199.6 greedy on the 50 held-out episodes at seed 0 (docs/results.md,
-#: "Warm starts"). REINFORCE at CartPole's registered settings after it undid it in one update
+#: "The numbers only"). REINFORCE at CartPole's registered settings after it undid it in one update
 #: (greedy 31.9, then 9.75: 93 optimizer steps on batch-normalised advantages of near-equal returns).
 _CARTPOLE_NUMBERS_WARM = {
     "env_kwargs": {**_CARTPOLE_NUMBERS["env_kwargs"], "max_episode_steps": 200},
@@ -125,7 +125,7 @@ _TEXTWORLD = {
 #: The same, warm-started on the walkthroughs of a pool of 128 training games (256 one-command
 #: demonstrations, 4 epochs at lr 1e-3) and no RL update: 95% of the 100 held-out games at seed 0
 #: (32 games' walkthroughs: 82%; 12 REINFORCE updates from the untrained model: 66%;
-#: docs/results.md, "Warm starts").
+#: docs/results.md, "TextWorld").
 _TEXTWORLD_WARM = {
     **_TEXTWORLD, "sft_player": "scripted", "sft_episodes": 256, "sft_epochs": 4, "updates": 0,
     "trainer": {**_TEXTWORLD["trainer"], "sft_lr": 1e-3},
@@ -149,7 +149,7 @@ _TICTACTOE_WARM = {"sft_player": "optimal", "sft_episodes": 800, "sft_epochs": 6
                    "trainer": {"sft_lr": 1e-3}}
 _TICTACTOE_TARGET = ">= 90% wins, <= 2% losses"
 #: reasoning-gym's family_relationships in score mode over its 16 relations: the untrained model
-#: starts inside issue 29's 5-60% band (8.0% on 200 held-out items; random 5.5%).
+#: starts between 5% and 60%, where RL has room (8.0% on 200 held-out items; random 5.5%).
 _FAMILY_RELATIONSHIPS = {"mode": "score"}
 _FAMILY_RELATIONSHIPS_TARGET = "above the untrained 8.0% (200 held-out items)"
 _BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
@@ -159,7 +159,7 @@ _BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
 #: REINFORCE runs' -0.071, -0.092, -0.116 at seeds 0-2 (bench/blackjack_exact.py; docs/results.md).
 _BLACKJACK_WARM = {"sft_player": "scripted", "sft_episodes": 1000, "sft_epochs": 6, "updates": 0,
                    "trainer": {"sft_lr": 1e-3}}
-#: BabyAI GoToRedBallNoDists (issue 29's level): REINFORCE alone never samples ``forward`` (0 of
+#: BabyAI GoToRedBallNoDists: REINFORCE alone never samples ``forward`` (0 of
 #: 100 before and after 12 updates, docs/results.md); a warm start on minigrid's BabyAI bot (100
 #: missions, ~540 decisions, 6 epochs at lr 1e-3) reaches 0.915 (the bot 0.934, random 0.110).
 _BABYAI = {"mode": "score", "sft_player": "scripted", "sft_episodes": 100, "sft_epochs": 6,
@@ -221,7 +221,7 @@ SMOKE = Suite(
 )
 
 QUICK = Suite(
-    "quick", "The default model on the issue-31 envs with short budgets: a trend in 30 minutes, "
+    "quick", "The default model on the full suite's envs with short budgets: a trend in 30 minutes, "
     "not the targets.",
     model="smollm2-135m", seeds=1,
     rows=(
@@ -253,7 +253,7 @@ QUICK = Suite(
 )
 
 FULL = Suite(
-    "full", "The issue-31 targets with the default model, 3 seeds per row, at most 30 minutes per run.",
+    "full", "Six envs' targets with the default model, 3 seeds per row, at most 30 minutes per run.",
     model="smollm2-135m", seeds=3,
     rows=(
         BenchmarkRow("tictactoe", "tictactoe", _TICTACTOE_WARM, eval_episodes=400,

@@ -113,6 +113,10 @@ class EnvSpecInfo:
             :func:`training_defaults` then gives :data:`GENERIC_TRAINING_DEFAULTS`).
         reference_policies: the names of its reference policies (:func:`reference_policy`);
             ``"random"`` is always one.
+        free_text: the env takes free-text answers and lists no finite set of actions, so score
+            mode has nothing to pick from (:func:`takes_free_text`); a callable ``(env_kwargs)
+            -> bool`` where a make-time setting decides (``reasoning_gym/...`` given
+            ``candidates``). ``False`` also where the registrant did not say.
     """
 
     id: str
@@ -122,6 +126,7 @@ class EnvSpecInfo:
     short_name: str = ""
     training_defaults: TrainingDefaults | None = dataclasses.field(default=None, hash=False)
     reference_policies: tuple[str, ...] = ("random",)
+    free_text: bool | Callable[[dict[str, Any]], bool] = dataclasses.field(default=False, hash=False)
 
 
 _lock = threading.RLock()
@@ -155,6 +160,7 @@ def register(
     training_defaults: TrainingDefaults | None = None,
     reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
     exact_return: str | Callable[..., float] | None = None,
+    free_text: bool | Callable[[dict[str, Any]], bool] = False,
     **kwargs: Any,
 ) -> None:
     """Register a text env with Gymnasium and record its textgym metadata.
@@ -183,6 +189,9 @@ def register(
         exact_return: where a text policy's greedy play has an exact expected return (a small
             MDP whose every state can be rendered): ``exact_return(policy, env_kwargs) -> float``
             or its ``"module:attribute"`` (:func:`exact_return`).
+        free_text: the env takes free-text answers, with no finite list of actions (score
+            mode cannot play it: ``textgym train`` refuses it before loading a model); a callable
+            ``(env_kwargs) -> bool`` when its make-time settings decide.
         **kwargs: Gymnasium's ``register`` arguments (``max_episode_steps``, ``reward_threshold``,
             ``kwargs``, ...); any other keyword is a default constructor kwarg of the env.
             Give ``kwargs={"max_episode_steps": None}`` to say that the entry point takes
@@ -223,7 +232,7 @@ def register(
             id=id, description=description,
             action_names=tuple(action_names) if action_names is not None else None,
             source=source, short_name=_short_name(id), training_defaults=training_defaults,
-            reference_policies=tuple(references))
+            reference_policies=tuple(references), free_text=free_text)
         _REFERENCES[id] = references
         if exact_return is not None:
             _EXACT_RETURNS[id] = exact_return
@@ -324,6 +333,27 @@ def training_defaults(id: str, mode: str | None = None) -> TrainingDefaults:
     return dataclasses.replace(chosen, **unset)
 
 
+def takes_free_text(id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether the env, made with ``env_kwargs``, takes free-text answers with no finite list of
+    actions, as its registrant declared (:attr:`EnvSpecInfo.free_text`): score mode, which
+    picks one of the listed actions, cannot play it. Nothing is made or imported but the
+    declaration.
+
+    Example:
+        >>> takes_free_text("bandit")
+        False
+
+    Args:
+        id: a registered id or short name.
+        env_kwargs: the settings the env would be made with.
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        info = _INFOS.get(env_id)
+    declared = info.free_text if info is not None else False
+    return bool(declared(dict(env_kwargs or {})) if callable(declared) else declared)
+
+
 def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
     """The reference policy ``name`` of an env, or ``None`` when it has none by that name.
 
@@ -411,6 +441,9 @@ class EnvFamily:
             the envs come from; default: who registers the family (as in :func:`register`).
         reference_policies: the reference players of its ids (as :func:`register`'s), a callable
             ``(name) -> {name: policy}`` or the ``"module:attribute"`` of either (``None``: random only).
+        free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
+            callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
+            either.
     """
 
     prefix: str
@@ -422,6 +455,7 @@ class EnvFamily:
     training_defaults: Any = None
     source: str = "textgym"
     reference_policies: Any = None
+    free_text: Any = False
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -508,8 +542,12 @@ def _register_family_id(family: EnvFamily, name: str) -> str:
                 references = _load(references)
             if callable(references):
                 references = references(name)
+            free_text = _load(family.free_text) if isinstance(family.free_text, str) else family.free_text
+            if callable(free_text):
+                free_text = free_text(name)
             register(env_id, "textgym.registry:make_family_env", description=family.description,
                      source=family.source, training_defaults=defaults, reference_policies=references,
+                     free_text=free_text,
                      kwargs={"family": family.prefix, "name": name, "max_episode_steps": None})
             _FAMILY_IDS.add(env_id)
             _INFOS[env_id] = dataclasses.replace(_INFOS[env_id], short_name=env_id)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from textgym.settings import check, like, setting
-from textgym.trainers.config import MAX_ENVS, TrainConfig
+from textgym.trainers.engine.train_config import MAX_ENVS, TrainConfig
 
 __all__ = ["TrainingDefaults"]
 
@@ -56,7 +56,10 @@ class TrainingDefaults:
     nor ``episodes`` (flags or file), the env's recommended budget applies, and a budget that is
     given replaces it. 0: no RL update, the warm start (``sft``, ``sft_player``) alone."""
     episodes: int | None = setting(None, at_least=1)
-    """Training episodes in total (with updates: whichever comes first)."""
+    """Training episodes in total, rounded up to whole updates (with updates: whichever first).
+    An update plays all of the trainer's ``episodes_per_update`` episodes, so ``--episodes 16``
+    with 32 episodes per update plays one update of 32; the plan line and ``summary.json``'s
+    ``episodes_planned`` say what is played."""
     minutes: float | None = setting(None, above=0)
     """Cap on this session's wall time; --resume replays the update cut.
     At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
@@ -88,7 +91,7 @@ class TrainingDefaults:
     """Passes over the warm-up's demonstrations.
     (``SFTConfig.epochs``.)"""
     trainer: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`), e.g.
+    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.algorithms`), e.g.
     ``episodes_per_update``, ``gamma``."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments for :func:`textgym.make` (e.g. CartPole's ``shaping``)."""

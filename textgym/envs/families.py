@@ -32,7 +32,8 @@ def register_families() -> None:
     register_family("reasoning_gym", "textgym.envs.reasoning:make", "textgym.envs.reasoning:list_ids",
                     description="reasoning-gym task, one item per episode (reasoning-gym package)",
                     install="textgym[reasoning]", package="reasoning_gym", source="reasoning-gym",
-                    training_defaults="textgym.envs.reasoning:training_defaults")
+                    training_defaults="textgym.envs.reasoning:training_defaults",
+                    free_text="textgym.envs.reasoning:free_text")
     route_gym_lookups()
 
 

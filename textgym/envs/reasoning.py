@@ -29,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -38,7 +39,7 @@ from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 from textgym.wrappers.parsers import answer_text
 
-__all__ = ["ANSWER_SETS", "ReasoningGymEnv", "list_ids", "make", "training_defaults"]
+__all__ = ["ANSWER_SETS", "ReasoningGymEnv", "free_text", "list_ids", "make", "training_defaults"]
 
 #: Generate mode answers inside the answer tag that the dataset's prompt asks for: the policy
 #: opens it and stops at its end, so a short direct answer costs a few tokens.
@@ -198,6 +199,14 @@ def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.
     from textgym.wrappers.episode_stats import EpisodeStats
 
     return EpisodeStats(ReasoningGymEnv(name, **kwargs))
+
+
+def free_text(name: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether ``reasoning_gym/<name>`` made with some env kwargs takes free-text answers (the
+    family's declaration, :func:`textgym.registry.takes_free_text`): yes, unless the dataset has a
+    fixed answer set (:data:`ANSWER_SETS`) or ``candidates`` are given. reasoning_gym is not
+    imported."""
+    return lambda env_kwargs: name not in ANSWER_SETS and not env_kwargs.get("candidates")
 
 
 def training_defaults(name: str) -> TrainingDefaults:

@@ -14,7 +14,7 @@ the KL penalty to the reference policy. The algorithm's update (``reinforce.py``
 Example:
     >>> import textgym, torch
     >>> from textgym.rollout import collect, decisions_of
-    >>> from textgym.trainers.config import ReinforceConfig
+    >>> from textgym.trainers import ReinforceConfig
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> rollout = collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
     >>> decisions = decisions_of(rollout.episodes)
@@ -44,7 +44,7 @@ from textgym.trainers.engine.optimization import LossFn
 from textgym.trainers.engine.precision import ActingCorrection
 
 if TYPE_CHECKING:
-    from textgym.trainers.config import TrainConfig
+    from textgym.trainers.engine.train_config import TrainConfig
 
 __all__ = ["LossStep", "Objective", "behaviour_logprobs", "skipped_update"]
 

@@ -36,8 +36,8 @@ import torch
 from textgym import jsonl
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
-from textgym.trainers.config import SFTConfig, TrainConfig
 from textgym.trainers.engine.optimization import optimizer_step
+from textgym.trainers.engine.train_config import SFTConfig, TrainConfig
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext

@@ -29,7 +29,6 @@ from textgym import distributed, run_folder, seeds
 from textgym.distributed import ProcessContext
 from textgym.policy import Decision, Policy
 from textgym.rollout import Envs, Episode, Rollout, collect, decisions_of
-from textgym.trainers.config import SFTConfig, TrainConfig, config_for
 from textgym.trainers.engine import loop
 from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.engine.evaluation import HeldOut
@@ -43,6 +42,7 @@ from textgym.trainers.engine.preparation import (
     system_prompt_of,
 )
 from textgym.trainers.engine.sft import Demonstration, OnlineSFT, sft
+from textgym.trainers.engine.train_config import SFTConfig, TrainConfig
 from textgym.trainers.reporting import alarms, update_metrics
 from textgym.trainers.reporting.metrics import MetricsWriter
 from textgym.trainers.reporting.trackers import parse_report_to
@@ -76,7 +76,10 @@ class Trainer:
             :func:`textgym.distributed.init`, a world of one unless a launcher started several).
     """
 
-    algorithm = "base"
+    config_class: type[TrainConfig] = TrainConfig
+    """The algorithm's config class; its ``algorithm`` names the algorithm (:attr:`algorithm`)."""
+    algorithm = TrainConfig.algorithm
+    """The algorithm's name (``make_trainer``'s and the checkpoint's), set from :attr:`config_class`."""
     bootstraps_truncated = False
     """Whether the algorithm bootstraps truncated episodes from a value: its rollouts then ask for
     a decision at each truncated episode's final state (:attr:`textgym.rollout.Episode.bootstrap`)."""
@@ -84,7 +87,7 @@ class Trainer:
     def __init__(self, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  env_kwargs: dict[str, Any] | None = None, process: ProcessContext | None = None):
-        self.config = config_for(self.algorithm, config)
+        self.config = self.config_class.coerce(config)
         self.process = process if process is not None else distributed.init()
         seed_everything(self.config.seed)
         self.policy = policy
@@ -125,6 +128,10 @@ class Trainer:
             self.episode_shard()  # fails now if the update's episodes cannot be shared by the processes
         # Every replica starts from rank 0's weights (adapter, value head), whatever its own seed made.
         self.process.broadcast_parameters(self.optimized_parameters())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.algorithm = cls.config_class.algorithm
 
     # --- hooks for the algorithms ----------------------------------------------------------
 
@@ -390,5 +397,26 @@ class Trainer:
         """Rebuild a trainer from checkpoint ``path`` and continue the same run: ``policy`` on the
         *same base model* (without adapter; default: built from the checkpoint's record), ``env``
         (default: its env id), ``out_dir`` (default: its run folder), ``process`` (default:
-        :func:`textgym.distributed.init`)."""
-        return trainer_state.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
+        :func:`textgym.distributed.init`). Called on :class:`Trainer`, the checkpoint's algorithm
+        picks the class among its subclasses (:meth:`subclass_for`)."""
+        return trainer_state.resume(path, cls.subclass_for, policy=policy, env=env, out_dir=out_dir,
+                                    process=process)
+
+    @classmethod
+    def subclass_for(cls, algorithm: str) -> type[Trainer]:
+        """The trainer class of ``algorithm`` among this class and its subclasses: the algorithms
+        subclass :class:`Trainer` (``textgym.trainers.Trainer`` loads them all).
+
+        Raises:
+            ValueError: no such trainer class is loaded.
+        """
+        found = {c.algorithm: c for c in _subclasses(cls)}
+        if algorithm not in found:
+            raise ValueError(f"no trainer of algorithm {algorithm!r} under {cls.__name__}; "
+                             f"loaded: {sorted(found)}")
+        return found[algorithm]
+
+
+def _subclasses(cls: type[Trainer]) -> list[type[Trainer]]:
+    """``cls`` and every subclass of it, depth first."""
+    return [cls] + [sub for child in cls.__subclasses__() for sub in _subclasses(child)]

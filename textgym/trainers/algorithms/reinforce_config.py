@@ -1,0 +1,31 @@
+"""REINFORCE's config: :class:`TrainConfig`'s fields and how returns become advantages."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textgym.settings import like, setting
+from textgym.trainers.engine.train_config import TrainConfig
+
+
+@dataclass
+class ReinforceConfig(TrainConfig):
+    """REINFORCE with a baseline (Williams, 1992)."""
+
+    lr: float = like(TrainConfig, "lr", 1e-4)
+    """Peak learning rate (see :class:`TrainConfig`)."""
+    baseline: str = setting("batch", choices=("batch", "ema", "none"))
+    """How returns become advantages: ``"batch"`` (subtract the batch mean and divide by its std),
+    ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``."""
+    ema_decay: float = setting(0.9, at_least=0, at_most=1)
+    """Decay of the EMA baseline (``baseline="ema"``): new = decay * old + (1 - decay) * batch mean."""
+    clip_eps: float | None = setting(0.2, above=0)
+    """Trust region: PPO's clipped ratio against the rollout's log-probs (the first minibatch's
+    gradient is REINFORCE's; later ones stop pushing a decision whose probability already moved
+    by more than this factor). ``None``: the plain ``-A log pi`` loss."""
+
+    algorithm = "reinforce"
+    trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"
+
+
+__all__ = ["ReinforceConfig"]
