@@ -366,7 +366,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
         for plan in plans:  # every row's resolved settings, so a partial table shows them too
             cfg = plan.config
             rows[plan.row.name] = {
-                "env": cfg.env, "target": plan.row.target, "budget_note": plan.row.budget,
+                "env": cfg.env, "target": str(plan.row.target), "budget_note": plan.row.budget,
                 "settings": dict(plan.row.settings),
                 "budget": {"updates": cfg.updates, "episodes": cfg.episodes,
                            "episodes_per_update": plan.episodes_per_update,
@@ -407,6 +407,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                 entry["runs"].append({k: v for k, v in record.items() if k != "spec"})
                 entry["trained"] = seed_summary([r["eval"] for r in entry["runs"]])
                 entry["gain"] = gain_summary([r.get("gain") for r in entry["runs"]])
+                entry["met"] = row.target.met(entry["trained"], entry["references"].get("untrained"))
                 if visible:
                     visible.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
                                f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "

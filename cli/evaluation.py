@@ -198,7 +198,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline
-        from textgym.envs.games import held_out
+        from textgym.registry import held_out
 
         env_kwargs = held_out(env_kwargs)  # a self-play run is measured against the default opponent
         if max_episode_steps is not None:

@@ -220,3 +220,73 @@ def test_one_update_is_singular():
     from textgym.cli.display import plan_line
 
     assert plan_line(1, episodes_per_update=8) == "plan: 1 update of 8 episodes; stops after update 1"
+
+
+# --- 15. textgym view: the greedy checks, an honest KL, a rate axis from 0 ------------------------
+
+def _metrics_run(folder, records):
+    folder.mkdir()
+    (folder / "config.toml").write_text('env = "textgym/Bandit-v0"\n')
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def test_view_shows_the_greedy_checks_that_decided_solved(tmp_path):
+    import re
+
+    from textgym.cli.viewing import build_report
+
+    records = [{"update": u, "episodes": 8 * u, "return_mean": 0.2 * u, "invalid_rate": 0.0, "kl": 0.0,
+                "check": {"update": u, "return_mean": 0.3 * u, "until": 0.9, "solved": 0.3 * u >= 0.9,
+                          "episodes": 8}} for u in (1, 2, 3)]
+    page = build_report([_metrics_run(tmp_path / "run", records)])
+    panel = re.search(r'data-metric="return_mean".*?</svg>', page).group(0)
+    assert "greedy checks" in panel and 'data-series="check_return_mean"' in panel
+    checks = re.search(r'data-series="check_return_mean"', panel)
+    assert checks and panel.count("<circle") >= 3          # a dot per check
+    assert "solved at &#8805; 0.9" in panel                # the threshold they are held to
+    kl = re.search(r'data-metric="kl".*?</svg>', page).group(0)
+    assert "step of each update" in kl and "to the reference" in kl
+
+
+def test_the_invalid_rate_axis_never_runs_negative(tmp_path):
+    import re
+
+    from textgym.cli.viewing import build_report
+
+    records = [{"update": u, "episodes": 8 * u, "return_mean": 1.0, "invalid_rate": 0.0} for u in (1, 2)]
+    page = build_report([_metrics_run(tmp_path / "run", records)])
+    panel = re.search(r'data-metric="invalid_rate".*?</svg>', page).group(0)
+    labels = [float(t) for t in re.findall(r'class="tick" text-anchor="end">([-0-9.e]+)<', panel)]
+    assert labels and min(labels) == 0.0 and max(labels) == 1.0, labels
+
+
+# --- 16. benchmark suites: targets of the row's own evaluation, one number format, "met" --------------
+
+@pytest.mark.parametrize("suite", ["smoke", "quick", "full"])
+def test_every_target_matches_its_rows_evaluation(suite):
+    from textgym.benchmark import SUITES
+
+    for row in SUITES[suite].rows:
+        cap = row.eval_env_kwargs.get("max_episode_steps")
+        if cap is not None and row.target.return_at_least is not None:   # CartPole: 1 per step
+            assert row.target.return_at_least <= cap and f"{cap}-step cap" in str(row.target), (suite, row.name)
+    [cartpole] = [row for row in SUITES["smoke"].rows if row.name == "cartpole-numbers"]
+    assert cartpole.eval_env_kwargs["max_episode_steps"] == 20 and cartpole.target.return_at_least == 19.5
+
+
+def test_the_table_has_one_number_format_and_a_met_column():
+    from textgym.benchmark import SUITES, markdown_table
+
+    results = {"rows": {
+        "bandit": {"trained": {"return_mean": 1.0}, "references": {"untrained": {"return_mean": 0.25},
+                                                                   "random": {"return_mean": 0.5}}},
+        "cartpole-numbers": {"trained": {"return_mean": 9.5}, "references": {"untrained": {"return_mean": 17.25},
+                                                                             "random": {"return_mean": 20.0}}},
+    }}
+    table = markdown_table(SUITES["smoke"], results).splitlines()
+    assert table[0].endswith("| target | met |")
+    bandit, cartpole, blackjack = table[2:]
+    assert bandit.endswith("| return >= 1 (the scripted player's) | yes |")
+    assert "| 9.5 | 17.2 | 20 |" in cartpole and cartpole.endswith(" | no |")
+    assert "+" not in cartpole and blackjack.endswith(" | - |")

@@ -26,7 +26,7 @@ Example:
     >>> suite.model, [row.name for row in suite.rows]
     ('tiny', ['bandit', 'cartpole-numbers', 'blackjack'])
     >>> print(markdown_table(suite, {"rows": {}}).splitlines()[2])
-    | bandit | bandit | 1 update of 8 episodes | not run | not run | - | not run | not run | not run | not run | 1.0 (the scripted player) |
+    | bandit | bandit | 1 update of 8 episodes | not run | not run | - | not run | not run | not run | not run | return >= 1 (the scripted player's) | - |
 """
 
 from __future__ import annotations
@@ -38,8 +38,101 @@ from typing import Any
 
 from textgym.settings import check, setting
 
-__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "gain_cell", "gain_summary", "markdown_table",
-           "result_cell", "rl_gain", "seed_summary"]
+__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "Target", "gain_cell", "gain_summary",
+           "markdown_table", "number", "result_cell", "rl_gain", "seed_summary"]
+
+
+def number(value: float) -> str:
+    """The table's one format for a return (results, spreads and targets alike): 3 significant
+    digits.
+
+    Example:
+        >>> [number(v) for v in (9.5, 17.25, 20.0, -0.0536, 195.0)]
+        ['9.5', '17.2', '20', '-0.0536', '195']
+    """
+    return f"{float(value):.3g}"
+
+
+def _percent(rate: float) -> str:
+    return f"{100 * float(rate):.0f}%"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a row should reach on its own evaluation: the trained policy's greedy result (the mean
+    over seeds, on the row's held-out episodes and step cap), shown in the table's ``target``
+    column and checked for its ``met`` column (:meth:`met`).
+
+    Example:
+        >>> target = Target(return_at_least=19.5, note="20-step cap")
+        >>> str(target), target.met({"return_mean": 20.0}), target.met({"return_mean": 9.0})
+        ('return >= 19.5 (20-step cap)', True, False)
+        >>> str(Target(win_rate_at_least=0.9, loss_rate_at_most=0.02))
+        'wins >= 90%, losses <= 2%'
+
+    Args:
+        return_at_least: the mean greedy return must reach this.
+        win_rate_at_least: a game's win rate must reach this.
+        loss_rate_at_most: a game's loss rate must stay at or under this.
+        above_untrained: the return must beat the untrained model's on the same episodes.
+        exact_return_at_least: the greedy play's exact expected return (``exact_return``, where
+            the env has one: Blackjack) must reach this.
+        note: what the numbers stand for, shown in parentheses.
+    """
+
+    return_at_least: float | None = None
+    win_rate_at_least: float | None = None
+    loss_rate_at_most: float | None = None
+    above_untrained: bool = False
+    exact_return_at_least: float | None = None
+    note: str = ""
+
+    def __str__(self) -> str:
+        parts = []
+        if self.return_at_least is not None:
+            parts.append(f"return >= {number(self.return_at_least)}")
+        if self.win_rate_at_least is not None:
+            parts.append(f"wins >= {_percent(self.win_rate_at_least)}")
+        if self.loss_rate_at_most is not None:
+            parts.append(f"losses <= {_percent(self.loss_rate_at_most)}")
+        if self.above_untrained:
+            parts.append("return above the untrained model's")
+        if self.exact_return_at_least is not None:
+            parts.append(f"exact return >= {number(self.exact_return_at_least)}")
+        return ", ".join(parts) + (f" ({self.note})" if self.note else "")
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+    def met(self, trained: Mapping[str, Any] | None,
+            untrained: Mapping[str, Any] | None = None) -> bool | None:
+        """Whether ``trained`` (an evaluation or a :func:`seed_summary`) reaches the target;
+        ``None`` when it is not run yet (or the untrained model's return it must beat is
+        missing)."""
+        if not trained or "return_mean" not in trained:
+            return None
+        value = float(trained["return_mean"])
+        checks = []
+        if self.return_at_least is not None:
+            checks.append(value >= self.return_at_least)
+        if self.win_rate_at_least is not None:
+            checks.append(float(trained.get("win_rate", 0.0)) >= self.win_rate_at_least)
+        if self.loss_rate_at_most is not None:
+            checks.append(float(trained.get("loss_rate", 1.0)) <= self.loss_rate_at_most)
+        if self.above_untrained:
+            if not untrained or "return_mean" not in untrained:
+                return None
+            checks.append(value > float(untrained["return_mean"]))
+        if self.exact_return_at_least is not None:
+            if "exact_return" not in trained:
+                return None
+            checks.append(float(trained["exact_return"]) >= self.exact_return_at_least)
+        return all(checks)
+
+
+def _cartpole_target(cap: int) -> Target:
+    """CartPole-v0's "195 over 200 steps", scaled to the evaluation's step cap."""
+    return Target(return_at_least=0.975 * cap, note=f"{cap}-step cap; CartPole-v0's 195 of 200")
 
 
 @dataclass(frozen=True)
@@ -56,7 +149,8 @@ class BenchmarkRow:
         eval_episodes: greedy held-out episodes per trained run and per reference.
         eval_env_kwargs: env settings of the evaluation over the run's (e.g. a step cap, or
             TextWorld's held-out pool of games).
-        target: what the row should reach, shown in the table.
+        target: what the row should reach on this evaluation (its step cap, its episodes),
+            shown in the table and checked for its "met" column.
         budget: how the budget was chosen.
     """
 
@@ -65,7 +159,7 @@ class BenchmarkRow:
     settings: Mapping[str, Any] = field(default_factory=dict)
     eval_episodes: int = 100
     eval_env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    target: str = ""
+    target: Target = field(default_factory=Target)
     budget: str = ""
 
 
@@ -100,7 +194,8 @@ class Suite:
 #: say what the prompt does not), the check and step cap as CartPole-v0's "195 over 200 steps".
 _CARTPOLE_NUMBERS = {"env_kwargs": {"word": "none", "shaping": 1.0}}
 _CARTPOLE_EVAL = {"max_episode_steps": 200}
-_CARTPOLE_TARGET = "greedy >= 195 (200 steps)"
+_CARTPOLE_TARGET = _cartpole_target(_CARTPOLE_EVAL["max_episode_steps"])
+_SMOKE_CARTPOLE_EVAL = {"max_episode_steps": 20}
 #: The same, warm-started on the scripted PD controller's play (2,000 decisions, 4 epochs at lr
 #: 1e-3) and no RL update: 199.6 greedy on the 50 held-out episodes at seed 0 (docs/results.md,
 #: "The numbers only"). REINFORCE at CartPole's registered settings after it undid it in one update
@@ -139,7 +234,7 @@ def _textworld_eval(games: int) -> dict[str, Any]:
     return {"games": games, "first_game": 1000, "progress_reward": 0.0}
 
 
-_TEXTWORLD_TARGET = ">= 85% won (held-out games)"
+_TEXTWORLD_TARGET = Target(return_at_least=0.85, note="the share of held-out games won")
 #: TicTacToe: a warm start on the optimal player's 800 games (6 epochs at lr 1e-3), no RL update.
 #: The optimal player (the best response to the random opponent, deterministic: one answer per
 #: position) wins 95.75% of the 400 held-out games and loses none; imitating the scripted one
@@ -147,12 +242,12 @@ _TEXTWORLD_TARGET = ">= 85% won (held-out games)"
 #: after 1,200 games, 87.8% / 4.3% with 24 REINFORCE updates after it (docs/results.md).
 _TICTACTOE_WARM = {"sft_player": "optimal", "sft_episodes": 800, "sft_epochs": 6, "updates": 0,
                    "trainer": {"sft_lr": 1e-3}}
-_TICTACTOE_TARGET = ">= 90% wins, <= 2% losses"
+_TICTACTOE_TARGET = Target(win_rate_at_least=0.9, loss_rate_at_most=0.02)
 #: reasoning-gym's family_relationships in score mode over its 16 relations: the untrained model
 #: starts between 5% and 60%, where RL has room (8.0% on 200 held-out items; random 5.5%).
 _FAMILY_RELATIONSHIPS = {"mode": "score"}
-_FAMILY_RELATIONSHIPS_TARGET = "above the untrained 8.0% (200 held-out items)"
-_BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
+_FAMILY_RELATIONSHIPS_TARGET = Target(above_untrained=True, note="the share of held-out items answered right")
+_BLACKJACK_TARGET = Target(return_at_least=-0.055, note="basic strategy's exact -0.0466")
 #: Blackjack: a warm start on basic strategy's 1,000 hands (6 epochs at lr 1e-3), no RL update:
 #: -0.0675 on the 2,000 held-out hands at seed 0, where basic strategy itself scores -0.0585; its
 #: exact expected return -0.0536 (8 of 280 states unlike basic strategy's -0.0466), the registered
@@ -164,18 +259,17 @@ _BLACKJACK_WARM = {"sft_player": "scripted", "sft_episodes": 1000, "sft_epochs":
 #: missions, ~540 decisions, 6 epochs at lr 1e-3) reaches 0.915 (the bot 0.934, random 0.110).
 _BABYAI = {"mode": "score", "sft_player": "scripted", "sft_episodes": 100, "sft_epochs": 6,
            "trainer": {"sft_lr": 1e-3, "lora_layers": 8}}
-_BABYAI_TARGET = ">= 0.84 (90% of the BabyAI bot's 0.93)"
+_BABYAI_TARGET = Target(return_at_least=0.84, note="90% of the BabyAI bot's 0.93")
 
 # --- RL on its own (issue 44): rows whose gain is RL's, each run's start_eval beside its eval ---
-#: RL's own mechanisms, for an env whose every state recurs: an exploration floor (both answers
-#: sampled in every hand, the update importance-weighted back to the policy), GiGPO's same-state
-#: advantage (a hand's HIT compared with its STICK in the same state), no KL penalty (it pulled
-#: toward the untrained model) and no entropy bonus (the floor explores).
+#: RL's own mechanisms, for an env whose states recur: an exploration floor (every answer sampled
+#: in every state, the update importance-weighted back to the policy), GiGPO's same-state advantage
+#: (a hand's HIT compared with its STICK in the same state), no KL penalty (it pulled toward the
+#: untrained model) and no entropy bonus (the floor explores).
 _RL_CREDIT = {"explore_floor": 0.2, "state_credit": 1.0, "kl_coef": 0.0, "entropy_coef": 0.0}
 #: Blackjack from the untrained model, no warm start.
 _BLACKJACK_RL = {"sft_player": "none", "updates": 40, "num_envs": 32, "lr": 1e-3,
                  "trainer": {**_RL_CREDIT, "episodes_per_update": 128, "metrics_window": 256}}
-_BLACKJACK_RL_TARGET = "exact >= -0.060 (optimum -0.0466)"
 #: CartPole with the numbers only, RL alone (the heading shaping credits each push).
 _CARTPOLE_NUMBERS_RL = {**_CARTPOLE_NUMBERS, "updates": 12}
 #: TicTacToe vs random: RL after the warm start on the optimal player (the clipped ratio and the
@@ -186,7 +280,8 @@ _BABYAI_RL = {"mode": "score", "sft_player": "none", "updates": 16,
               "trainer": {"lora_layers": 8, "explore_floor": 0.2, "state_credit": 1.0}}
 
 RL_ROWS = (
-    BenchmarkRow("blackjack-rl", "blackjack", _BLACKJACK_RL, eval_episodes=2000, target=_BLACKJACK_RL_TARGET,
+    BenchmarkRow("blackjack-rl", "blackjack", _BLACKJACK_RL, eval_episodes=2000,
+                 target=Target(exact_return_at_least=-0.060, note="basic strategy's exact -0.0466"),
                  budget="REINFORCE from the untrained model, no warm start, 40 updates of 128 hands "
                         "with the exploration floor and per-state credit"),
     BenchmarkRow("cartpole-numbers-rl", "cartpole", _CARTPOLE_NUMBERS_RL, eval_episodes=50,
@@ -194,10 +289,11 @@ RL_ROWS = (
                  budget="REINFORCE alone on the numbers (word none), up to 12 updates of 16 episodes; "
                         "stops once a check passes"),
     BenchmarkRow("tictactoe-rl", "tictactoe", _TICTACTOE_RL, eval_episodes=400,
-                 target=">= 94% wins, <= 1% losses, above start_eval by 2 s.e.",
+                 target=Target(win_rate_at_least=0.94, loss_rate_at_most=0.01,
+                               note="and above start_eval by 2 standard errors"),
                  budget="the warm start on the optimal player's 800 games, then 8 REINFORCE updates"),
     BenchmarkRow("babyai-gotoredball-rl", "minigrid/BabyAI-GoToRedBallNoDists-v0", _BABYAI_RL,
-                 eval_episodes=100, target=">= 0.80 (the bot 0.934, random 0.110)",
+                 eval_episodes=100, target=Target(return_at_least=0.80, note="the bot 0.934, random 0.110"),
                  budget="16 REINFORCE updates from the untrained model with the exploration floor"),
 )
 
@@ -207,13 +303,14 @@ SMOKE = Suite(
     rows=(
         BenchmarkRow("bandit", "bandit", {"updates": 1, "num_envs": 8, "check_every": 0,
                                           "trainer": {"episodes_per_update": 8}},
-                     eval_episodes=16, target="1.0 (the scripted player)",
+                     eval_episodes=16, target=Target(return_at_least=1.0, note="the scripted player's"),
                      budget="the smallest update; the table's shape, not a result"),
         BenchmarkRow("cartpole-numbers", "cartpole",
                      {**_CARTPOLE_NUMBERS, "updates": 1, "num_envs": 4, "check_every": 0,
                       "trainer": {"episodes_per_update": 4}},
-                     eval_episodes=4, eval_env_kwargs={"max_episode_steps": 20},
-                     target=_CARTPOLE_TARGET, budget="the smallest update; evaluation capped at 20 steps"),
+                     eval_episodes=4, eval_env_kwargs=_SMOKE_CARTPOLE_EVAL,
+                     target=_cartpole_target(_SMOKE_CARTPOLE_EVAL["max_episode_steps"]),
+                     budget="the smallest update; evaluation capped at 20 steps"),
         BenchmarkRow("blackjack", "blackjack", {"sft_player": "none", "updates": 1, "num_envs": 8,
                                                 "trainer": {"episodes_per_update": 8}},
                      eval_episodes=16, target=_BLACKJACK_TARGET, budget="the smallest update"),
@@ -412,17 +509,15 @@ def gain_cell(gain: Mapping[str, Any] | None) -> str:
 
     Example:
         >>> gain_cell({"return": 0.3, "return_stderr": 0.025, "seeds": 2})
-        '+0.300 ± 0.025'
+        '+0.3 ± 0.025'
         >>> gain_cell({})
         '-'
     """
     if not gain:
         return "-"
-    value = float(gain["return"])
-    text = f"{value:+.3g}" if abs(value) >= 10 else f"{value:+.3f}"
-    text += f" ± {float(gain['return_stderr']):.2g}"
+    text = f"{'+' if float(gain['return']) >= 0 else ''}{number(gain['return'])} ± {number(gain['return_stderr'])}"
     if "exact_return" in gain:
-        text += f" (exact {float(gain['exact_return']):+.4f})"
+        text += f" (exact {'+' if float(gain['exact_return']) >= 0 else ''}{number(gain['exact_return'])})"
     return text
 
 
@@ -432,7 +527,7 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
 
     Example:
         >>> result_cell({"return_mean": 0.3, "win_rate": 0.615, "draw_rate": 0.07, "loss_rate": 0.315})
-        '+0.300 (W/D/L 62/7/32%)'
+        '0.3 (W/D/L 62/7/32%)'
         >>> result_cell({"return_mean": 187.25, "return_seed_std": 9.5, "seeds": 3})
         '187 ± 9.5 (3 seeds)'
         >>> result_cell(None)
@@ -440,15 +535,14 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
     """
     if result is None:
         return "not run"
-    value = float(result["return_mean"])
-    text = f"{value:.3g}" if abs(value) >= 10 else f"{value:+.3f}"
+    text = number(result["return_mean"])
     if result.get("seeds", 1) > 1:
-        text += f" ± {float(result['return_seed_std']):.2g} ({result['seeds']} seeds)"
+        text += f" ± {number(result['return_seed_std'])} ({result['seeds']} seeds)"
     if "win_rate" in result:
         rates = "/".join(f"{100 * float(result[k]):.0f}" for k in ("win_rate", "draw_rate", "loss_rate"))
         text += f" (W/D/L {rates}%)"
     if "exact_return" in result:
-        text += f" (exact {float(result['exact_return']):+.4f})"
+        text += f" (exact {number(result['exact_return'])})"
     return text
 
 
@@ -473,15 +567,21 @@ def _budget(row: Mapping[str, Any] | None, declared: BenchmarkRow) -> str:
     return text + took
 
 
+def _met(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
+
+
 def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
     """The Markdown table of a suite's results (``results.json``'s content): one line per row,
-    the trained policy's greedy return (mean over seeds) beside the untrained model's and the
-    references', with the row's target. A row not run yet says so."""
+    the trained policy's greedy return (mean over seeds) beside its starting point's on the same
+    episodes (``start_eval``: the warm start, else the untrained model) and the RL gain between
+    them, the untrained model's and the references', with the row's target and whether the trained policy met it (``-``: not run).
+    A row not run yet says so. Every return has one format (:func:`number`)."""
     names = ["random", "scripted", "optimal"]  # "optimal": the best policy, where one is known
     lines = [
         ("| run | env | budget per seed | trained (greedy) | start (greedy) | RL gain | untrained | random "
-         "| scripted | optimal | target |"),
-        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+         "| scripted | optimal | target | met |"),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = results.get("rows") or {}
     for declared in suite.rows:
@@ -497,6 +597,6 @@ def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
                  result_cell(references.get("untrained")),
                  *(result_cell(references.get(name)) if (not references or name in references)
                    else "none" for name in names),  # "none": the env has no such reference
-                 declared.target or "-"]
+                 str(declared.target) or "-", _met(declared.target.met(trained, references.get("untrained")))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

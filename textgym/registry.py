@@ -42,6 +42,7 @@ from textgym.training_defaults import TrainingDefaults
 
 __all__ = [
     "GENERIC_TRAINING_DEFAULTS",
+    "SELF_PLAY",
     "DuplicateEnvError",
     "EnvFamily",
     "EnvSpecInfo",
@@ -52,6 +53,7 @@ __all__ = [
     "UnknownEnvError",
     "exact_return",
     "family_ids",
+    "held_out",
     "list_envs",
     "list_families",
     "load_plugins",
@@ -62,6 +64,7 @@ __all__ = [
     "register_family",
     "resolve_id",
     "training_defaults",
+    "with_learner",
 ]
 
 ENTRY_POINT_GROUP = "textgym.envs"
@@ -91,6 +94,23 @@ class PluginLoadWarning(UserWarning):
 ReferencePlayer = Callable[[dict[str, Any]], str]
 #: A reference policy makes a player for one env: ``policy(env, seed) -> ReferencePlayer``.
 ReferencePolicy = Callable[[gym.Env, "int | None"], ReferencePlayer]
+
+
+SELF_PLAY = "self"
+"""``opponent="self"``: the learner plays the other seat too. A trainer gives such an env its own
+policy (:func:`with_learner`), which then answers for the opponent at every turn with its current
+weights (self-play); held-out play is against the env's default opponent (:func:`held_out`)."""
+
+
+def with_learner(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``env_kwargs`` with ``opponent="self"`` replaced by the learner's ``policy`` (self-play)."""
+    return {**env_kwargs, "opponent": policy} if env_kwargs.get("opponent") == SELF_PLAY else env_kwargs
+
+
+def held_out(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``env_kwargs`` for held-out play: a self-play run is measured against the env's default
+    opponent (random), not against itself."""
+    return {k: v for k, v in env_kwargs.items() if not (k == "opponent" and v == SELF_PLAY)}
 
 
 #: What :func:`training_defaults` gives for an env that registered none, and what fills the
@@ -659,8 +679,38 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     if max_episode_steps is not None and "max_episode_steps" in spec.kwargs:
         spec = dataclasses.replace(
             spec, kwargs={**spec.kwargs, "max_episode_steps": max_episode_steps})
-        return gym.make(spec, **kwargs)
-    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        return _reset_safe_checker(gym.make(spec, **kwargs))
+    return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
+
+
+class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
+    """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
+    the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        first = not self.checked_reset
+        try:
+            return super().reset(seed=seed, options=options)
+        except BaseException:
+            if first:
+                self.checked_reset = False
+            raise
+
+
+def _reset_safe_checker(env: gym.Env) -> gym.Env:
+    """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
+    its wrapper chain (if any) replaced by a :class:`ResetSafeEnvChecker` around the same env."""
+    outer, wrapper = None, env
+    while isinstance(wrapper, gym.Wrapper):
+        if type(wrapper) is gym.wrappers.PassiveEnvChecker:
+            checker = ResetSafeEnvChecker(wrapper.env)
+            if outer is None:
+                return checker
+            outer.env = checker
+            return env
+        outer, wrapper = wrapper, wrapper.env
+    return env
 
 
 def make_vec(id: str, num_envs: int, seed: int | None = None, **kwargs: Any):

@@ -22,6 +22,9 @@ Faults (each an :class:`OpenEnvError`, a :class:`textgym.vector.SubEnvError`, na
 raised within ``step_timeout`` seconds): the server died or closed the session, did not answer in
 time, answered something malformed, or is full (OpenEnv's ``CAPACITY_REACHED``). The session is
 dropped; the next ``reset()`` opens a new one (a rollout drops the episode and goes on).
+
+A server started with a token (``textgym serve --token``) is sent the ``TEXTGYM_TOKEN``
+environment variable as ``Authorization: Bearer`` (OpenEnv's client ``headers=``).
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ PREFIX = "openenv:"
 DEFAULT_STEP_TIMEOUT = 30.0
 #: Observation fields read as the observation's text, in this order (a foreign server).
 TEXT_FIELDS = ("text", "prompt", "observation", "message", "content", "question", "board", "output")
+#: The environment variable holding a server's token (``textgym serve --token``).
+TOKEN_VARIABLE = "TEXTGYM_TOKEN"
 _METADATA_KEY = "textgym"  # textgym.serve.METADATA_KEY (not imported: that module needs the server side)
 _SMALL_RANGE = 32  # an integer action field with at most this many values lists them as valid actions
 
@@ -150,9 +155,17 @@ def _openenv_client():
     return CheckedClient
 
 
+def _auth_headers() -> dict[str, str] | None:
+    """``Authorization: Bearer $TEXTGYM_TOKEN`` when the variable is set."""
+    token = os.environ.get(TOKEN_VARIABLE)
+    return {"Authorization": f"Bearer {token}"} if token else None
+
+
 def _describe_error(url: str, exc: BaseException, timeout: float) -> str:
     """One line saying what went wrong with the server at ``url``."""
     text = str(exc)
+    if "HTTP 401" in text:
+        return f"OpenEnv server {url} refused the connection: set {TOKEN_VARIABLE} to its --token"
     if isinstance(exc, TimeoutError) or type(exc).__name__ == "TimeoutError":
         return f"OpenEnv server {url} did not answer within {timeout:g} s (--step-timeout)"
     if "CAPACITY_REACHED" in text:
@@ -186,7 +199,8 @@ class Session:
         try:
             if self._client is None:
                 self._client = client_class(base_url=self.url, connect_timeout_s=self.step_timeout,
-                                            message_timeout_s=self.step_timeout).sync()
+                                            message_timeout_s=self.step_timeout,
+                                            headers=_auth_headers()).sync()
                 self._client.connect()
             return getattr(self._client, what)(*args, **kwargs)
         except Exception as exc:  # every failure of the session is the server's
@@ -331,7 +345,7 @@ class OpenEnvTextEnv(gym.Env):
         import requests
 
         try:
-            reply = requests.get(f"{self.url}/schema", timeout=self.step_timeout)
+            reply = requests.get(f"{self.url}/schema", timeout=self.step_timeout, headers=_auth_headers())
             reply.raise_for_status()
             schema = reply.json()["action"]
             if not isinstance(schema, dict):

@@ -1,11 +1,12 @@
 """What an env recommends for training on it, declared once: :class:`TrainingDefaults`.
 
 Each setting here is also a setting of a run (``textgym train``'s ``RunConfig`` declares its
-budget and early-stop fields ``like`` these, and ``num_envs``/``lr`` are
-:class:`~textgym.trainers.TrainConfig`'s): one range and one doc per setting, whichever way a
-value comes in (an env's registration, a config file, a flag). Envs register their defaults with
-:func:`textgym.register` (``textgym.registry`` re-exports this class); this module is torch- and
-gymnasium-free, so ``textgym --help`` reads it at once.
+budget and early-stop fields ``like`` these, and :class:`~textgym.trainers.TrainConfig` its
+``num_envs`` and ``lr``): one range and one doc per setting, whichever way a value comes in (an
+env's registration, a config file, a flag). Envs register their defaults with
+:func:`textgym.register` (``textgym.registry`` re-exports this class). This module sits below
+the registry and the trainers and imports neither; it is torch- and gymnasium-free, so
+``textgym --help`` reads it at once.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from textgym.settings import check, like, setting
-from textgym.trainers.engine.train_config import MAX_ENVS, TrainConfig
+from textgym.settings import check, setting
 
-__all__ = ["TrainingDefaults"]
+__all__ = ["MAX_ENVS", "TrainingDefaults"]
+
+#: The most envs one process steps together (far beyond what fits a model's batch on one device).
+MAX_ENVS = 4096
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,14 @@ class TrainingDefaults:
     check_max_steps: int | None = setting(None, at_least=1)
     """Cap on the length of a check's episodes (None: the env's default cap, else its own limit).
     Keep it where a capped return still says "solved" (CartPole: 200 steps for 195)."""
-    num_envs: int | None = like(TrainConfig, "num_envs", None)
-    lr: float | None = like(TrainConfig, "lr", None)
+    num_envs: int | None = setting(None, at_least=1, at_most=MAX_ENVS)
+    """Envs stepped together, one policy call per vector step.
+    With several data-parallel processes, in each process. (Declared here, below the trainers:
+    :class:`~textgym.trainers.TrainConfig` and the run's config declare theirs like this one.)"""
+    lr: float | None = setting(None, above=0)
+    """Peak learning rate of AdamW.
+    For the trained weights: the LoRA adapter, or the whole model. (Declared here, below the
+    trainers, like ``num_envs``.)"""
     sft_player: str | None = setting(None)
     """Imitate this reference player before RL (scripted; none: off).
     One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes

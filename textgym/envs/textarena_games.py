@@ -134,7 +134,7 @@ class TextArenaEnv(gym.Env):
         game: the TextArena id, e.g. ``"TicTacToe-v0"``.
         opponent: for two-player games: ``"random"``, ``"scripted"`` (games in :data:`SCRIPTED`),
             ``"self"`` (self-play: a trainer plays the learner's policy here,
-            :data:`textgym.envs.games.SELF_PLAY`),
+            :data:`textgym.registry.SELF_PLAY`),
             ``f(text, valid_actions) -> answer`` or
             an object with ``act(observations, system_prompts, valid_actions)`` (a :class:`textgym.Policy`).
         seat: ``"first"``, ``"second"`` or ``"random"`` (drawn at each reset).
@@ -229,7 +229,8 @@ class TextArenaEnv(gym.Env):
             return str(self._opponent_rng.choice(moves)) if moves else ""
         if self.opponent == "scripted":
             return SCRIPTED[_game_name(self.game)](self.env, self._opponent_rng)
-        from textgym.envs.games import SELF_PLAY, learner_missing
+        from textgym.envs.games import learner_missing
+        from textgym.registry import SELF_PLAY
 
         if self.opponent == SELF_PLAY:
             raise learner_missing(f"textarena/{self.game}")

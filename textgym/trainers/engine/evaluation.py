@@ -90,7 +90,7 @@ class HeldOut:
     """Where a trainer plays its held-out episodes greedily: :meth:`evaluate` and :meth:`check`.
 
     Made from the trainer's env id (``env_id``, with its ``env_kwargs``; ``opponent="self"``
-    dropped: :func:`textgym.envs.games.held_out`) with enough sub-envs for
+    dropped: :func:`textgym.registry.held_out`) with enough sub-envs for
     this process's share of the episodes (:func:`eval_envs`), else
     the trainer's own vector env (``envs``). A check's envs are made once and reused, by size and
     step cap: the episodes' seeds make every check play the same starts.
@@ -98,7 +98,7 @@ class HeldOut:
 
     def __init__(self, env_id: str | None, env_kwargs: dict[str, Any], envs: Envs | None,
                  process: ProcessContext):
-        from textgym.envs.games import held_out
+        from textgym.registry import held_out
 
         # a self-play run's held-out games are against the env's default opponent
         self.env_id, self.env_kwargs, self.envs, self.process = env_id, held_out(env_kwargs), envs, process

@@ -75,7 +75,7 @@ def make_envs(env: str | Envs | None, config: TrainConfig, env_kwargs: dict[str,
         return None, None
     if isinstance(env, str):
         import textgym
-        from textgym.envs.games import with_learner
+        from textgym.registry import with_learner
 
         return env, textgym.make_vec(env, num_envs=config.num_envs, seed=config.seed,
                                      **with_learner(env_kwargs, policy))

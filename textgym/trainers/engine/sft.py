@@ -254,8 +254,7 @@ def player_demonstrations(env: str, player: str = "scripted", episodes: int = 10
     """
     import textgym
     from textgym.baselines import evaluate_reference, reference_policy_names
-    from textgym.envs.games import held_out
-    from textgym.registry import reference_policy, resolve_id
+    from textgym.registry import held_out, reference_policy, resolve_id
 
     env_id = resolve_id(env)
     policy = reference_policy(env_id, player)

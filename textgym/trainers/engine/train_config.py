@@ -19,9 +19,8 @@ from typing import Any
 from textgym import distributed, seeds
 from textgym.lora import LoraSettings
 from textgym.settings import check, like, setting
+from textgym.training_defaults import MAX_ENVS, TrainingDefaults
 
-#: The most envs one process steps together (far beyond what fits a model's batch on one device).
-MAX_ENVS = 4096
 #: The largest seed (NumPy's legacy seeding limit, 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
@@ -31,9 +30,7 @@ class TrainConfig:
     """Knobs common to every trainer."""
 
     # --- optimisation -------------------------------------------------------------------
-    lr: float = setting(1e-4, above=0)
-    """Peak learning rate of AdamW.
-    For the trained weights: the LoRA adapter, or the whole model."""
+    lr: float = like(TrainingDefaults, "lr", 1e-4)  # range, help: TrainingDefaults.lr
     lr_schedule: str = setting("constant", choices=("constant", "linear", "cosine"))
     """Learning-rate schedule over updates: ``"constant"``, ``"linear"`` (decay to 0 at
     ``total_updates``) or ``"cosine"`` (to 0 at ``total_updates``)."""
@@ -73,9 +70,7 @@ class TrainConfig:
     ``None``: no limit."""
 
     # --- data collection ----------------------------------------------------------------
-    num_envs: int = setting(8, at_least=1, at_most=MAX_ENVS)
-    """Envs stepped together, one policy call per vector step.
-    With several data-parallel processes, in each process."""
+    num_envs: int = like(TrainingDefaults, "num_envs", 8)  # range, help: TrainingDefaults.num_envs
     episodes_per_update: int = setting(32, at_least=1, at_most=1_000_000)
     """Completed episodes collected before each update (the batch size, in episodes); with several
     data-parallel processes, of all of them together (each plays its share)."""
