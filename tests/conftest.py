@@ -160,7 +160,44 @@ def unreachable_hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    # made from ENDPOINT at import: a file's URL would still name huggingface.co (a real request)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        endpoint + "/{repo_id}/resolve/{revision}/{filename}")
     return endpoint
+
+
+class HubWatch:
+    """What a test asked of the hub: ``probes``, textgym.models' questions whether a model exists
+    (``(url, timeout)`` each), and ``loads``, the model loads it attempted (each refused)."""
+
+    def __init__(self) -> None:
+        self.probes: list[tuple[str, float | None]] = []
+        self.loads: list[str] = []
+
+
+@pytest.fixture
+def hub_watch(monkeypatch):
+    """A :class:`HubWatch` over textgym.models: the probe of a model's ``config.json`` is recorded
+    (and still asked), and a model load (where a download would start) is recorded and refused.
+    What a slow failure stands for, with no clock: no load attempted, the hub asked at most once."""
+    import huggingface_hub
+
+    from textgym import models
+
+    watch = HubWatch()
+    probe = huggingface_hub.get_hf_file_metadata
+
+    def recorded_probe(url, *args, timeout=None, **kwargs):
+        watch.probes.append((url, timeout))
+        return probe(url, *args, timeout=timeout, **kwargs)
+
+    def refused_load(source, **options):
+        watch.loads.append(str(source))
+        raise AssertionError(f"{source} was loaded: a download would have started")
+
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", recorded_probe)
+    monkeypatch.setattr(models, "_load_pretrained", refused_load)
+    return watch
 
 
 @pytest.fixture

@@ -237,15 +237,39 @@ def test_an_mcp_server_dying_mid_episode_is_one_clear_error():
         server.stop()
 
 
-def test_slow_server_times_out_naming_the_url(servers):
+def test_textgym_serve_names_its_step_format_to_a_client_sending_another(servers):
+    from openenv.core.generic_client import GenericEnvClient
+
+    client = GenericEnvClient(base_url=servers["cartpole"].url, message_timeout_s=30).sync()
+    client.connect()
+    try:
+        client.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r'takes a step as \{"text": "<the answer>"\}; got the fields action'):
+            client.step({"action": "LEFT"})
+        assert client.step({"text": "LEFT"}).reward == 1.0   # the session goes on
+    finally:
+        client.close()
+
+
+def test_slow_server_times_out_naming_the_url(servers, monkeypatch):
+    from textgym import remote
+
+    client_class, timeouts = remote._openenv_client(), []
+
+    class RecordingClient(client_class):  # OpenEnv's client, told how long to wait
+        def __init__(self, *args, **kwargs):
+            timeouts.append((kwargs["connect_timeout_s"], kwargs["message_timeout_s"]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(remote, "_openenv_client", lambda: RecordingClient)
     url = servers["walk"].url
     env = textgym.make(f"openenv:{url}", step_timeout=1.0)
     try:
         env.reset(seed=0)
-        started = time.monotonic()
-        with pytest.raises(OpenEnvError, match=rf"{url} did not answer within 1 s"):
+        with pytest.raises(OpenEnvError, match=rf"{url} did not answer within 1 s") as error:
             env.step("wait")                     # the server sleeps for minutes
-        assert time.monotonic() - started < 60   # the timeout, not the server, ended the wait
+        # the client's timeout ended the wait, not the server's answer nor its dropped connection
+        assert type(error.value.__cause__).__name__ == "TimeoutError" and timeouts == [(1.0, 1.0)]
     finally:
         env.close()
 

@@ -80,6 +80,12 @@ class UnknownEnvError(gym.error.UnregisteredEnv):
     """No env is registered under this id or short name; the message names close matches."""
 
 
+class EnvUnavailableError(RuntimeError):
+    """The env is registered but cannot be made on this machine (a family's id whose package
+    downloads data at run time, missing offline: :attr:`EnvFamily.unavailable`); the message
+    says why and what fixes it."""
+
+
 class DuplicateEnvError(gym.error.RegistrationError):
     """Two different sources registered the same env id; the message names both."""
 
@@ -464,6 +470,9 @@ class EnvFamily:
         free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
             callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
             either.
+        unavailable: a callable ``(name) -> str | None`` (or its ``"module:attribute"``): why an
+            id cannot be made on this machine (data its package downloads at run time and that
+            is missing offline), shown by ``textgym envs --family PREFIX``; ``None``: all can.
     """
 
     prefix: str
@@ -476,6 +485,12 @@ class EnvFamily:
     source: str = "textgym"
     reference_policies: Any = None
     free_text: Any = False
+    unavailable: Any = None
+
+    def why_unavailable(self, name: str) -> str | None:
+        """Why ``prefix/name`` cannot be made here (``unavailable``), or ``None``."""
+        check = _load(self.unavailable) if isinstance(self.unavailable, str) else self.unavailable
+        return check(name) if callable(check) else None
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -544,8 +559,13 @@ def family_ids(prefix: str, register_all: bool = False) -> list[str]:
 
 
 def make_family_env(family: str, name: str, **kwargs: Any) -> gym.Env:
-    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``."""
-    return _load(_FAMILIES[family.lower()].make)(name, **kwargs)
+    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``
+    (:class:`EnvUnavailableError` first when the family says the id cannot be made here)."""
+    found = _FAMILIES[family.lower()]
+    reason = found.why_unavailable(name)
+    if reason is not None:  # before the package's game module is imported (it would try to download)
+        raise EnvUnavailableError(f"{found.prefix}/{name} is {reason}")
+    return _load(found.make)(name, **kwargs)
 
 
 def _register_family_id(family: EnvFamily, name: str) -> str:
@@ -683,10 +703,11 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
 
 
-class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
+class PassiveEnvChecker(gym.wrappers.PassiveEnvChecker):
     """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
     the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
-    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``."""
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``.
+    It has Gymnasium's name, so ``str(env)`` reads as ``gym.make``'s."""
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         first = not self.checked_reset
@@ -700,11 +721,11 @@ class ResetSafeEnvChecker(gym.wrappers.PassiveEnvChecker):
 
 def _reset_safe_checker(env: gym.Env) -> gym.Env:
     """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
-    its wrapper chain (if any) replaced by a :class:`ResetSafeEnvChecker` around the same env."""
+    its wrapper chain (if any) replaced by textgym's :class:`PassiveEnvChecker` around the same env."""
     outer, wrapper = None, env
     while isinstance(wrapper, gym.Wrapper):
         if type(wrapper) is gym.wrappers.PassiveEnvChecker:
-            checker = ResetSafeEnvChecker(wrapper.env)
+            checker = PassiveEnvChecker(wrapper.env)
             if outer is None:
                 return checker
             outer.env = checker

@@ -21,9 +21,13 @@ given at make.
 Example:
     >>> import textgym
     >>> env = textgym.make("reasoning_gym/basic_arithmetic", min_terms=2, max_terms=2,
-    ...                    min_digits=1, max_digits=1)        # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0)                         # doctest: +SKIP
-    >>> obs, reward, terminated, truncated, info = env.step("<answer>7</answer>")  # doctest: +SKIP
+    ...                    min_digits=1, max_digits=1)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs
+    'Calculate -1 / 1.'
+    >>> obs, reward, terminated, truncated, info = env.step("<answer>-1</answer>")
+    >>> reward, terminated, info["answer"]
+    (1.0, True, '-1')
 """
 
 from __future__ import annotations

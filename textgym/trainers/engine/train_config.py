@@ -21,6 +21,8 @@ from textgym.lora import LoraSettings
 from textgym.settings import check, like, setting
 from textgym.training_defaults import MAX_ENVS, TrainingDefaults
 
+#: The ``textgym train --help`` panel of the trainer's own flags (the fields declared ``flag=True``).
+RUN_FOLDER_PANEL = "Run folder"
 #: The largest seed (NumPy's legacy seeding limit, 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
@@ -139,16 +141,16 @@ class TrainConfig:
     use_lora: bool = setting(True)
     """Train a LoRA adapter (peft) or all weights.
     ``False`` fine-tunes every weight of the model."""
-    lora_r: int = setting(16, at_least=1)
+    lora_r: int = like(LoraSettings, "r")
     """LoRA rank."""
-    lora_alpha: int = setting(32, at_least=1)
+    lora_alpha: int = like(LoraSettings, "alpha")
     """LoRA scaling numerator (the update is scaled by ``lora_alpha / lora_r``)."""
-    lora_dropout: float = setting(0.0, at_least=0, below=1)
+    lora_dropout: float = like(LoraSettings, "dropout")
     """Dropout on the LoRA branch."""
     lora_target_modules: list[str] | None = None
     """Module names LoRA wraps. ``None``: the model registry's defaults for the loaded model,
     else every attention and MLP projection (``"all-linear"``)."""
-    lora_layers: int | None = setting(None, at_least=1)
+    lora_layers: int | None = like(LoraSettings, "layers")
     """Adapt only the top this many transformer layers (``None``: all). The backward pass then
     stops below them, so an update costs much less (SmolLM2-135M, top 8 of 30 layers: about
     1.5x the decisions/s of a full-depth adapter on CartPole)."""
@@ -177,13 +179,13 @@ class TrainConfig:
     """(prompt, answer, reward) samples written with each update's metrics."""
     checkpoint_every: int = setting(0, at_least=0)
     """Write ``<out_dir>/checkpoint`` every this many updates (0: only when asked)."""
-    transcripts: int = setting(4, at_least=0, at_most=10_000)
+    transcripts: int = setting(4, at_least=0, at_most=10_000, flag=True, panel=RUN_FOLDER_PANEL)
     """Episodes per update to transcripts.
     The episodes of each update, greedy check and evaluation written whole to
     ``<out_dir>/transcripts.jsonl`` (:mod:`~textgym.transcripts`; 0: none)."""
     transcripts_max_mb: float = setting(50.0, above=0)
     """Size cap of ``transcripts.jsonl`` in MB: nothing more is written once it is reached."""
-    report_to: str = setting("tensorboard", metavar="LIST")
+    report_to: str = setting("tensorboard", metavar="LIST", flag=True, panel=RUN_FOLDER_PANEL)
     """tensorboard, trackio, wandb or none.
     The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
     installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.reporting.trackers`), or ``none``."""
@@ -249,15 +251,15 @@ class TrainConfig:
 class SFTConfig:
     """Supervised fine-tuning on demonstrations (warm start before RL)."""
 
-    lr: float = like(TrainConfig, "lr", 1e-4)
+    lr: float = like(TrainConfig, "sft_lr")
     """Learning rate of AdamW."""
     epochs: int = like(TrainConfig, "epochs", 3)
     """Passes over the demonstrations."""
     batch_size: int = setting(16, at_least=1)
     """Examples per optimizer step."""
-    max_grad_norm: float | None = like(TrainConfig, "max_grad_norm", 1.0)
+    max_grad_norm: float | None = like(TrainConfig, "max_grad_norm")
     """Gradient-norm clip (``None``: none)."""
-    seed: int = like(TrainConfig, "seed", 0)
+    seed: int = like(TrainConfig, "seed")
     """Shuffling seed."""
 
     def __post_init__(self) -> None:
