@@ -54,8 +54,8 @@ from textgym.policy.rescoring import (
     rescore_tokens,
     same_evaluation,
 )
-from textgym.policy.sampling import StopStrings, generate, sample_candidate
-from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
+from textgym.policy.sampling import StopStrings, generate, sample_candidates
+from textgym.policy.scoring import CandidateTokens, score_batch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -326,7 +326,7 @@ class Policy:
         if self.model.training:
             self.model.eval()
         model = self.acting_model()
-        prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+        prompts = self.prompts.batch_prompt_ids(system_prompts, observations)
         if not score and self.prefill_ids:  # the answer's opening, written for the model
             prompts = [p + self.prefill_ids for p in prompts]
         # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
@@ -396,17 +396,26 @@ class Policy:
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
         c = self._config
         candidates = [self.candidate_set(actions) for actions in valid_actions]
-        per_unique = score_candidates(model, batch, [candidates[i] for i in firsts], pad_id=self.pad_id,
-                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters)
-        unique_scores = [candidate_scores(token_lps, c.normalization, list(valid_actions[i]))
-                         for i, token_lps in zip(firsts, per_unique)]
+        texts = [list(valid_actions[i]) for i in firsts] if c.normalization == "word" else None
+        scored = score_batch(model, batch, [candidates[i] for i in firsts], c.normalization, texts,
+                             pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        # Every row samples on its own (duplicates too), in row order, all rows in one go.
+        index = None if len(firsts) == len(row_of) else torch.tensor(row_of, device=scored.scores.device)
+        scores = scored.scores if index is None else scored.scores.index_select(0, index)
+        chosen, logp = sample_candidates(scores, [scored.counts[u] for u in row_of], c.temperature, greedy,
+                                         self.generator)
+        unique = torch.arange(len(row_of), device=chosen.device) if index is None else index
+        chosen_tokens = scored.token_logprobs[unique, chosen]  # [rows, longest candidate]
+        # What the decisions record crosses to the host in one copy per tensor.
+        ks = chosen.tolist()
+        logps = logp.gather(1, chosen[:, None])[:, 0].tolist()
+        token_rows = chosen_tokens.tolist()
         decisions = []
         for i, actions in enumerate(valid_actions):
-            token_lps, scores = per_unique[row_of[i]], unique_scores[row_of[i]]
-            k, logp = sample_candidate(scores, c.temperature, greedy, self.generator)
+            k = ks[i]
             decisions.append(Decision(
                 text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
-                token_logprobs=token_lps[k].tolist(), logprob=float(logp[k]),
+                token_logprobs=token_rows[i][:scored.lengths[row_of[i]][k]], logprob=logps[i],
                 candidates=[list(cand) for cand in candidates[i]], action_index=k))
         return decisions
 
@@ -416,9 +425,10 @@ class Policy:
         answers = generate(model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
                            stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
-        return [Decision(text=c.prefill + self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
-                         answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)))
-                for prompt, (answer, logprobs) in zip(prompts, answers)]
+        texts = self.tokenizer.batch_decode([answer for answer, _ in answers], skip_special_tokens=True)
+        return [Decision(text=c.prefill + text, prompt_ids=prompt, answer_ids=answer, token_logprobs=logprobs,
+                         logprob=float(sum(logprobs)))
+                for prompt, text, (answer, logprobs) in zip(prompts, texts, answers)]
 
     # ------------------------------------------------------------------ training
     def evaluate(self, decisions: Sequence[Decision]) -> Evaluation:

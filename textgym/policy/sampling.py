@@ -26,7 +26,7 @@ from textgym.policy.kv_cache import BatchState, Counters
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["StopStrings", "generate", "sample_candidate", "sample_next"]
+__all__ = ["StopStrings", "generate", "sample_candidate", "sample_candidates", "sample_next"]
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool,
@@ -58,6 +58,45 @@ def sample_candidate(scores: torch.Tensor, temperature: float, greedy: bool,
     if greedy:
         return int(torch.argmax(scores)), logp
     return int(torch.multinomial(logp.exp(), 1, generator=generator)), logp
+
+
+def sample_candidates(scores: torch.Tensor, counts: Sequence[int], temperature: float, greedy: bool,
+                      generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`sample_candidate` for every row of ``scores`` at once: the chosen indices ``[R]``
+    and the log-softmax over each row's candidates ``[R, K]`` (``-inf`` past a row's ``counts``).
+
+    The same choices as :func:`sample_candidate` row after row, with the same generator: rows
+    with the same number of candidates are computed together, and a draw takes one
+    ``Exp(1)`` variate per candidate in row order, as ``torch.multinomial`` does row by row (on
+    a CPU the stream is the same; on a GPU, one call's stream differs from many calls').
+    """
+    rows, width = scores.shape
+    device = scores.device
+    logp = torch.full_like(scores, float("-inf"))
+    chosen = torch.zeros(rows, dtype=torch.long, device=device)
+    noise = None
+    if not greedy:  # every row's variates, drawn in row order by one call
+        noise = torch.empty(sum(counts), dtype=scores.dtype, device=device).exponential_(1, generator=generator)
+        starts = torch.tensor([0, *counts[:-1]], device=device).cumsum(0)
+    by_count: dict[int, list[int]] = {}
+    for r, k in enumerate(counts):
+        by_count.setdefault(k, []).append(r)
+    for k, members in by_count.items():
+        index = torch.tensor(members, device=device) if len(members) < rows else None
+        group = scores[:, :k] if index is None else scores.index_select(0, index)[:, :k]
+        group_logp = torch.log_softmax(group / temperature, dim=-1)
+        if greedy:
+            picks = group.argmax(dim=-1)
+        else:
+            at = (starts if index is None else starts.index_select(0, index))[:, None] \
+                + torch.arange(k, device=device)
+            picks = (group_logp.exp() / noise[at]).argmax(dim=-1)
+        if index is None:
+            logp[:, :k], chosen = group_logp, picks
+        else:
+            logp[index, :k] = group_logp
+            chosen[index] = picks
+    return chosen, logp
 
 
 class StopStrings:
