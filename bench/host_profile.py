@@ -127,8 +127,8 @@ def instrument(clock: PhaseClock, policy: Policy, venv) -> None:
     """Wrap the functions of every phase (see the module's doc)."""
     import textgym.policy.policy as policy_module
     import textgym.policy.prompts as prompts_module
-    import textgym.policy.scoring as scoring_module
     import textgym.policy.sampling as sampling_module
+    import textgym.policy.scoring as scoring_module
     import textgym.rollout as rollout_module
     from textgym.wrappers.parse_action import ParseAction
     from textgym.wrappers.text_observation import TextObservation

@@ -70,7 +70,7 @@ def sample_candidates(scores: torch.Tensor, counts: Sequence[int], temperature: 
     ``Exp(1)`` variate per candidate in row order, as ``torch.multinomial`` does row by row (on
     a CPU the stream is the same; on a GPU, one call's stream differs from many calls').
     """
-    rows, width = scores.shape
+    rows = scores.shape[0]
     device = scores.device
     logp = torch.full_like(scores, float("-inf"))
     chosen = torch.zeros(rows, dtype=torch.long, device=device)
