@@ -42,7 +42,13 @@ from textgym.policy.kv_cache import (
     unique_rows,
     weights_version,
 )
-from textgym.policy.precision import ActingCopy, PrecisionChoice, choose_act_dtype
+from textgym.policy.memory import check_acting_memory
+from textgym.policy.precision import (
+    ActingCopy,
+    PrecisionChoice,
+    check_acting_device,
+    choose_act_dtype,
+)
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
 from textgym.policy.rescoring import (
@@ -104,6 +110,9 @@ class Policy:
         self.prefill_ids: list[int] = (tokenizer(settings.prefill, add_special_tokens=False)["input_ids"]
                                        if settings.prefill else [])
         self.stop_strings = StopStrings(tokenizer, settings.stop)
+        for dtype in (settings.act_dtype, settings.eval_act_dtype):
+            check_acting_device(dtype, self.device)
+        self._memory_checked_rows = 0  # the largest batch checked against the GPU's free memory
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
@@ -329,6 +338,7 @@ class Policy:
         prompts = self.prompts.batch_prompt_ids(system_prompts, observations)
         if not score and self.prefill_ids:  # the answer's opening, written for the model
             prompts = [p + self.prefill_ids for p in prompts]
+        self._check_memory(model, prompts)
         # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
         same_system = all(s == system_prompts[0] for s in system_prompts)
         prefix_length = shared_prefix_length(
@@ -377,6 +387,7 @@ class Policy:
         every = list(range(len(contexts)))  # every conversation keeps its own row
         with torch.inference_mode():
             model = self.acting_model()
+            self._check_memory(model, contexts)
             batch = self.conversation_cache.run(model, conversations, contexts, prefix,
                                                 version=self._acting_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
@@ -391,6 +402,15 @@ class Policy:
         self.counters["answer_tokens"] += sum(len(d.answer_ids) for d in decisions)
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
+
+    def _check_memory(self, model: torch.nn.Module, prompts: Sequence[Sequence[int]]) -> None:
+        """On a GPU, before the first batch of this many rows runs: a ``MemoryError`` naming the
+        largest number of envs that fits, when these rows would not (:mod:`.memory`)."""
+        if self.device.type != "cuda" or len(prompts) <= self._memory_checked_rows:
+            return
+        new_tokens = self._config.max_new_tokens if self._config.mode == "generate" else 8
+        check_acting_memory(model, self.device, len(prompts), max(len(p) for p in prompts), new_tokens)
+        self._memory_checked_rows = len(prompts)
 
     def _act_score(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
