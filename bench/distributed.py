@@ -185,7 +185,7 @@ def communication_estimate() -> list[dict]:
     from peft import LoraConfig, get_peft_model
 
     from textgym import models
-    from textgym.trainers.config import TrainConfig
+    from textgym.trainers import TrainConfig
 
     defaults = TrainConfig()
     cached = models.textgym_home() / "models" / "smollm2-135m" / "config.json"

@@ -33,7 +33,8 @@ import sys
 import time
 from pathlib import Path
 
-from textgym.trainers.config import ALGORITHMS
+from textgym import jsonl
+from textgym.trainers import ALGORITHMS
 
 ENVS = {
     "blackjack": "textgym/Blackjack-v1",
@@ -103,7 +104,7 @@ def run(env_key: str, algo: str, args: argparse.Namespace) -> dict:
 
     warm_seconds = 0.0
     if args.warm_start and env_key == "blackjack":
-        from textgym.trainers.config import SFTConfig
+        from textgym.trainers import SFTConfig
 
         sft_config = SFTConfig(lr=args.sft_lr) if args.sft_lr else None
         t = time.monotonic()
@@ -217,10 +218,9 @@ def latest_results(out: Path) -> list[dict]:
     if not path.exists():
         return []
     latest: dict[tuple[str, str, str | None, str], dict] = {}
-    for line in path.read_text().splitlines():
-        if line.strip():
-            r = json.loads(line)
-            latest[(r["env"], r["algorithm"], r["config"].get("credit"), r.get("mode", "score"))] = r
+    for line in jsonl.read_lines(path):
+        r = json.loads(line)
+        latest[(r["env"], r["algorithm"], r["config"].get("credit"), r.get("mode", "score"))] = r
     return list(latest.values())
 
 

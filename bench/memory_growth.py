@@ -13,7 +13,8 @@ import torch
 
 import textgym
 from textgym.policy import Policy
-from textgym.trainers import alarms, make_trainer
+from textgym.trainers import make_trainer
+from textgym.trainers.reporting import alarms
 
 
 def rss_mb() -> float:

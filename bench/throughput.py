@@ -57,7 +57,7 @@ from textgym.policy.kv_cache import shared_prefix_length
 from textgym.policy.rescoring import rescore_candidates
 from textgym.registry import training_defaults
 from textgym.rollout import Episode, collect, conversation_runs, decisions_of
-from textgym.trainers.optimization import minibatches
+from textgym.trainers.engine.optimization import minibatches
 
 ENV_ID = "textgym/CartPole-v1"
 TURNS_ENV_ID = "textgym/MountainCar-v0"  # 200-turn episodes: an untrained model never reaches the flag

@@ -353,7 +353,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
         for plan in plans:  # every row's resolved settings, so a partial table shows them too
             cfg = plan.config
             rows[plan.row.name] = {
-                "env": cfg.env, "target": plan.row.target, "budget_note": plan.row.budget,
+                "env": cfg.env, "target": str(plan.row.target), "budget_note": plan.row.budget,
                 "settings": dict(plan.row.settings),
                 "budget": {"updates": cfg.updates, "episodes": cfg.episodes,
                            "episodes_per_update": plan.episodes_per_update,
@@ -393,6 +393,7 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                     record = _train_and_evaluate(plan, model, seed, run_dir)
                 entry["runs"].append({k: v for k, v in record.items() if k != "spec"})
                 entry["trained"] = seed_summary([r["eval"] for r in entry["runs"]])
+                entry["met"] = row.target.met(entry["trained"], entry["references"].get("untrained"))
                 if visible:
                     visible.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"
                                f"{record['updates']} update{'' if record['updates'] == 1 else 's'}, "

@@ -36,11 +36,11 @@ from textgym.cli.errors import CLIError
 
 from textgym.policy.config import MODES, PolicyConfig
 from textgym.settings import check_value, like, setting, setting_of
-from textgym.trainers.config import ALGORITHMS, TrainConfig
+from textgym.trainers import ALGORITHMS, TrainConfig
 from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
 #: The ``--help`` panels of ``textgym train``, in the order they are shown.
 WHAT = "What to train"
@@ -142,7 +142,7 @@ class EnvSettings:
     max_episode_steps: int | None = setting(None, at_least=1, flag=True, panel=BUDGET, metavar="N")
     """Cut episodes at N steps (truncated; an env with no limit: 1000).
     The env's own step limit (``textgym.make(..., max_episode_steps=N)``); without one the rollout
-    cuts an episode at ``textgym.rollout.DEFAULT_MAX_EPISODE_STEPS`` (a test checks the 1000)."""
+    cuts an episode at ``textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`` (a test checks the 1000)."""
     step_timeout: float | None = setting(None, at_least=0.001, flag=True, panel=HARDWARE, metavar="SECONDS",
                                          default_text="30")  # textgym.remote.DEFAULT_STEP_TIMEOUT (a test checks)
     """openenv:URL envs: a server's longest reset or step.
@@ -302,7 +302,7 @@ def early_stop(config: RunConfig) -> EarlyStop | None:
     ``check_every`` 0)."""
     if config.until is None or config.check_every == 0:
         return None
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
     given = {"every": config.check_every, "episodes": config.check_episodes, "max_steps": config.check_max_steps}
     return EarlyStop(until=config.until, **{k: v for k, v in given.items() if v is not None})

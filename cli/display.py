@@ -71,13 +71,16 @@ def sample_line(sample: dict[str, Any], width: int = 60) -> str:
 
 def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = None,
               minutes: float | None = None, until: float | None = None, check_every: int | None = None,
-              check_episodes: int | None = None, now: datetime.datetime | None = None) -> str:
+              check_episodes: int | None = None, now: datetime.datetime | None = None,
+              episodes_asked: int | None = None) -> str:
     """Which budget applies and when the run stops, in one line.
 
     Example:
         >>> at = datetime.datetime(2026, 1, 1, 14, 22)
         >>> plan_line(12, episodes_per_update=16, minutes=10, until=195, check_every=1, check_episodes=8, now=at)
         'plan: 12 updates of 16 episodes; stops after update 12, at 14:32 (10 min cap) or once the greedy return >= 195 (8 held-out episodes after every update), whichever comes first'
+        >>> plan_line(1, episodes_per_update=32, episodes_asked=16)
+        'plan: 1 update of 32 episodes (--episodes 16 rounded up to whole updates: 32 episodes); stops after update 1'
 
     Args:
         updates: the run's planned updates in all (its last update's number).
@@ -88,9 +91,17 @@ def plan_line(updates: int, done: int = 0, episodes_per_update: int | None = Non
         check_every: updates between greedy checks.
         check_episodes: episodes of each check.
         now: the session's start (default: now), for the clock time of the cap.
+        episodes_asked: the run's ``episodes`` budget: when the updates play more (an update
+            plays all its episodes), the line says so.
     """
-    span = f"{updates} updates" if not done else f"updates {done + 1}-{updates}"
+    if done:
+        span = f"updates {done + 1}-{updates}"
+    else:
+        span = f"{updates} update" + ("" if updates == 1 else "s")
     head = f"plan: {span}" + (f" of {episodes_per_update} episodes" if episodes_per_update else "")
+    if episodes_asked and episodes_per_update and updates * episodes_per_update > episodes_asked:
+        head += (f" (--episodes {episodes_asked} rounded up to whole updates: "
+                 f"{updates * episodes_per_update} episodes)")
     stops = [f"after update {updates}"]
     if minutes:
         at = (now or datetime.datetime.now()) + datetime.timedelta(minutes=minutes)

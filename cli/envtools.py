@@ -82,33 +82,55 @@ def _reason(exc: Exception) -> str:
 
 
 def make_env(env_id: str, **kwargs: Any) -> Any:
-    """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
+    """``textgym.make(env_id, **kwargs)``; a bad env kwarg, or an env that cannot be made here,
+    becomes a CLIError."""
     import textgym
+    from textgym.registry import EnvUnavailableError
     from textgym.vector import SubEnvError
 
     try:
         return textgym.make(env_id, **kwargs)
+    except EnvUnavailableError as exc:
+        raise CLIError(str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
     except SubEnvError as exc:  # a server that cannot be reached
         raise CLIError(str(exc)) from exc
 
 
-def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any]) -> None:
+def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], mode: str | None = None) -> None:
     """Make the env once with the run's ``[env_kwargs]`` and close it, so an unknown or bad
     setting fails in milliseconds, before a model loads or a run folder is written (making a
-    text env is cheap: TextWorld, the costliest, generates its games at ``reset``)."""
+    text env is cheap: TextWorld, the costliest, generates its games at ``reset``). A served env
+    is reset once; in score ``mode`` it must list the actions to score."""
     import textgym
+    from textgym.registry import EnvUnavailableError
     from textgym.vector import SubEnvError
 
     try:
         env = textgym.make(env_id, **env_kwargs)
+    except EnvUnavailableError as exc:
+        raise CLIError(str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
     try:
         if env_id.startswith("openenv:"):  # a server: reach it now, not after the model loaded
-            env.reset()
+            _, info = env.reset()
+            if mode == "score" and not info.get("valid_actions"):
+                raise CLIError(f"{env_id}: the server lists no actions to score (its answers are free "
+                               "text or tool calls): train it with --mode generate")
     except SubEnvError as exc:
         raise CLIError(str(exc)) from exc
     finally:
         env.close()
+
+
+def check_mode(env_id: str, mode: str | None, env_kwargs: dict[str, Any]) -> None:
+    """Refuse score mode (CLIError, one line) on an env that takes free-text answers, as its
+    registrant declared (:func:`textgym.registry.takes_free_text`): score mode picks one of the
+    listed actions and there is none. Checked before a model loads or a run folder is written."""
+    from textgym.registry import takes_free_text
+
+    if (mode or "score") == "score" and takes_free_text(env_id, env_kwargs):
+        raise CLIError(f"{env_id} takes free-text answers and lists no actions for score mode to "
+                       f"pick from: use --mode generate")

@@ -25,7 +25,7 @@ from textgym import run_folder
 
 def find_checkpoint(path: Path) -> tuple[Path, Path | None]:
     """``(checkpoint folder, run folder or None)`` for a run folder or a checkpoint folder."""
-    from textgym.trainers.checkpoint import checkpoint_dir
+    from textgym.trainers.state.checkpoint import checkpoint_dir
 
     if not path.exists():
         raise CLIError(f"checkpoint {path} does not exist")
@@ -62,16 +62,15 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
-    from textgym.trainers import make_trainer
-    from textgym.trainers.checkpoint import read_state
-    from textgym.trainers.evaluation import eval_envs
+    from textgym.trainers import make_trainer, read_checkpoint
+    from textgym.trainers.engine.evaluation import eval_envs
 
     state: dict[str, Any] = {}
     saved: dict[str, Any] = {}
     recorded: dict[str, Any] = {}
     if checkpoint is not None:
         folder, run = find_checkpoint(checkpoint)
-        state = read_state(folder)
+        state = read_checkpoint(folder)
         if run is None and state.get("out_dir") and Path(state["out_dir"], run_folder.CONFIG).is_file():
             run = Path(state["out_dir"])
         if run is not None:
@@ -150,7 +149,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         device: str | None = None, dtype: str | None = None, quantize: str | None = None,
         policy_flags: dict[str, Any] | None = None, max_episode_steps: int | None = None,
         config: Path | None = None) -> None:
-    from textgym.cli.envtools import check_env_kwargs
+    from textgym.cli.envtools import check_env_kwargs, check_mode
     from textgym.cli.training import policy_config
 
     check_option_names(device, dtype, quantize)
@@ -166,6 +165,10 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
     check_env_kwargs(env_id, given_kwargs)
+    if model is not None and not checkpoint:  # a bare model plays in the mode given (a checkpoint: its own)
+        from textgym.registry import training_defaults
+
+        check_mode(env_id, mode, {**training_defaults(env_id, mode or "score").env_kwargs, **given_kwargs})
     from textgym.baselines import reference_policy_names
 
     known = reference_policy_names(env_id)
@@ -189,7 +192,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline
-        from textgym.envs.games import held_out
+        from textgym.registry import held_out
 
         env_kwargs = held_out(env_kwargs)  # a self-play run is measured against the default opponent
         if max_episode_steps is not None:

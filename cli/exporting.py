@@ -9,13 +9,22 @@ model folder for ``AutoModelForCausalLM.from_pretrained``. Either loads with
 ``textgym.Policy.load(folder)``.
 
 Every check (the run or checkpoint, ``--out``, the hub for ``--push-to-hub``) comes before
-anything is loaded or written; the folder is written to ``<out>.tmp`` and renamed into place.
+anything is loaded or written. The folder is written under a temporary name of the command's own
+(``tempfile.mkdtemp`` beside ``--out``) and moved into place; the command removes nothing it did
+not create:
+
+* a new ``--out`` is that folder renamed;
+* an empty ``--out`` folder is filled (the folder itself stays the user's);
+* a non-empty ``--out`` is refused, except with ``--force`` when it is an earlier export (it holds
+  :data:`EXPORT_MARKER`, written by this command): it is then swapped for the new one;
+* a symlink ``--out`` is followed: the export goes into the link's target, the link stays.
 """
 
 from __future__ import annotations
 
 import json
 import shutil
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +35,9 @@ from textgym.cli.modelcheck import check_option_names
 
 from textgym import run_folder
 
+#: The file that marks a folder as written by ``textgym export`` (``--force`` replaces only such a
+#: folder); it is not uploaded by ``--push-to-hub``.
+EXPORT_MARKER = ".textgym-export"
 #: How long the hub may take to say who the token belongs to before it counts as unreachable.
 HUB_CHECK_SECONDS = 10.0
 
@@ -36,17 +48,23 @@ def run(source: Path, out: Path, merge: bool = False, push_to_hub: str | None = 
     check_option_names(device, dtype, None)
     checkpoint, run_dir = find_checkpoint(source)
     record = _policy_record(checkpoint)
-    _check_out(out, force, checkpoint, run_dir)
+    target = out.resolve() if out.is_symlink() else out  # a link is followed, never replaced
+    _check_out(target, force, checkpoint, run_dir, named=out)
     if push_to_hub is not None:
         _check_hub(push_to_hub)
     facts = training_facts(checkpoint, run_dir)
     lora = bool(record.get("lora"))
     if merge and not lora:
         say("textgym: the checkpoint holds full weights: nothing to merge, exporting the model")
-    tmp = run_folder.temporary(out)
-    shutil.rmtree(tmp, ignore_errors=True)
     try:
-        tmp.mkdir(parents=True)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".export", dir=target.parent))
+    except OSError as exc:
+        raise CLIError(f"cannot export to {out}: {os_error_reason(exc)}") from exc
+    try:
+        (tmp / EXPORT_MARKER).write_text(
+            json.dumps({"written_by": "textgym export", "checkpoint": str(checkpoint)}) + "\n",
+            encoding="utf-8")
         if lora and not merge:
             _write_adapter(checkpoint, record, tmp)
         else:
@@ -56,7 +74,7 @@ def run(source: Path, out: Path, merge: bool = False, push_to_hub: str | None = 
         write_record(tmp, record)
         model_card(record, location=str(out), training=facts,
                    repo_id=push_to_hub).save(tmp / CARD_FILE)
-        _swap_in(tmp, out)
+        _move_into_place(tmp, target)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CLIError(f"cannot export to {out}: {os_error_reason(exc)}") from exc
@@ -70,17 +88,32 @@ def run(source: Path, out: Path, merge: bool = False, push_to_hub: str | None = 
         say(f"textgym: pushed {out} to {url}")
 
 
-def _swap_in(tmp: Path, out: Path) -> None:
-    """Rename the written folder into place; an earlier export (``--force``) stays as
-    ``<out>.old`` until the new one is there."""
-    if not out.exists():
-        tmp.rename(out)
+def is_export(folder: Path) -> bool:
+    """Whether ``folder`` was written by ``textgym export`` (it holds :data:`EXPORT_MARKER`)."""
+    return (folder / EXPORT_MARKER).is_file() and not (folder / run_folder.STATE).exists()
+
+
+def _move_into_place(tmp: Path, target: Path) -> None:
+    """Put the written folder ``tmp`` at ``target`` (see the module docstring); an earlier export
+    waits in a temporary folder of its own until the new one is in place."""
+    if not target.exists():
+        tmp.rename(target)
         return
-    old = out.with_name(out.name + ".old")
-    shutil.rmtree(old, ignore_errors=True)
-    out.rename(old)
-    tmp.rename(out)
-    shutil.rmtree(old, ignore_errors=True)
+    if not is_export(target):  # an empty folder of the user's (checked): filled, marker first
+        for entry in sorted(tmp.iterdir(), key=lambda p: p.name != EXPORT_MARKER):
+            entry.rename(target / entry.name)
+        tmp.rmdir()
+        return
+    holder = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".replaced", dir=target.parent))
+    earlier = holder / target.name
+    target.rename(earlier)
+    try:
+        tmp.rename(target)
+    except OSError:
+        earlier.rename(target)
+        holder.rmdir()
+        raise
+    shutil.rmtree(holder, ignore_errors=True)
 
 
 def _policy_record(checkpoint: Path) -> dict[str, Any]:
@@ -96,45 +129,47 @@ def _policy_record(checkpoint: Path) -> dict[str, Any]:
         raise CLIError(f"unreadable policy.json in {checkpoint}: {exc}") from exc
 
 
-def _check_out(out: Path, force: bool, checkpoint: Path, run_dir: Path | None) -> None:
+def _check_out(out: Path, force: bool, checkpoint: Path, run_dir: Path | None,
+               named: Path | None = None) -> None:
     """Refuse an ``--out`` that would lose something: a file, a folder with contents (without
-    ``--force``; with it, only an earlier export is replaced), the run or checkpoint itself."""
-    from textgym.policy.persistence import POLICY_FILE
-
+    ``--force``; with it, only an earlier export is replaced), the run or checkpoint itself.
+    ``out`` is where the export goes (a symlink's target), ``named`` what the user wrote."""
+    named = named or out
     target = out.resolve()
     for protected in filter(None, (checkpoint, run_dir)):
         protected = protected.resolve()
         if target == protected or target in protected.parents or protected in target.parents:
-            raise CLIError(f"--out {out} is inside or around {protected}: export to a folder of "
+            raise CLIError(f"--out {named} is inside or around {protected}: export to a folder of "
                            "its own")
     from textgym.cli.runs import is_run_folder
 
     for folder in (target, *target.parents):  # a run's next save would replace what is written there
         if folder.is_dir() and is_run_folder(folder):
-            raise CLIError(f"--out {out} is {'' if folder == target else 'inside '}the run folder {folder}: "
+            raise CLIError(f"--out {named} is {'' if folder == target else 'inside '}the run folder {folder}: "
                            "export to a folder of its own")
     if out.exists() and not out.is_dir():
-        raise CLIError(f"--out {out} exists and is not a folder")
+        raise CLIError(f"--out {named} exists and is not a folder")
     if out.is_dir() and any(out.iterdir()):
         if not force:
-            raise CLIError(f"--out {out} exists and is not empty: use --force to replace an "
+            raise CLIError(f"--out {named} exists and is not empty: use --force to replace an "
                            "earlier export, or another folder")
-        if not (out / POLICY_FILE).is_file() or (out / run_folder.STATE).exists():
-            raise CLIError(f"--force replaces only an earlier export (a folder with {POLICY_FILE}); "
-                           f"{out} is not one")
+        if not is_export(out):
+            raise CLIError(f"--force replaces only an earlier export (a folder textgym export wrote, "
+                           f"holding {EXPORT_MARKER}); {named} is not one: remove it yourself or "
+                           "export to another folder")
     ancestor = out.parent
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
     if not ancestor.is_dir():
-        raise CLIError(f"cannot create {out}: {ancestor} is a file, not a folder")
+        raise CLIError(f"cannot create {named}: {ancestor} is a file, not a folder")
 
 
 def training_facts(checkpoint: Path, run_dir: Path | None) -> dict[str, Any]:
     """What the model card says about the run: env, algorithm, episodes, updates and the final
     evaluation from ``summary.json`` when it belongs to this checkpoint."""
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
-    state = read_state(checkpoint)
+    state = read_checkpoint(checkpoint)
     facts: dict[str, Any] = {
         "env": state.get("env_id"),
         "algorithm": state.get("algorithm"),
@@ -245,7 +280,8 @@ def _push(folder: Path, repo_id: str) -> str:
     api = HfApi(endpoint=models.hub_endpoint())
     try:
         url = api.create_repo(repo_id, exist_ok=True)
-        api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message="textgym export")
+        api.upload_folder(repo_id=repo_id, folder_path=folder, commit_message="textgym export",
+                          ignore_patterns=[EXPORT_MARKER])
     except Exception as exc:
         raise CLIError(f"exported to {folder}, but the push to {repo_id} failed: "
                        f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc

@@ -25,7 +25,7 @@ from textgym.cli.options import flags_of, option, with_settings
 
 from textgym.benchmark import BenchmarkConfig
 from textgym.policy.config import PolicyConfig
-from textgym.trainers.config import TrainConfig
+from textgym.trainers import TrainConfig
 
 app = typer.Typer(
     cls=TextgymGroup,
@@ -168,7 +168,7 @@ def evaluate(
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=given["mode"],
         baselines=list(baseline), episodes=episodes,
-        num_envs=given["num_envs"],  # None: textgym.trainers.evaluation.eval_envs
+        num_envs=given["num_envs"],  # None: textgym.trainers.engine.evaluation.eval_envs
         seed=defaults.eval_seed if given["eval_seed"] is None else given["eval_seed"],
         json_out=json_out, device=given["device"], dtype=given["dtype"],
         quantize=given["quantize"], policy_flags=policy_flags, max_episode_steps=given["max_episode_steps"],
@@ -239,11 +239,18 @@ def serve(
     max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent sessions (clients)."),
     config: Path | None = typer.Option(
         None, "--config", help="TOML file: its env and its env_kwargs table (as for train)."),
+    step_timeout: float | None = typer.Option(
+        None, "--step-timeout", show_default=False,
+        help="Seconds a reset or step may take before its session is closed (default 30)."),
+    token: str | None = typer.Option(
+        None, "--token", envvar="TEXTGYM_TOKEN", show_default=False,
+        help="Require this token (Authorization: Bearer) on every request; clients: TEXTGYM_TOKEN."),
 ) -> None:
     """Serve a text env over the network as an OpenEnv env (one session per client)."""
     from textgym.cli import serving
 
-    serving.run(env, host=host, port=port, max_sessions=max_sessions, config=config)
+    serving.run(env, host=host, port=port, max_sessions=max_sessions, config=config,
+                step_timeout=step_timeout, token=token)
 
 
 @app.command("export")

@@ -16,6 +16,9 @@ from typing import Any
 from textgym.cli.envtools import make_env, resolve_env
 from textgym.cli.errors import CLIError
 
+from textgym.step_cap import StepCap
+from textgym.wrappers.episode_stats import episode_stats
+
 
 def _rule(title: str) -> str:
     return f"--- {title} " + "-" * max(3, 60 - len(title))
@@ -37,10 +40,10 @@ def _trained_agent(checkpoint: Path, env_id: str) -> tuple[Any, dict[str, Any]]:
     checkpoint, another env's, or unloadable)."""
     from textgym.cli.evaluation import find_checkpoint
 
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     folder, _ = find_checkpoint(checkpoint)
-    state = read_state(folder)
+    state = read_checkpoint(folder)
     trained_on = str(state.get("env_id") or "").split(":")[-1]
     if trained_on and trained_on != env_id:
         raise CLIError(f"checkpoint {checkpoint} was trained on {trained_on}, not {env_id}")
@@ -78,10 +81,11 @@ def run(env: str, seed: int | None = None, episodes: int = 1, checkpoint: Path |
             print(_rule(f"episode {episode + 1}: system prompt"))
             print(info.get("system_prompt", ""))
             total, steps, done = 0.0, 0, False
+            cap = StepCap.of()
             while not done:
                 print(_rule(f"step {steps + 1}: observation"))
                 print(obs)
-                print(f"(valid actions: {', '.join(info.get('valid_actions', []))})")
+                print(_valid_actions_line(info))
                 answer = _read_answer() if policy is None else _agent_answer(policy, obs, info)
                 if answer is None:
                     print("end of input: stopped.")
@@ -89,16 +93,26 @@ def run(env: str, seed: int | None = None, episodes: int = 1, checkpoint: Path |
                 obs, reward, terminated, truncated, info = game.step(answer)
                 total += float(reward)
                 steps += 1
-                done = terminated or truncated
+                cut = cap.cuts(steps, terminated or truncated)
+                done = terminated or truncated or cut
                 print(f"parse: {json.dumps(_plain(info.get('parse', {})))}")
                 print(f"reward: {float(reward):g}" + ("  (terminated)" if terminated else "")
-                      + ("  (truncated)" if truncated else ""))
-            stats = info.get("episode_stats") or {"return": total, "length": steps}
+                      + ("  (truncated)" if truncated else "")
+                      + (f"  (cut at {cap.limit} steps: the env has no step limit of its own)" if cut else ""))
+            stats = episode_stats(info) or {"return": total, "length": steps}
             print(_rule("episode over"))
             print(f"return {float(stats['return']):g}, length {int(stats['length'])}, "
                   f"invalid answers {int(stats.get('invalid_count', 0))}")
+            if info.get("answer") is not None:  # a free-text env's reference answer
+                print(f"answer: {info['answer']}")
     finally:
         game.close()
+
+
+def _valid_actions_line(info: dict[str, Any]) -> str:
+    """What the env accepts at this step: its valid actions, or free text when it lists none."""
+    actions = info.get("valid_actions") or []
+    return f"(valid actions: {', '.join(map(str, actions))})" if actions else "(free text: answer as you like)"
 
 
 def _agent_answer(policy: Any, observation: str, info: dict[str, Any]) -> str:

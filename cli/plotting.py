@@ -17,7 +17,7 @@ from typing import Any
 
 from textgym.cli.errors import CLIError
 
-from textgym import run_folder
+from textgym import jsonl, run_folder
 
 # (metrics keys drawn in the panel, y label). ``kl`` is the approximate KL between the rollout
 # policy and the updated one (how far each update moved); ``ref_kl``, logged when the trainer
@@ -49,14 +49,12 @@ def read_metrics(run: str | Path) -> list[dict[str, Any]]:
     if not path.is_file():
         raise CLIError(f"no metrics in {run}: {path} does not exist")
     records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    lines = jsonl.numbered_lines(path.read_text(encoding="utf-8"))
+    for number, line in lines:
         try:
             records.append(json.loads(line))
         except json.JSONDecodeError as exc:
-            if number == len(lines):  # the last line may be half-written
+            if number == lines[-1][0]:  # the last line may be half-written
                 break
             raise CLIError(f"{path}:{number}: not a JSON line ({exc})") from exc
     return records

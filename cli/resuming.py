@@ -35,6 +35,8 @@ KEPT_ON_RESUME = ("env", "model", "algo", "mode")
 
 RESUMES_FILE = "resumes.jsonl"
 
+_UNSET = object()
+
 
 def _plain(value: Any) -> Any:
     """``value`` as JSON reads it back (tuples become lists), for comparing with a checkpoint."""
@@ -54,6 +56,24 @@ def check_identity(run_dir: Path, cfg: Any, state: dict[str, Any]) -> None:
                 f"cannot resume {run_dir}: its config.toml names {name} {now!r} but the checkpoint was "
                 f"trained with {was!r}; a resumed run keeps its {', '.join(KEPT_ON_RESUME)} (start a new "
                 f"run with --out for another one)")
+
+
+def check_env_kwargs(run_dir: Path, env_kwargs: dict[str, Any], state: dict[str, Any]) -> None:
+    """Refuse (CLIError, one line) a resume whose ``config.toml`` ``[env_kwargs]`` table
+    (``env_kwargs``, resolved with the config file) differs from the env settings the checkpoint's
+    ``state`` makes its envs with: the edit would be silently ignored (the envs are the
+    checkpoint's) while the file misdescribes the run."""
+    if "env_kwargs" not in state:  # a checkpoint that does not record them: nothing to compare
+        return
+    trained, given = _plain(state.get("env_kwargs") or {}), _plain(env_kwargs or {})
+    for key in sorted(set(trained) | set(given), key=str):
+        if trained.get(key, _UNSET) != given.get(key, _UNSET):
+            now = f"{key}={given[key]!r}" if key in given else f"no {key}"
+            was = f"{key}={trained[key]!r}" if key in trained else f"no {key}"
+            raise CLIError(
+                f"cannot resume {run_dir}: its config.toml sets [env_kwargs] {now} but the checkpoint "
+                f"was trained with {was} (a resumed run keeps its env settings); restore config.toml "
+                f"or start a new run")
 
 
 def check_settings(run_dir: Path, state: dict[str, Any], trainer_settings: dict[str, Any],

@@ -28,8 +28,8 @@ def describe(run: Path) -> dict[str, Any]:
     from textgym.cli.runlock import lock_holder
     from textgym.cli.runs import summarize_metrics
 
-    from textgym.trainers.checkpoint import read_state
-    from textgym.trainers.metrics import lines_by_update
+    from textgym.trainers import read_checkpoint
+    from textgym.trainers.reporting.metrics import lines_by_update
 
     try:
         config = run_config.load_toml(run / run_folder.CONFIG)
@@ -40,7 +40,7 @@ def describe(run: Path) -> dict[str, Any]:
     records = [json.loads(lines[u]) for u in sorted(lines)[-1:]]
     metrics = summarize_metrics(records)
     try:
-        checkpoint = read_state(run / "checkpoint").get("update_count")
+        checkpoint = read_checkpoint(run / "checkpoint").get("update_count")
     except (OSError, ValueError):
         checkpoint = None
     holder = lock_holder(run)

@@ -28,6 +28,7 @@ from textgym.cli import resuming, runs, stopping
 from textgym.cli.display import LiveDisplay, plan_line
 from textgym.cli.envtools import (
     check_env_kwargs,
+    check_mode,
     recorded_env_id,
     refuse_env_import,
     resolve_env,
@@ -139,7 +140,7 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
 
 def _trainer_config(cfg: run_config.RunConfig) -> Any:
     """The algorithm's config dataclass from the run config (bad values -> CLIError)."""
-    from textgym.trainers import config as trainer_configs
+    from textgym.trainers import config_for
 
     fields = {
         **cfg.trainer,
@@ -150,7 +151,7 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
         **({"lr": cfg.lr} if cfg.lr is not None else {}),
     }
     try:
-        return trainer_configs.config_for(cfg.algo, fields)
+        return config_for(cfg.algo, fields)
     except (TypeError, ValueError) as exc:
         raise CLIError(f"invalid {cfg.algo} settings: {exc}") from exc
 
@@ -233,6 +234,7 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
         state = _checkpoint_state(run_dir)
         resuming.check_identity(run_dir, cfg, state)
+        resuming.check_env_kwargs(run_dir, cfg.env_kwargs, state)
         env_kwargs = _checkpoint_env_kwargs(run_dir, state)
     else:
         cfg = _new_config(file_layer, layer, config_file)
@@ -240,7 +242,8 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         if main:
             runs.check_new(run_dir, force)
         env_kwargs = cfg.env_kwargs
-    check_env_kwargs(cfg.env, env_kwargs)
+    check_env_kwargs(cfg.env, env_kwargs, cfg.mode)
+    check_mode(cfg.env, cfg.mode, env_kwargs)
     _check_policy_table(cfg)
     policy_settings = policy_config(cfg.model, cfg.mode, cfg.seed, cfg.policy)
     _fill_from_policy(cfg, policy_settings)
@@ -402,10 +405,10 @@ def _hold_run_folder(run_dir: Path, new: bool, process: distributed.ProcessConte
 
 def _checkpoint_state(run_dir: Path) -> dict[str, Any]:
     """The JSON state of a resumed run's checkpoint (CLIError: none yet, unreadable)."""
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     try:
-        return read_state(run_dir / CHECKPOINT)
+        return read_checkpoint(run_dir / CHECKPOINT)
     except FileNotFoundError:
         raise CLIError(f"cannot resume: {run_dir} has no checkpoint yet") from None
     except (OSError, ValueError) as exc:
@@ -446,7 +449,7 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
     number of processes wrote it)."""
     from textgym.trainers import Trainer
-    from textgym.trainers.checkpoint import remove_stale_temporary
+    from textgym.trainers.state.checkpoint import remove_stale_temporary
 
     checkpoint = run_dir / CHECKPOINT
     if process.is_main and remove_stale_temporary(checkpoint) and not quiet:  # a failed or killed save's
@@ -477,7 +480,7 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
 
 
 def _check_demonstrations(path: str) -> None:
-    from textgym.trainers.sft import load_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations
 
     try:
         load_demonstrations(path)
@@ -497,7 +500,7 @@ def _check_player(env: str, player: str) -> None:
 def _warm_start(trainer: Any, cfg: run_config.RunConfig, quiet: bool) -> None:
     from textgym.baselines import BaselineNotApplicable
     from textgym.seeds import demonstration_seed
-    from textgym.trainers.sft import load_demonstrations, player_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations, player_demonstrations
 
     demos = []
     if cfg.sft:
@@ -581,7 +584,8 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
             display.log(plan_line(total, done, trainer.config.episodes_per_update, cfg.minutes,
                                   early_stop.until if early_stop else None,
                                   early_stop.every if early_stop else None,
-                                  early_stop.episodes if early_stop else None))
+                                  early_stop.episodes if early_stop else None,
+                                  episodes_asked=cfg.episodes))
 
         def callback(metrics: dict[str, Any]) -> bool:
             # Called after each update (its metrics written); returning False stops the run.
@@ -608,7 +612,7 @@ def _train(trainer: Any, cfg: run_config.RunConfig, run_dir: Path, quiet: bool,
                 saved = _save_completed_updates(trainer, exc, written, run_dir)
                 if process.is_main:
                     _write_summary(run_dir, cfg, f"failed: {type(exc).__name__}: {exc}", started,
-                                   planned=total)
+                                   trainer=trainer, planned=total)
                 if saved is not None:
                     raise CLIError(f"{exc}; updates 1-{saved} are saved: fix the env, then continue with: "
                                    f"textgym train --resume {run_dir}") from exc
@@ -710,7 +714,9 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
         "mode": cfg.mode,
         "lora": cfg.lora,
         "updates_planned": planned,
-        "episodes_planned": cfg.episodes,
+        # what the planned updates play: --episodes rounded up to whole updates
+        "episodes_planned": (planned * trainer.config.episodes_per_update
+                             if planned is not None and trainer is not None else cfg.episodes),
         "minutes": cfg.minutes,
         "until": cfg.until if cfg.check_every != 0 else None,
         **runs.summarize_metrics(records),
@@ -730,9 +736,9 @@ def _write_summary(run_dir: Path, cfg: run_config.RunConfig, status: str, starte
 def _checkpoint_summary(checkpoint: Path) -> dict[str, Any]:
     """summary.json's ``checkpoint`` (``None`` when the run has none yet) and
     ``checkpoint_update``, the update it holds."""
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers import read_checkpoint
 
     try:
-        return {"checkpoint": str(checkpoint), "checkpoint_update": read_state(checkpoint)["update_count"]}
+        return {"checkpoint": str(checkpoint), "checkpoint_update": read_checkpoint(checkpoint)["update_count"]}
     except (OSError, ValueError, KeyError):
         return {"checkpoint": None}

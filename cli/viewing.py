@@ -1,8 +1,10 @@
 """``textgym view RUN [RUN...]``: one self-contained HTML page of one or several runs.
 
 The page holds everything inline (CSS, the curves as SVG drawn here, a small script; no network):
-the learning curves (mean return, invalid-answer rate, KL, entropy against updates; several runs
-overlaid), each run's settings (``config.toml``) and outcome (``summary.json``), and its episode
+the learning curves against updates, several runs overlaid (the sampled mean return with the
+greedy checks that decide "solved" and their threshold; the invalid-answer rate on a 0-based
+axis; the KL of each update's step, and to the reference where the run has a KL penalty; the
+entropy), each run's settings (``config.toml``) and outcome (``summary.json``), and its episode
 transcripts (``transcripts.jsonl``, :mod:`textgym.transcripts`) browsable by update: the
 first update's episodes (the policy before training) beside the chosen update's, invalid answers
 highlighted, filtered by source and return. A run still being written works: a line torn at the
@@ -26,17 +28,25 @@ from typing import Any
 
 from textgym.cli.errors import CLIError
 from textgym.cli.messages import say
-from textgym.cli.plotting import read_metrics
+from textgym.cli.plotting import read_metrics, with_checks
 
 from textgym import run_folder
 
-#: (metrics key, panel title) of the curves, in page order; a panel no run has data for is left out.
+#: (metrics key, companion key drawn dashed or None, panel title) of the curves, in page order;
+#: a panel no run has data for is left out. The return panel puts the greedy checks (the
+#: evaluations that decide "solved", :func:`textgym.cli.plotting.with_checks`) beside the sampled
+#: return, with the threshold they are held to. ``kl`` is how far each update moved the policy
+#: (the KL between the policy that played the rollout and the updated one), not a distance from
+#: the start; ``ref_kl``, the KL to the reference policy, is logged when the trainer has a KL
+#: penalty (``kl_coef``).
 CURVES = (
-    ("return_mean", "mean return"),
-    ("invalid_rate", "invalid-answer rate"),
-    ("kl", "KL per update (symmetric log)"),
-    ("entropy", "entropy"),
+    ("return_mean", "check_return_mean", "mean return: sampled (solid), greedy checks (dashed, dots)"),
+    ("invalid_rate", None, "invalid-answer rate"),
+    ("kl", "ref_kl", "KL: step of each update (solid), to the reference (dashed) (symmetric log)"),
+    ("entropy", None, "entropy"),
 )
+#: Curves of rates: their axis starts at 0 and never runs below it (0..1 when every value is 0).
+RATES = {"invalid_rate"}
 #: Curves drawn on a symmetric-log axis (linear below the value): a collapse can log a KL of 1e15.
 SYMLOG = {"kl": 1e-4}
 #: At most this many points per curve (evenly strided): a 1,000-update run stays a light page.
@@ -81,20 +91,33 @@ def _label(value: float) -> str:
     return f"{value:.3g}"
 
 
-def curve_svg(key: str, title: str, runs: Sequence[tuple[str, list[dict[str, Any]]]]) -> str | None:
-    """An SVG panel of ``key`` against updates, one line per run (``None``: no run has it)."""
+def _until(records: Sequence[dict[str, Any]]) -> float | None:
+    """The threshold the run's greedy checks are held to (the last check's ``until``)."""
+    checks = [r["check"] for r in records if isinstance(r.get("check"), dict)]
+    return _number(checks[-1].get("until")) if checks else None
+
+
+def curve_svg(key: str, title: str, runs: Sequence[tuple[str, list[dict[str, Any]]]],
+              companion: str | None = None) -> str | None:
+    """An SVG panel of ``key`` against updates, one line per run, and ``companion`` (dashed, with
+    dots) where the run has it (``None``: no run has ``key``). A rate's axis starts at 0."""
     series = [(name, _series(records, key)) for name, records in runs]
     if not any(points for _, points in series):
         return None
+    extra = [(name, _series(records, companion) if companion else []) for name, records in runs]
+    thresholds = sorted({u for _, records in runs if (u := _until(records)) is not None}) \
+        if companion == "check_return_mean" else []
     threshold = SYMLOG.get(key)
     scale = (lambda y: _symlog(y, threshold)) if threshold else (lambda y: y)
-    xs = [x for _, points in series for x, _ in points]
-    ys = [scale(y) for _, points in series for _, y in points]
+    xs = [x for _, points in series + extra for x, _ in points]
+    ys = [scale(y) for _, points in series + extra for _, y in points] + thresholds
     x0, x1 = min(xs), max(xs)
     y0, y1 = min(ys), max(ys)
     if x1 == x0:
         x0, x1 = x0 - 1, x1 + 1
-    if y1 == y0:
+    if key in RATES:  # a rate is never negative: 0..max, or 0..1 when it is 0 throughout
+        y0, y1 = 0.0, (y1 if y1 > 0 else 1.0)
+    elif y1 == y0:
         y0, y1 = y0 - 0.5, y1 + 0.5
     width, height, left, right, top, bottom = 460, 240, 56, 12, 26, 34
     def px(x: float) -> float:
@@ -132,6 +155,22 @@ def curve_svg(key: str, title: str, runs: Sequence[tuple[str, list[dict[str, Any
         if len(points) == 1:
             x, y = points[0]
             parts.append(f'<circle cx="{px(x):.1f}" cy="{py(scale(y)):.1f}" r="3" fill="{color}"/>')
+    for i, (name, points) in enumerate(extra):
+        if not points:
+            continue
+        color = COLORS[i % len(COLORS)]
+        coordinates = " ".join(f"{px(x):.1f},{py(scale(y)):.1f}" for x, y in points)
+        parts.append(f'<polyline points="{coordinates}" stroke="{color}" class="line companion" '
+                     f'stroke-dasharray="5 3" data-series="{html.escape(companion or "")}" '
+                     f'data-of-run="{html.escape(name)}"><title>{html.escape(name)}</title></polyline>')
+        parts.extend(f'<circle cx="{px(x):.1f}" cy="{py(scale(y)):.1f}" r="3" fill="{color}">'
+                     f'<title>{html.escape(name)}: update {x:g}, {html.escape(companion or "")} {y:.4g}'
+                     f'</title></circle>' for x, y in points)
+    for until in thresholds:  # what a greedy check must reach for the run to count as solved
+        parts.append(f'<line x1="{left}" x2="{width - right}" y1="{py(until):.1f}" y2="{py(until):.1f}" '
+                     f'class="until" stroke="#888" stroke-dasharray="1 3"/>'
+                     f'<text x="{width - right - 2}" y="{py(until) - 3:.1f}" class="tick" '
+                     f'text-anchor="end">solved at &#8805; {_label(until)}</text>')
     parts.append("</svg>")
     return "".join(parts)
 
@@ -196,8 +235,9 @@ def build_report(runs: Sequence[str | Path]) -> str:
             raise CLIError(f"no run folder at {folder}")
     # A run whose first update is still going has its config.toml only: its page waits for data.
     loaded = [(name, [] if not (folder / run_folder.METRICS).exists() and (folder / run_folder.CONFIG).is_file()
-               else read_metrics(folder)) for name, folder in zip(_names(folders), folders)]
-    panels = [svg for key, title in CURVES if (svg := curve_svg(key, title, loaded)) is not None]
+               else with_checks(read_metrics(folder))) for name, folder in zip(_names(folders), folders)]
+    panels = [svg for key, companion, title in CURVES
+              if (svg := curve_svg(key, title, loaded, companion)) is not None]
     data, sections = [], []
     for i, ((name, records), folder) in enumerate(zip(loaded, folders)):
         transcripts, total = _transcripts(folder)
@@ -208,7 +248,8 @@ def build_report(runs: Sequence[str | Path]) -> str:
                                                            "first_return_mean", "last_return_mean")
                             if k in summary)
         last = records[-1] if records else {}
-        progress = f"{len(records)} updates" + (f", {last.get('episodes')} episodes" if last else "")
+        progress = (f"{len(records)} update{'' if len(records) == 1 else 's'}"
+                    + (f", {last.get('episodes')} episodes" if last else ""))
         sections.append(
             f'<details class="settings"><summary><span class="swatch" style="background:'
             f'{COLORS[i % len(COLORS)]}"></span>{html.escape(name)}: {html.escape(progress)}'

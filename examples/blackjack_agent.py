@@ -31,7 +31,7 @@ import gymnasium as gym
 
 import textgym
 from textgym.seeds import EVAL_BASE
-from textgym.trainers.config import ALGORITHMS
+from textgym.trainers import ALGORITHMS
 
 
 class BlackjackAgent(textgym.Agent):

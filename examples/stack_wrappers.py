@@ -34,5 +34,5 @@ for answer in answers:
     print(f"PARSED: action={parse['action']} name={parse['action_name']} parser={parse['parser']} "
           f"valid={parse['valid']} policy={parse['policy']} reward={reward:+.2f}")
     if terminated or truncated:
-        print("\nEPISODE:", info["episode_stats"])
+        print("\nEPISODE:", info["episode"])
         break

@@ -28,8 +28,7 @@ import numpy as np
 import textgym
 from textgym.envs.textworld import generate_game
 from textgym.rollout import collect
-from textgym.trainers import make_trainer
-from textgym.trainers.config import ALGORITHMS
+from textgym.trainers import ALGORITHMS, make_trainer
 
 
 def model_win_rate(policy, env_kwargs: dict, num_envs: int) -> float:

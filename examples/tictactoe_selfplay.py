@@ -19,7 +19,7 @@ import time
 
 import textgym
 from textgym.selfplay import SelfPlay, SelfPlayConfig
-from textgym.trainers.config import ALGORITHMS
+from textgym.trainers import ALGORITHMS
 
 
 def main() -> None:

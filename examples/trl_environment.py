@@ -55,7 +55,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
 
     import textgym
     from textgym import lora
-    from textgym.trainers.config import TrainConfig
+    from textgym.trainers import TrainConfig
     from textgym.trainers.trl import environment_dataset, environment_factory
 
     model, tokenizer = textgym.models.load(args.model)

@@ -59,7 +59,7 @@ def main(argv: Sequence[str] | None = None,
     args = parse_args(argv)
     import textgym
     from textgym import lora
-    from textgym.trainers.config import TrainConfig
+    from textgym.trainers import TrainConfig
     from textgym.trainers.trl import make_trl_grpo_trainer
 
     env_id = textgym.registry.resolve_id(args.env)

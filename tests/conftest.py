@@ -1,5 +1,7 @@
-"""Shared fixtures: the seeded tiny model (built once per session), a fresh tiny policy per test,
-and a minimal hand-written text env that follows the text-env contract (docs/design.md §1)."""
+"""Shared fixtures: the seeded tiny model (built once per session), a fresh tiny policy per test
+(on ``tiny_device``, the CPU unless a test parametrizes it), a minimal hand-written text env that
+follows the text-env contract (docs/design.md §1), and the ``gpu`` marker's skip where torch sees
+no CUDA device."""
 
 from __future__ import annotations
 
@@ -24,6 +26,28 @@ def pytest_configure(config):
     torch.set_num_threads(int(os.environ.get("TEXTGYM_TEST_THREADS", "1")))
 
 
+def no_cuda_reason() -> str | None:
+    """Why the ``gpu`` tests cannot run here (``None``: torch sees a CUDA device)."""
+    try:
+        import torch
+    except ImportError:
+        return "gpu test: torch is not installed"
+    if torch.version.cuda is None:
+        return f"gpu test: torch {torch.__version__} is built without CUDA"
+    if not torch.cuda.is_available():
+        return f"gpu test: torch {torch.__version__} sees no CUDA device"
+    return None
+
+
+def pytest_collection_modifyitems(config, items):
+    # `pytest` alone (CI, `make test`) collects the gpu tests too: they skip, naming why, where
+    # there is no CUDA device, and run where there is one (`pytest -m gpu`).
+    gpu_tests = [item for item in items if item.get_closest_marker("gpu")]
+    reason = no_cuda_reason() if gpu_tests else None
+    for item in gpu_tests if reason else []:
+        item.add_marker(pytest.mark.skip(reason=reason))
+
+
 @pytest.fixture(scope="session")
 def _tiny_loaded():
     from textgym import models
@@ -32,17 +56,26 @@ def _tiny_loaded():
 
 
 @pytest.fixture
-def tiny_model_and_tokenizer(_tiny_loaded):
-    """``(model, tokenizer)`` of ``textgym.models.load("tiny")``: the model a private copy (a test
-    that trains or switches it to training mode cannot change what the next test gets, in any
-    order), the tokenizer shared by the session."""
+def tiny_device():
+    """The device of ``tiny_model_and_tokenizer`` and ``tiny_policy``: the CPU. A test gets them
+    elsewhere by parametrizing it (``@pytest.mark.parametrize("tiny_device", ["cuda"])``), a
+    module by overriding this fixture (tests/test_gpu.py)."""
+    return "cpu"
+
+
+@pytest.fixture
+def tiny_model_and_tokenizer(_tiny_loaded, tiny_device):
+    """``(model, tokenizer)`` of ``textgym.models.load("tiny")``: the model a private copy on
+    ``tiny_device`` (a test that trains or switches it to training mode cannot change what the
+    next test gets, in any order), the tokenizer shared by the session."""
     model, tokenizer = _tiny_loaded
-    return copy.deepcopy(model), tokenizer
+    return copy.deepcopy(model).to(tiny_device), tokenizer
 
 
 @pytest.fixture
 def tiny_policy(tiny_model_and_tokenizer):
-    """A score-mode :class:`textgym.Policy` on a private copy of the tiny model (safe to train), seed 0."""
+    """A score-mode :class:`textgym.Policy` on a private copy of the tiny model (safe to train) on
+    ``tiny_device``, seed 0."""
     from textgym.policy import Policy
 
     model, tokenizer = tiny_model_and_tokenizer
@@ -127,7 +160,44 @@ def unreachable_hub(monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setenv("HF_ENDPOINT", endpoint)
     monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    # made from ENDPOINT at import: a file's URL would still name huggingface.co (a real request)
+    monkeypatch.setattr(constants, "HUGGINGFACE_CO_URL_TEMPLATE",
+                        endpoint + "/{repo_id}/resolve/{revision}/{filename}")
     return endpoint
+
+
+class HubWatch:
+    """What a test asked of the hub: ``probes``, textgym.models' questions whether a model exists
+    (``(url, timeout)`` each), and ``loads``, the model loads it attempted (each refused)."""
+
+    def __init__(self) -> None:
+        self.probes: list[tuple[str, float | None]] = []
+        self.loads: list[str] = []
+
+
+@pytest.fixture
+def hub_watch(monkeypatch):
+    """A :class:`HubWatch` over textgym.models: the probe of a model's ``config.json`` is recorded
+    (and still asked), and a model load (where a download would start) is recorded and refused.
+    What a slow failure stands for, with no clock: no load attempted, the hub asked at most once."""
+    import huggingface_hub
+
+    from textgym import models
+
+    watch = HubWatch()
+    probe = huggingface_hub.get_hf_file_metadata
+
+    def recorded_probe(url, *args, timeout=None, **kwargs):
+        watch.probes.append((url, timeout))
+        return probe(url, *args, timeout=timeout, **kwargs)
+
+    def refused_load(source, **options):
+        watch.loads.append(str(source))
+        raise AssertionError(f"{source} was loaded: a download would have started")
+
+    monkeypatch.setattr(huggingface_hub, "get_hf_file_metadata", recorded_probe)
+    monkeypatch.setattr(models, "_load_pretrained", refused_load)
+    return watch
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""The collapse alarms (textgym.trainers.alarms): each fires on a synthetic history and not on a
+"""The collapse alarms (textgym.trainers.reporting.alarms): each fires on a synthetic history and not on a
 healthy one; a lasting condition is raised once."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from textgym.trainers.alarms import (
+from textgym.trainers.reporting.alarms import (
     HINTS,
     Alarm,
     AlarmThresholds,

@@ -12,7 +12,7 @@ import pytest
 
 import textgym
 from textgym.trainers import Trainer, make_trainer
-from textgym.trainers.early_stop import CHECK_SEED, EarlyStop
+from textgym.trainers.engine.early_stop import CHECK_SEED, EarlyStop
 
 SMALL = {"num_envs": 8, "episodes_per_update": 16, "minibatch_size": 16, "lr": 3e-3}
 
@@ -56,7 +56,7 @@ class FakeClock:
 
 def test_a_time_cap_cuts_the_rollout_and_resume_replays_the_dropped_update(
         tiny_model_and_tokenizer, tmp_path, monkeypatch):
-    from textgym.trainers import loop
+    from textgym.trainers.engine import loop
 
     model, tokenizer = tiny_model_and_tokenizer
     reference = make_trainer("reinforce", textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0),
@@ -118,7 +118,7 @@ def test_early_stop_checks_at_its_updates_on_held_out_capped_episodes(tiny_polic
 
 
 def test_each_update_records_its_answers_and_the_alarms_it_raised(tiny_policy, tmp_path):
-    from textgym.trainers.checkpoint import read_state
+    from textgym.trainers.state.checkpoint import read_state
 
     # a target_kl no update can keep: the KL alarm is raised at the first update, then only recorded
     config = {**SMALL, "target_kl": 1e-12, "minibatch_size": 4}

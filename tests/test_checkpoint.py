@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from textgym.trainers import checkpoint as ckpt
+from textgym.trainers.state import checkpoint as ckpt
 
 
 def _small_llama(seed=0):
@@ -122,7 +122,7 @@ def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_
 
     import textgym
     from textgym.trainers import Trainer, make_trainer
-    from textgym.trainers.metrics import read_metrics
+    from textgym.trainers.reporting.metrics import read_metrics
 
     model, tokenizer = tiny_model_and_tokenizer
     config = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 4, "lr": 3e-3, "epochs": 2}

@@ -15,7 +15,7 @@ from textgym.cli.config import RunConfig
 
 from textgym.policy.config import PolicyConfig
 from textgym.settings import setting_of
-from textgym.trainers.config import ALGORITHMS, TrainConfig
+from textgym.trainers import ALGORITHMS, Trainer, TrainConfig
 
 # Each: the flags (or config file text), and what the one error line must say.
 BAD_SETTINGS = [
@@ -67,6 +67,20 @@ def test_an_edited_checkpoint_counter_is_refused_before_anything_loads(cli, tmp_
     line = one_error_line(cli("train", "--resume", run))
     assert "trainer_state.json: update_count must be an integer >= 0, got -5" in line
     assert sorted(p.name for p in run.rglob("*")) == before
+
+
+def test_an_edited_checkpoint_config_field_is_refused_before_anything_loads(cli, tmp_path, no_model_load):
+    run = tmp_path / "run"
+    (run / "checkpoint").mkdir(parents=True)
+    (run / "config.toml").write_text(run_config.dumps(RunConfig(
+        env="textgym/Bandit-v0", model="tiny", updates=2)))
+    state = {"algorithm": "reinforce", "config": {"algorithm": "reinforce", "lora_r": 0}, "env_kwargs": {},
+             "update_count": 1, "episodes_seen": 0, "decisions_seen": 0, "wall_time": 0.0}
+    (run / "checkpoint" / "trainer_state.json").write_text(json.dumps(state))
+    line = one_error_line(cli("train", "--resume", run))
+    assert "trainer_state.json: lora_r must be an integer >= 1, got 0" in line
+    with pytest.raises(ValueError, match="trainer_state.json: lora_r must be an integer >= 1, got 0"):
+        Trainer.resume(run / "checkpoint")  # refused before the checkpoint's model would load
 
 
 def test_eval_seed_out_of_range(cli):
@@ -145,7 +159,7 @@ def test_train_and_eval_options_are_the_declared_settings():
     from textgym.cli.config import ENV_FLAGS, TRAINER_FLAGS, EnvSettings
     from textgym.cli.options import flags_of
 
-    from textgym import remote, rollout
+    from textgym import remote, step_cap
     from textgym.settings import field_docs
 
     launch = {"env", "out", "config", "resume", "force", "quiet", "processes", "stop_after"}
@@ -155,7 +169,7 @@ def test_train_and_eval_options_are_the_declared_settings():
     assert "max_episode_steps" in eval_options and "step_timeout" not in eval_options
     fields = {f.name: f for f in dataclasses.fields(EnvSettings)}
     assert setting_of(fields["step_timeout"]).default_text == f"{remote.DEFAULT_STEP_TIMEOUT:g}"
-    assert f"no limit: {rollout.DEFAULT_MAX_EPISODE_STEPS})" in field_docs(EnvSettings)["max_episode_steps"]
+    assert f"no limit: {step_cap.DEFAULT_MAX_EPISODE_STEPS})" in field_docs(EnvSettings)["max_episode_steps"]
 
 
 def test_an_env_recommends_the_settings_a_run_declares():

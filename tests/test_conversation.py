@@ -13,7 +13,7 @@ from textgym.policy.ragged_attention import row_groups
 from textgym.policy.rescoring import conversation_chains
 from textgym.rollout import collect, conversation_runs
 from textgym.trainers import make_trainer
-from textgym.trainers.optimization import minibatches
+from textgym.trainers.engine.optimization import minibatches
 
 SYSTEM = "Balance the pole. Answer LEFT or RIGHT."
 ACTIONS = ["LEFT", "RIGHT", "go north"]  # "go north": a multi-token candidate (scored through a trie)

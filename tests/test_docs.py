@@ -99,3 +99,45 @@ def test_markdown_files_are_found():
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines, at most {README_MAX_LINES}"
+
+
+LAYOUT_ENTRY = re.compile(r"^( *)(\S+?/|\S+\.py)(?:\s|$)")
+
+
+def design_layout() -> set[str]:
+    """The paths named in docs/design.md's layout block: an entry is a line's first word ending in
+    ``/`` or ``.py``, inside the folder of the nearest entry indented less."""
+    text = (ROOT / "docs" / "design.md").read_text(encoding="utf-8")
+    block = text.split("## Layout", 1)[1].split("```", 2)[1]
+    folders: list[tuple[int, str]] = []  # (indent, path) of the open folders
+    named = set()
+    for line in block.splitlines():
+        entry = LAYOUT_ENTRY.match(line)
+        if not entry:
+            continue
+        indent, name = len(entry.group(1)), entry.group(2)
+        while folders and folders[-1][0] >= indent:
+            folders.pop()
+        path = "".join(folder for _, folder in folders[-1:]) + name
+        named.add(path.rstrip("/"))
+        if name.endswith("/"):
+            folders.append((indent, path))
+    return named
+
+
+def test_design_layout_reads_nested_folders():
+    named = design_layout()
+    assert {"textgym", "textgym/policy", "textgym/policy/scoring.py", "cli/main.py"} <= named
+
+
+def test_design_layout_names_every_module_and_only_real_paths():
+    """docs/design.md's layout stays the tree: every module of textgym/ and cli/ is in it (with
+    its line on what it owns), and every path it names exists."""
+    modules = {p.relative_to(ROOT).as_posix() for folder in ("textgym", "cli")
+               for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts}
+    modules -= {m for m in modules if m.endswith("/__init__.py") and m.count("/") > 1}
+    named = design_layout()
+    missing = sorted(modules - named)
+    assert not missing, "modules missing from docs/design.md's layout:\n" + "\n".join(missing)
+    absent = sorted(path for path in named if not (ROOT / path).exists())
+    assert not absent, "docs/design.md's layout names paths that do not exist:\n" + "\n".join(absent)

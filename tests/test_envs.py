@@ -243,7 +243,7 @@ def test_cliffwalking_has_a_step_limit_by_default():
         *_, truncated, info = env.step("UP")
         if truncated:
             break
-    assert step == 200 and info["episode_stats"]["length"] == 200
+    assert step == 200 and info["episode"]["length"] == 200
 
 
 def test_taxi_text_shows_taxi_passenger_destination_and_legal_moves():
@@ -282,7 +282,7 @@ def test_max_episode_steps_applies_inside_the_text_wrappers():
     for _ in range(3):
         *_, terminated, truncated, info = env.step("LEFT" if _ % 2 else "RIGHT")
     assert truncated and not terminated
-    assert info["episode_stats"] == {"return": 3.0, "length": 3, "invalid_count": 0}
+    assert info["episode"] == {"return": 3.0, "length": 3, "invalid_count": 0}
 
 
 def test_invalid_policy_and_history_pass_through():
@@ -328,7 +328,7 @@ def test_bandit_rewards_the_right_animal_for_the_color():
         wrong = "dog" if right == "cat" else "cat"
         _, reward, terminated, truncated, info = env.step(f"I say {right}")
         assert (reward, terminated, truncated) == (1.0, True, False)
-        assert info["episode_stats"]["return"] == 1.0
+        assert info["episode"]["return"] == 1.0
         env.reset(seed=seed)
         assert env.step(wrong)[1] == 0.0
         seen.add(obs)

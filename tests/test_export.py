@@ -92,7 +92,7 @@ def test_export_of_the_adapter_loads_with_policy_load(cli, trained_run, tmp_path
     result = cli("export", trained_run / "checkpoint", "--out", out)
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in out.iterdir()) == [
-        "README.md", "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
+        ".textgym-export", "README.md", "adapter_config.json", "adapter_model.safetensors", "chat_template.jinja",
         "policy.json", "tokenizer.json", "tokenizer_config.json"]
     card = (out / "README.md").read_text()
     assert "library_name: peft" in card and f'textgym.Policy.load("{out}")' in card
@@ -195,6 +195,46 @@ def test_a_full_weights_checkpoint_exports_as_its_model_folder(cli, tmp_path, ti
                           greedy_decisions(trainer.policy))
 
 
+def test_export_removes_nothing_it_did_not_create(cli, trained_run, tmp_path):
+    """An empty --out is filled, not replaced; folders named like a temporary or a backup of it
+    are the user's and stay; --force swaps only an earlier export."""
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in ("out.old", "out.tmp"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "notes.txt").write_text("keep me")
+    result = cli("export", trained_run, "--out", out)
+    assert result.exit_code == 0, result.output
+    assert (out / "adapter_config.json").is_file()
+    result = cli("export", trained_run, "--out", out, "--force")
+    assert result.exit_code == 0, result.output
+    assert (out / "adapter_config.json").is_file()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out", "out.old", "out.tmp"]
+    for name in ("out.old", "out.tmp"):
+        assert [p.name for p in (tmp_path / name).iterdir()] == ["notes.txt"]
+        assert (tmp_path / name / "notes.txt").read_text() == "keep me"
+
+    looks_like_an_export = tmp_path / "old-style"   # policy.json, but not written by export
+    looks_like_an_export.mkdir()
+    (looks_like_an_export / "policy.json").write_text("{}")
+    line = one_error_line(cli("export", trained_run, "--out", looks_like_an_export, "--force"))
+    assert "replaces only an earlier export" in line and ".textgym-export" in line
+    assert [p.name for p in looks_like_an_export.iterdir()] == ["policy.json"]
+
+
+def test_export_through_a_symlink_writes_into_its_target(cli, trained_run, tmp_path):
+    real = tmp_path / "real"
+    real.mkdir()
+    link = tmp_path / "link"
+    link.symlink_to(real, target_is_directory=True)
+    for flags in ((), ("--force",)):
+        result = cli("export", trained_run, "--out", link, *flags)
+        assert result.exit_code == 0, result.output
+        assert link.is_symlink() and link.resolve() == real.resolve()
+        assert (real / "adapter_config.json").is_file()
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["link", "real"]
+
+
 # --- bad input --------------------------------------------------------------------------------
 
 
@@ -258,8 +298,9 @@ def test_push_to_hub_creates_the_repository_and_uploads_the_exported_folder(
             calls.append(("create_repo", repo_id, exist_ok))
             return f"{self.endpoint}/{repo_id}"
 
-        def upload_folder(self, repo_id, folder_path, commit_message=None):
-            calls.append(("upload_folder", repo_id, sorted(p.name for p in folder_path.iterdir())))
+        def upload_folder(self, repo_id, folder_path, commit_message=None, ignore_patterns=None):
+            calls.append(("upload_folder", repo_id, sorted(p.name for p in folder_path.iterdir()
+                                                          if p.name not in (ignore_patterns or ()))))
 
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
@@ -268,7 +309,8 @@ def test_push_to_hub_creates_the_repository_and_uploads_the_exported_folder(
     result = cli("export", trained_run, "--out", out, "--push-to-hub", "me/bandit-agent")
     assert result.exit_code == 0, result.output
     assert calls == [("whoami",), ("create_repo", "me/bandit-agent", True),
-                     ("upload_folder", "me/bandit-agent", sorted(p.name for p in out.iterdir()))]
+                     ("upload_folder", "me/bandit-agent", sorted(p.name for p in out.iterdir()
+                                                                 if p.name != ".textgym-export"))]
     assert "pushed" in result.stdout and "me/bandit-agent" in result.stdout
     card = (out / "README.md").read_text()
     assert "# me/bandit-agent" in card and 'snapshot_download("me/bandit-agent")' in card

@@ -242,7 +242,7 @@ def test_minigrid_family_plays_with_minigrids_own_action_names():
         _, reward, terminated, _, _ = env.step(answer)
         assert not terminated
     _, reward, terminated, _, info = env.step('{"action": "forward"}')
-    assert terminated and reward > 0.5 and info["episode_stats"]["return"] == reward
+    assert terminated and reward > 0.5 and info["episode"]["return"] == reward
     # the renderer also serves a plain textgym.wrap of a MiniGrid env
     import minigrid  # noqa: F401
 
@@ -287,7 +287,7 @@ def test_reasoning_gym_one_item_per_episode_scored_by_the_dataset():
     again, _ = env.reset(seed=3)
     assert again == obs                                           # the same seed, the same item
     _, reward, terminated, _, info = env.step(f"<answer>{answer}")     # a policy stopped at </answer>
-    assert reward == 1.0 and info["parse"]["valid"] is True and info["episode_stats"]["return"] == 1.0
+    assert reward == 1.0 and info["parse"]["valid"] is True and info["episode"]["return"] == 1.0
     # training seeds (10_000_000 + ...) and held-out seeds (1_000_000 + ...) draw different items
     train = {env.reset(seed=10_000_000 + i)[0] for i in range(20)}
     held_out = {env.reset(seed=1_000_000 + i)[0] for i in range(20)}
@@ -359,7 +359,7 @@ def test_textarena_single_player_game_gives_its_reward_at_the_end():
             low = guess + 1
         elif "lower" in last:
             high = guess - 1
-    assert reward == 1.0 and info["episode_stats"]["length"] <= 5 and info["outcome"] == "win"
+    assert reward == 1.0 and info["episode"]["length"] <= 5 and info["outcome"] == "win"
     obs, info = env.reset(seed=0)
     _, _, terminated, _, info = env.step("no brackets at all")
     assert info["parse"]["valid"] is False and not terminated
@@ -430,7 +430,7 @@ def test_textarena_game_needing_a_download_fails_with_one_line():
                             check=False)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1 and "needs the NLTK resource" in lines[0], result.stdout
+    assert len(lines) == 1 and "unavailable offline: needs the NLTK data" in lines[0], result.stdout
     assert "nltk_data" not in result.stderr
 
 

@@ -109,7 +109,7 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
                 assert result[2] is True
         if result[2] or result[3]:
             episodes += 1
-            assert "episode_stats" in info
+            assert "episode" in info
             _, info = env.reset()
     if policy == "terminate":                      # every garbage answer ended its episode
         assert episodes >= len(GARBAGE_TEXT) + len(EMPTY_NON_TEXT)
@@ -121,7 +121,7 @@ def test_adversarial_answers_never_break_an_env(env_id, policy, request, tmp_pat
             assert info["parse"]["valid"] is True
             if terminated or truncated:
                 done = True
-                assert info["episode_stats"]["length"] >= 1
+                assert info["episode"]["length"] >= 1
                 _, info = env.reset()
                 break
         assert done
@@ -155,7 +155,7 @@ def test_adversarial_answers_never_break_a_family_env(env_id, tmp_path, monkeypa
             if parsed and answer in GARBAGE_TEXT:
                 assert info["parse"]["valid"] is False and info["parse"]["policy"] in (policy, "penalty")
             if result[2] or result[3]:
-                assert "episode_stats" in info
+                assert "episode" in info
                 env.reset()
         env.close()
     assert list(tmp_path.iterdir()) == []

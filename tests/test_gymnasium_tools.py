@@ -43,7 +43,7 @@ def count_wrappers(env, cls):
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
 def test_record_episode_statistics_wraps_a_text_env(env_id):
-    env = gym.wrappers.RecordEpisodeStatistics(textgym.make(env_id))
+    env = gym.wrappers.RecordEpisodeStatistics(textgym.make(env_id), stats_key="gym_episode")
     rng = np.random.default_rng(0)
     ended = 0
     for seed in range(3):
@@ -52,7 +52,7 @@ def test_record_episode_statistics_wraps_a_text_env(env_id):
         while not done:
             _, _, terminated, truncated, info = env.step(str(rng.choice(info["valid_actions"])))
             done = terminated or truncated
-        ours, theirs = info["episode_stats"], info["episode"]
+        ours, theirs = info["episode"], info["gym_episode"]
         assert theirs["r"] == pytest.approx(ours["return"]) and theirs["l"] == ours["length"]
         ended += 1
     assert len(env.return_queue) == ended == 3
@@ -60,11 +60,12 @@ def test_record_episode_statistics_wraps_a_text_env(env_id):
 
 def test_vector_record_episode_statistics_on_a_sync_vector_env():
     venv = gym.vector.SyncVectorEnv([lambda: textgym.make("bandit")] * 2)
-    venv = gym.wrappers.vector.RecordEpisodeStatistics(venv)
+    venv = gym.wrappers.vector.RecordEpisodeStatistics(venv, stats_key="gym_episode")  # "episode" is ours
     venv.reset(seed=0)
     _, _, terminated, _, infos = venv.step(["cat", "dog"])
-    assert terminated.all() and infos["_episode"].all()
-    assert set(infos["episode"]["r"]) <= {0.0, 1.0}
+    assert terminated.all() and infos["_gym_episode"].all()
+    assert set(infos["gym_episode"]["r"]) <= {0.0, 1.0}
+    assert list(infos["gym_episode"]["r"]) == list(infos["episode"]["return"])
 
 
 @pytest.mark.parametrize("env_id", ALL_IDS)

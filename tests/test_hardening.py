@@ -140,7 +140,7 @@ def test_a_checkpoint_save_that_fails_leaves_no_temporary_and_names_the_file(tin
 
     import torch
 
-    from textgym.trainers import checkpoint as ckpt
+    from textgym.trainers.state import checkpoint as ckpt
 
     optimizer = torch.optim.AdamW([p for p in tiny_policy.model.parameters()][:1], lr=0.1)
     path = tmp_path / "checkpoint"
@@ -172,7 +172,7 @@ def test_resume_removes_a_stale_checkpoint_tmp(cli, run):
 def test_blown_up_weights_are_never_saved(tiny_policy, tmp_path):
     import torch
 
-    from textgym.trainers import checkpoint as ckpt
+    from textgym.trainers.state import checkpoint as ckpt
 
     trainer_free = {"policy": torch.optim.AdamW([next(tiny_policy.model.parameters())], lr=0.1)}
     path = tmp_path / "checkpoint"
@@ -205,9 +205,9 @@ def test_a_run_whose_weights_blow_up_says_so_and_saves_no_poisoned_checkpoint(cl
 # --- 8. an env that never ends ------------------------------------------------------------------
 
 def test_an_endless_env_is_cut_at_the_default_cap_in_train_and_eval(cli, tmp_path, monkeypatch, caplog):
-    from textgym import rollout
+    from textgym import step_cap
 
-    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 3)  # 1000 in real runs: the same code path
+    monkeypatch.setattr(step_cap, "DEFAULT_MAX_EPISODE_STEPS", 3)  # 1000 in real runs: the same code path
     run = tmp_path / "run"
     result = cli("train", "faultenvs:fault/Endless-v0", "--config", write_fast(tmp_path), "--out", run,
                  "--check-every", "0", "--quiet")
@@ -343,7 +343,7 @@ def test_runs_lists_the_run_folders(cli, finished_run, tmp_path):
 def test_the_bounded_alarm_history_raises_what_the_whole_one_raises():
     import random
 
-    from textgym.trainers import alarms
+    from textgym.trainers.reporting import alarms
 
     rng = random.Random(0)
     history, kept = [], []
@@ -360,7 +360,8 @@ def test_the_bounded_alarm_history_raises_what_the_whole_one_raises():
 
 
 def test_a_long_run_keeps_a_bounded_alarm_history(tiny_policy, tmp_path):
-    from textgym.trainers import alarms, make_trainer
+    from textgym.trainers import make_trainer
+    from textgym.trainers.reporting import alarms
 
     config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path)
@@ -377,7 +378,7 @@ def test_greedy_checks_are_in_tensorboard_the_plot_and_the_wall_time(fault_envs,
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from textgym.trainers import make_trainer
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
     config = {"num_envs": 2, "episodes_per_update": 2, "minibatch_size": 2, "checkpoint_every": 0}
     trainer = make_trainer("reinforce", tiny_policy, env="fault/Slow-v0", config=config, out_dir=tmp_path / "slow",
@@ -494,7 +495,7 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
     from textgym.cli.stopping import StopSignals
 
     import textgym
-    from textgym import rollout
+    from textgym import rollout, step_cap
 
     class SignalsAtSteps(gym.Wrapper):
         """Ctrl-C pressed at the 3rd and the 6th step (the process signals itself)."""
@@ -507,7 +508,7 @@ def test_a_second_signal_stops_a_rollout_that_would_not_end(fault_envs, tiny_pol
                 os.kill(os.getpid(), signal.SIGINT)
             return super().step(action)
 
-    monkeypatch.setattr(rollout, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
+    monkeypatch.setattr(step_cap, "DEFAULT_MAX_EPISODE_STEPS", 10**9)   # no cap: only the signal ends it
     env = SignalsAtSteps(textgym.make("fault/Endless-v0"))
     messages = []
     with StopSignals(lambda message, style=None: messages.append(message)) as stop, \

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from textgym.trainers.losses import (
+from textgym.trainers.engine.losses import (
     EMABaseline,
     all_finite,
     approx_kl,
@@ -146,7 +146,7 @@ def test_all_finite():
 def test_rollout_kl_takes_the_rollout_policy_as_the_sampling_side():
     from types import SimpleNamespace
 
-    from textgym.trainers.kl import rollout_kl
+    from textgym.trainers.engine.kl import rollout_kl
 
     # two sampled answers: one unchanged, one the update made (almost) impossible
     old = torch.log(torch.tensor([[0.5], [0.5]]))

@@ -3,6 +3,7 @@ started once per module and torn down even when a test fails."""
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
 import sys
@@ -74,6 +75,9 @@ def servers():
         started["bandit"] = textgym_serve("bandit")       # killed by a test
         started["walk"] = helper("walk")
         started["garbage"] = helper("garbage")
+        started["garbled"] = helper("garbled")
+        for kind in ("drops", "rooms", "echo"):
+            started[kind] = helper(kind)
         for server in started.values():
             server.wait()
         yield started
@@ -142,21 +146,116 @@ def test_foreign_server_rendered_and_parsed_against_its_schema(servers):
         assert obs.startswith("position: 1\ngoal: 2\n") and not info["parse"]["valid"]
         assert info["parse"]["policy"] == "retry" and not terminated
         obs, reward, terminated, _, info = env.step("right")
-        assert (reward, terminated, info["episode_stats"]) == (1.0, True, {"return": 1.0, "length": 3,
+        assert (reward, terminated, info["episode"]) == (1.0, True, {"return": 1.0, "length": 3,
                                                                            "invalid_count": 1})
     finally:
         env.close()
 
 
-def test_slow_server_times_out_naming_the_url(servers):
+def test_legal_actions_a_board_and_an_action_model_with_defaults(servers):
+    # OpenEnv's games (Connect4, OpenSpiel) list their legal moves as ints and their boards as
+    # nested lists; the action model has one field to fill and others with defaults
+    env = textgym.make(f"openenv:{servers['drops'].url}")
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs == "board:\n0 0 0\n0 0 0\nlegal actions: 0, 1, 2" and info["valid_actions"] == ["0", "1", "2"]
+        assert info["system_prompt"].endswith("one of the legal actions listed.")
+        for _ in range(2):
+            obs, reward, terminated, _, info = env.step("column 1")
+        assert info["parse"]["action"] == {"column": 1}        # the server fills in its default variant
+        assert obs.endswith("legal actions: 0, 2") and info["valid_actions"] == ["0", "2"]
+        obs, reward, terminated, _, info = env.step("1")       # full now: not a legal action, asked again
+        assert not info["parse"]["valid"] and "Reply with one of: 0, 2" in info["feedback"]
+        for answer in ("0", "0", "2", "2"):
+            obs, reward, terminated, _, info = env.step(answer)
+        assert (reward, terminated) == (1.0, True)
+    finally:
+        env.close()
+
+
+def test_legal_actions_in_metadata_get_the_names_the_action_model_gives(servers):
+    env = textgym.make(f"openenv:{servers['rooms'].url}")
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs == "hall\nlegal actions: north, east, west"
+        assert info["valid_actions"] == ["north", "east", "west"]
+        assert env.step("south")[4]["parse"]["valid"] is False          # the hall has no door south
+        obs, reward, terminated, _, info = env.step("east")
+        assert (obs.split("\n")[0], reward, terminated, info["parse"]["action"]) == ("goal", 1.0, True, {"direction": 2})
+    finally:
+        env.close()
+
+
+def test_random_baseline_plays_a_served_game(servers, cli):
+    result = cli("eval", f"openenv:{servers['drops'].url}", "--baseline", "random", "--episodes", "3", "--json")
+    assert result.exit_code == 0, result.output
+    import json
+
+    random = json.loads(result.output)["results"]["random"]
+    assert random["episodes"] == 3 and random["invalid_rate"] == 0.0 and random["length_mean"] == 6.0
+
+
+def test_score_mode_on_a_server_without_listed_actions_stops_before_the_model_loads(servers, cli, tmp_path):
+    from tests.test_cli import one_error_line
+
+    line = one_error_line(cli("train", f"openenv:{servers['echo'].url}", "--model", "tiny", "--updates", "1",
+                              "--out", str(tmp_path / "run")))
+    assert "--mode generate" in line and not (tmp_path / "run").exists()
+
+
+def test_an_mcp_server_is_a_tool_env(servers):
+    env = textgym.make(f"openenv:{servers['echo'].url}")
+    try:
+        obs, info = env.reset(seed=0)
+        assert obs == "Say hello with the echo tool."
+        assert [t["function"]["name"] for t in info["tools"]] == ["echo", "add", "shutdown"]
+        assert '"name": "add"' in info["system_prompt"]
+        obs, _, _, _, info = env.step('<tool_call>{"name": "add", "arguments": {"a": 2, "b": "3"}}</tool_call>')
+        assert obs == "<tool_response>\n5\n</tool_response>" and info["parse"]["action"]["arguments"] == {"a": 2, "b": 3}
+        obs, _, _, _, info = env.step('{"name": "echo", "arguments": {"message": "hello"}}')
+        assert obs == "<tool_response>\nhello\n</tool_response>"
+        obs, _, _, _, info = env.step('{"name": "echo", "arguments": {}}')    # checked before it is sent
+        assert not info["parse"]["valid"] and "'message' is a required property" in info["feedback"]
+        obs, _, terminated, _, info = env.step("hello")                       # no tool call: the end
+        assert terminated and info["parse"]["parser"] == "final"
+    finally:
+        env.close()
+
+
+def test_an_mcp_server_dying_mid_episode_is_one_clear_error():
+    server = helper("echo").wait()   # its own: this one dies
+    url = server.url
+    env = textgym.make(f"openenv:{url}", step_timeout=10.0)
+    try:
+        env.reset(seed=0)
+        env.step('{"name": "shutdown", "arguments": {}}')                      # the server exits now
+        server.process.wait(timeout=60)
+        with pytest.raises(OpenEnvError, match=url):
+            env.step('{"name": "echo", "arguments": {"message": "anyone?"}}')
+    finally:
+        env.close()
+        server.stop()
+
+
+def test_slow_server_times_out_naming_the_url(servers, monkeypatch):
+    from textgym import remote
+
+    client_class, timeouts = remote._openenv_client(), []
+
+    class RecordingClient(client_class):  # OpenEnv's client, told how long to wait
+        def __init__(self, *args, **kwargs):
+            timeouts.append((kwargs["connect_timeout_s"], kwargs["message_timeout_s"]))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(remote, "_openenv_client", lambda: RecordingClient)
     url = servers["walk"].url
     env = textgym.make(f"openenv:{url}", step_timeout=1.0)
     try:
         env.reset(seed=0)
-        started = time.monotonic()
-        with pytest.raises(OpenEnvError, match=rf"{url} did not answer within 1 s"):
+        with pytest.raises(OpenEnvError, match=rf"{url} did not answer within 1 s") as error:
             env.step("wait")                     # the server sleeps for minutes
-        assert time.monotonic() - started < 60   # the timeout, not the server, ended the wait
+        # the client's timeout ended the wait, not the server's answer nor its dropped connection
+        assert type(error.value.__cause__).__name__ == "TimeoutError" and timeouts == [(1.0, 1.0)]
     finally:
         env.close()
 
@@ -167,6 +266,37 @@ def test_malformed_reply_is_one_clear_error(servers):
     with pytest.raises(OpenEnvError, match=f"malformed reply from OpenEnv server {url}"):
         env.reset(seed=0)
     env.close()
+
+
+@pytest.mark.parametrize(("seed", "what"), [
+    (0, "reward is 'abc', not a number"), (1, "observation is ['not', 'an', 'object'], not an object"),
+    (2, "done is missing"), (3, "reward is nan, not a finite number"),
+    (4, "observation.text is a string of 2,000,000 characters"), (5, "done is 'yes', not true or false"),
+    (6, "metadata is 'not an object', not an object"), (7, "reward is inf, not a finite number"),
+    (8, "the reply is list, not an object")])
+def test_a_garbled_field_is_a_malformed_reply_naming_it(servers, seed, what):
+    url = servers["garbled"].url
+    env = textgym.make(f"openenv:{url}", step_timeout=10.0)
+    try:
+        assert env.reset(seed=seed)[0] == "you stand still"
+        with pytest.raises(OpenEnvError, match=f"malformed reply from OpenEnv server {url}: .*{re.escape(what)}"):
+            env.step("left")
+        assert env.reset(seed=seed)[0] == "you stand still"   # the session was dropped; a new one opens
+    finally:
+        env.close()
+
+
+def test_a_garbled_server_costs_its_episodes_not_the_rollout(servers):
+    from textgym.rollout import collect
+
+    venv = textgym.make_vec(f"openenv:{servers['cartpole'].url},{servers['garbled'].url}", num_envs=2,
+                            step_timeout=10.0)
+    try:
+        rollout = collect(_KillsAServer(None, at=0), venv, episodes=3, seed=0)
+    finally:
+        venv.close()
+    assert rollout.stats["dropped_episodes"] >= 1 and rollout.stats["failed_envs"] == 1
+    assert len(rollout.episodes) == 3 and all(s.env_index == 0 for e in rollout.episodes for s in e.steps)
 
 
 def test_unreachable_server_is_one_clear_error():

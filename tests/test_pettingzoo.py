@@ -201,7 +201,7 @@ def _play(env, seeds, rng):
             obs, reward, terminated, truncated, info = env.step(str(rng.choice(info["valid_actions"])))
         counts[info["outcome"]] += 1
         assert reward == {"win": 1.0, "draw": 0.0, "loss": -1.0}[info["outcome"]]
-        assert info["episode_stats"]["return"] == reward
+        assert info["episode"]["return"] == reward
     return counts
 
 

@@ -107,7 +107,7 @@ def test_act_dtype_is_checked():
 def _perturbed_correction(policy, decisions, shifts, enabled):
     """The correction of ``decisions`` after their acting log-probs were moved by ``shifts``
     (a known acting-vs-training mismatch)."""
-    from textgym.trainers.precision import ActingCorrection
+    from textgym.trainers.engine.precision import ActingCorrection
 
     for d, shift in zip(decisions, shifts):
         d.token_logprobs = [lp + shift for lp in d.token_logprobs]
@@ -151,7 +151,7 @@ def test_the_correction_weights_the_gradient_by_the_capped_ratio(tiny_model_and_
 
 
 def test_the_clipped_surrogate_weights_each_unit():
-    from textgym.trainers.losses import clipped_surrogate
+    from textgym.trainers.engine.losses import clipped_surrogate
 
     logprobs = torch.tensor([[-0.5, -1.0]], requires_grad=True)
     old, adv, mask = torch.tensor([[-0.5, -1.0]]), torch.tensor([2.0]), torch.tensor([[True, True]])
@@ -204,7 +204,7 @@ def test_greedy_evaluation_acts_in_the_evaluation_precision(tiny_model_and_token
     import textgym
     from textgym.rollout import collect
     from textgym.seeds import EVAL_BASE
-    from textgym.trainers.evaluation import evaluate_greedy
+    from textgym.trainers.engine.evaluation import evaluate_greedy
 
     model, tok = tiny_model_and_tokenizer
     policy = Policy(copy.deepcopy(model), tok, mode="score", eval_act_dtype="bfloat16", seed=0)
@@ -226,8 +226,8 @@ def test_greedy_evaluation_acts_in_the_evaluation_precision(tiny_model_and_token
 def test_evaluations_run_all_episodes_side_by_side(tiny_model_and_tokenizer, monkeypatch):
     import textgym
     from textgym.trainers import make_trainer
-    from textgym.trainers.early_stop import EarlyStop
-    from textgym.trainers.evaluation import EVAL_MAX_ENVS
+    from textgym.trainers.engine.early_stop import EarlyStop
+    from textgym.trainers.engine.evaluation import EVAL_MAX_ENVS
 
     made = []
     real = textgym.make_vec

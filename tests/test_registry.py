@@ -67,6 +67,17 @@ def test_make_accepts_short_names():
     assert env.reset(seed=0)[1]["valid_actions"] == ["cat", "dog"]
 
 
+@pytest.mark.parametrize("short", ["cartpole", "bandit", "frozenlake"])
+def test_a_failed_reset_leaves_the_env_working_after_the_next_reset(short):
+    env, fresh = textgym.make(short), textgym.make(short)
+    with pytest.raises(gym.error.Error, match="Seed must be greater or equal to zero"):
+        env.reset(seed=-5)
+    first = fresh.reset(seed=0)
+    assert env.reset(seed=0) == first
+    action = first[1]["valid_actions"][0]
+    assert env.step(action)[:4] == fresh.step(action)[:4]
+
+
 def test_unknown_id_names_close_matches():
     with pytest.raises(registry.UnknownEnvError) as error:
         textgym.make("textgym/CartPol-v1")

@@ -109,8 +109,8 @@ def test_works_with_a_text_vector_env(tiny_policy):
     rollout = collect(tiny_policy, venv, episodes=6, seed=5)
     assert len(rollout.episodes) == 6
     for ep in rollout.episodes:  # EpisodeStats' record agrees with the rewards collected
-        assert ep.env_return == pytest.approx(ep.info["episode_stats"]["return"]) == pytest.approx(ep.return_)
-        assert ep.info["episode_stats"]["length"] == ep.length
+        assert ep.env_return == pytest.approx(ep.info["episode"]["return"]) == pytest.approx(ep.return_)
+        assert ep.info["episode"]["length"] == ep.length
     _, info = textgym.make("textgym/Bandit-v0").reset(seed=5)
     assert all(s.decision.text in info["valid_actions"] for s in rollout.steps)
     again = collect(tiny_policy, venv, episodes=6, seed=5)
@@ -198,6 +198,6 @@ def test_a_cut_episode_keeps_its_episode_stats(tiny_policy):
     rollout = collect(tiny_policy, venv, episodes=4, seed=0, max_episode_steps=3)
     for ep in rollout.episodes:
         assert ep.length <= 3
-        stats = ep.info["episode_stats"]
+        stats = ep.info["episode"]
         assert stats["length"] == ep.length and stats["return"] == ep.length  # CartPole's own +1 per step
         assert ep.return_ != ep.env_return  # the shaped rewards differ from the env's

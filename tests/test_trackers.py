@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from textgym.trainers.trackers import check_report_to, parse_report_to
+from textgym.trainers.reporting.trackers import check_report_to, parse_report_to
 
 # Writes two updates' metrics and one transcript table through MetricsWriter in a fresh process
 # (trackio reads TRACKIO_DIR when imported), then prints what trackio stored.
 WRITE = """
 import json, sys
-from textgym.trainers.metrics import MetricsWriter
+from textgym.trainers.reporting.metrics import MetricsWriter
 run, trackers = sys.argv[1], sys.argv[2].split(",")
 record = {"source": "train", "update": 2, "index": 0, "return": 1.0, "steps": [
     {"observation": "Color: red.", "answer": "cat", "parse": {"parser": "keyword", "valid": True, "action": "cat"},

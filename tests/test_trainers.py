@@ -9,8 +9,8 @@ import torch
 
 import textgym
 from textgym.trainers import GRPOConfig, PPOConfig, ReinforceConfig, make_trainer
-from textgym.trainers.metrics import read_metrics
-from textgym.trainers.optimization import lr_factor
+from textgym.trainers.engine.optimization import lr_factor
+from textgym.trainers.reporting.metrics import read_metrics
 
 SMALL = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 8, "lr": 1e-3}
 
@@ -201,7 +201,7 @@ def test_grpo_groups_share_their_start(tiny_policy):
 
 
 def test_grpo_turn_credit_uses_each_groups_returns_to_go(tiny_policy, countdown_env_cls, monkeypatch):
-    import textgym.trainers.grpo as grpo_module
+    import textgym.trainers.algorithms.grpo as grpo_module
     from textgym.vector import TextVectorEnv
 
     seen, original = [], grpo_module.turn_group_advantages
@@ -295,7 +295,7 @@ def test_sft_warm_start_teaches_the_demonstrated_answers(tiny_policy, tmp_path):
 
 
 def test_sft_of_a_prefilled_format_learns_what_the_policy_writes(tiny_model_and_tokenizer):
-    from textgym.trainers.sft import Demonstration, demonstration_decisions
+    from textgym.trainers.engine.sft import Demonstration, demonstration_decisions
 
     model, tokenizer = tiny_model_and_tokenizer
     policy = textgym.Policy(model, tokenizer, mode="generate", prefill='{"action": "', stop=['"'])
@@ -309,7 +309,7 @@ def test_sft_of_a_prefilled_format_learns_what_the_policy_writes(tiny_model_and_
 
 def test_a_reference_player_s_play_becomes_demonstrations_as_a_policy_reads_it():
     from textgym.envs.classic import scripted_blackjack
-    from textgym.trainers.sft import player_demonstrations
+    from textgym.trainers.engine.sft import player_demonstrations
 
     demos, stats = player_demonstrations("blackjack", "scripted", episodes=6, seed=7)
     assert stats["episodes"] == 6 and len(demos) == stats["decisions"]
@@ -325,7 +325,7 @@ def test_a_reference_player_s_play_becomes_demonstrations_as_a_policy_reads_it()
 
 def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
     from textgym.trainers import SFTConfig
-    from textgym.trainers.sft import demonstration_decisions, player_demonstrations
+    from textgym.trainers.engine.sft import demonstration_decisions, player_demonstrations
 
     demos, stats = player_demonstrations("bandit", "scripted", episodes=16, seed=3)
     assert stats["return_mean"] == 1.0
@@ -344,8 +344,8 @@ def test_score_mode_sft_ranks_the_demonstrated_action_first(tiny_policy):
 def test_after_a_warm_start_the_kl_reference_is_the_warm_started_policy(tiny_policy, tmp_path, use_lora):
     from textgym.rollout import collect, decisions_of
     from textgym.trainers import SFTConfig, Trainer
-    from textgym.trainers.kl import flat_units, reference_logprobs
-    from textgym.trainers.sft import player_demonstrations
+    from textgym.trainers.engine.kl import flat_units, reference_logprobs
+    from textgym.trainers.engine.sft import player_demonstrations
 
     rollout = collect(tiny_policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=4, seed=0)
     decisions = decisions_of(rollout.episodes)
@@ -382,7 +382,7 @@ def test_sft_on_demonstrations_with_and_without_valid_actions_in_one_batch(tiny_
     """A file's plain demonstrations beside a player's (``--sft`` and ``--sft-player`` together):
     one batch holds both kinds, each learned by its own loss."""
     from textgym.trainers import SFTConfig
-    from textgym.trainers.sft import Demonstration, player_demonstrations, sft
+    from textgym.trainers.engine.sft import Demonstration, player_demonstrations, sft
 
     played, _ = player_demonstrations("bandit", "scripted", episodes=8, seed=3)
     plain = [Demonstration("Color: red.", "cat"), Demonstration("Color: green.", "dog")]
@@ -399,7 +399,7 @@ def test_score_mode_demonstrations_keep_the_frozen_layers_output_once(tiny_polic
     import dataclasses
 
     from textgym.policy.policy import shared_prefix_length
-    from textgym.trainers.sft import demonstration_decisions, player_demonstrations
+    from textgym.trainers.engine.sft import demonstration_decisions, player_demonstrations
 
     pytest.importorskip("pettingzoo")
     demos, _ = player_demonstrations("tictactoe", "scripted", episodes=6, seed=3)
@@ -426,7 +426,7 @@ def test_online_sft_on_best_episodes(tiny_policy):
 
 
 def test_demonstrations_file_errors(tmp_path):
-    from textgym.trainers.sft import load_demonstrations
+    from textgym.trainers.engine.sft import load_demonstrations
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"prompt": "x", "answer": "y"}\n{"prompt": 3}\n')
@@ -469,7 +469,7 @@ def test_state_centering_keeps_values_and_scales_the_shared_shift():
     from types import SimpleNamespace
 
     from textgym.policy import Evaluation
-    from textgym.trainers.centering import centred_logprobs
+    from textgym.trainers.engine.centering import centred_logprobs
 
     # Four decisions over the same two candidates; a shared bias b shifts every state alike.
     state_logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]])
@@ -500,7 +500,7 @@ def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
     from types import SimpleNamespace
 
     from textgym.policy import Evaluation
-    from textgym.trainers.centering import centred_logprobs
+    from textgym.trainers.engine.centering import centred_logprobs
 
     # Three decisions over candidates {1, 2}, one alone over {3, 4}: a group of one is left as is.
     logits = torch.tensor([[0.3, -0.2], [1.0, 0.5], [-0.4, 0.1], [0.2, 0.9]], requires_grad=True)
@@ -566,7 +566,7 @@ def test_a_model_that_has_an_adapter_keeps_training_it_and_says_where_the_config
 
 
 def test_long_answers_are_rescored_in_chunks_that_fit_the_token_budget():
-    from textgym.trainers.optimization import chunks_of, run_minibatches
+    from textgym.trainers.engine.optimization import chunks_of, run_minibatches
 
     counts = [3, 120, 5, 118, 2, 64, 7, 90]
     for chunk in chunks_of(torch.arange(8), 1, counts, 256):
@@ -614,7 +614,7 @@ def test_think_answers_train_with_every_generated_token(tiny_model_and_tokenizer
 
 
 def test_long_prompts_are_rescored_in_chunks_that_fit_the_token_budget(tiny_policy):
-    from textgym.trainers.optimization import sequence_cost
+    from textgym.trainers.engine.optimization import sequence_cost
 
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config={**SMALL, "max_chunk_tokens": 100})
@@ -643,7 +643,7 @@ def test_max_train_episode_steps_caps_training_episodes_only(tiny_policy):
 
 def test_ppo_bootstraps_a_cut_episode_from_the_value_of_the_state_it_reached(tiny_policy, countdown_env_cls,
                                                                              monkeypatch):
-    from textgym.trainers import ppo
+    from textgym.trainers.algorithms import ppo
 
     envs = [countdown_env_cls(max_length=5) for _ in range(4)]
     config = PPOConfig(**{**SMALL, "episodes_per_update": 4}, max_train_episode_steps=2)

@@ -110,7 +110,7 @@ def test_the_trainer_writes_train_check_and_eval_lines_and_resumes_them(tmp_path
 
 
 def test_report_to_is_checked_when_the_config_is_made():
-    from textgym.trainers.config import ReinforceConfig
+    from textgym.trainers import ReinforceConfig
 
     with pytest.raises(ValueError, match="unknown tracker 'mlflow'"):
         ReinforceConfig(report_to="tensorboard,mlflow")

@@ -71,8 +71,8 @@ def test_same_step_autoreset_keeps_the_final_observation_and_info():
     assert "system_prompt" in infos[0] and "parse" not in infos[0]
     # ... and the last step's text and info are kept.
     final = infos[1]["final_info"]
-    assert final["episode_stats"] == {"return": returns[1], "length": 3, "invalid_count": 3}
-    assert infos[0]["final_info"]["episode_stats"] == {"return": 3.0, "length": 3, "invalid_count": 0}
+    assert final["episode"] == {"return": returns[1], "length": 3, "invalid_count": 3}
+    assert infos[0]["final_info"]["episode"] == {"return": 3.0, "length": 3, "invalid_count": 0}
     assert final["parse"]["raw"] == "nonsense" and final["parse"]["valid"] is False
     assert infos[1]["final_observation"].startswith("Pole ")
     obs, rewards, terminated, truncated, infos = venv.step(["LEFT", "RIGHT"])

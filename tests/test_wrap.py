@@ -179,5 +179,5 @@ def test_seeded_reset_is_deterministic_and_episodes_report_stats():
         obs, reward, terminated, truncated, info = env.step("LEFT" if t % 3 else "uh")
         if terminated or truncated:
             break
-    assert info["episode_stats"]["length"] == t + 1
-    assert info["episode_stats"]["invalid_count"] == len(range(0, t + 1, 3))
+    assert info["episode"]["length"] == t + 1
+    assert info["episode"]["invalid_count"] == len(range(0, t + 1, 3))

@@ -416,9 +416,9 @@ def test_episode_stats_at_episode_end():
         steps += 1
         if terminated or truncated:
             break
-        assert "episode_stats" not in info
+        assert "episode" not in info
     invalid = sum(1 for k in range(steps) if answers[k % len(answers)] in ("nonsense", ""))
-    assert info["episode_stats"] == {"return": pytest.approx(total), "length": steps, "invalid_count": invalid}
+    assert info["episode"] == {"return": pytest.approx(total), "length": steps, "invalid_count": invalid}
     assert invalid > 0
     env.reset(seed=1)
     _, _, _, _, info = env.step("RIGHT")
@@ -430,7 +430,7 @@ def test_episode_stats_on_terminate_policy():
     env.reset(seed=0)
     env.step("RIGHT")
     _, _, terminated, _, info = env.step("bad")
-    assert terminated and info["episode_stats"] == {"return": 0.0, "length": 2, "invalid_count": 1}
+    assert terminated and info["episode"] == {"return": 0.0, "length": 2, "invalid_count": 1}
 
 
 # --------------------------------------------------------------------------- ShapeReward

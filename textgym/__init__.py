@@ -34,6 +34,7 @@ _LAZY = {
     "Agent": "textgym.agent",
     "wrap_pettingzoo": "textgym.envs.pettingzoo",
     "baselines": "textgym.baselines",
+    "tool_env": "textgym.tools",
 }
 
 __all__ = ["TextSpace", "list_envs", "make", "make_vec", "register", "wrap", *_LAZY]

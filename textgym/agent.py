@@ -84,8 +84,7 @@ from textgym import models
 from textgym.policy import Policy, PolicyConfig
 from textgym.policy.conversation import Conversation
 from textgym.rollout import Episode, Step
-from textgym.trainers import TrainConfig, make_trainer
-from textgym.trainers.config import CONFIGS
+from textgym.trainers import CONFIGS, TrainConfig, make_trainer
 from textgym.wrappers.invalid_answer import AnswerCounter, InvalidAnswerRule
 
 logger = logging.getLogger("textgym.agent")

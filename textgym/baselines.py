@@ -29,6 +29,7 @@ import numpy as np
 
 from textgym.outcomes import outcome_rates
 from textgym.registry import ReferencePlayer, ReferencePolicy, list_envs, reference_policy
+from textgym.step_cap import StepCap
 from textgym.wrappers.episode_stats import episode_stats
 
 __all__ = ["BaselineNotApplicable", "evaluate_baseline", "evaluate_reference", "random_policy"]
@@ -62,7 +63,8 @@ OnStep = Callable[[str, dict[str, Any], str], None]
 
 
 def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
-                       seed: int = 0, on_step: OnStep | None = None) -> dict[str, Any]:
+                       seed: int = 0, on_step: OnStep | None = None,
+                       max_episode_steps: int | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes of ``env`` (seeds ``seed``, ``seed + 1``, ...) with ``policy``.
 
     Returns the statistics of a model's greedy evaluation: ``episodes``, ``return_mean``,
@@ -70,10 +72,14 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
     decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
     The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
     ``on_step(observation, info, answer)`` sees every decision (recording demonstrations:
-    :func:`textgym.trainers.sft.player_demonstrations`).
+    :func:`textgym.trainers.engine.sft.player_demonstrations`). An episode the env does not end
+    is cut at ``max_episode_steps`` steps (``None``:
+    :data:`textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`), as a model's rollout is; cut episodes are
+    counted in ``cut_episodes``.
     """
     if episodes < 1:
         raise ValueError(f"episodes must be >= 1, got {episodes}")
+    cap = StepCap.of(max_episode_steps)
     player = policy(env, seed)
     returns, lengths, outcomes = [], [], []
     invalid = decisions = 0
@@ -88,12 +94,13 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
             total += float(reward)
             length += 1
             invalid += not (info.get("parse") or {}).get("valid", True)
-            done = terminated or truncated
+            done = terminated or truncated or cap.cuts(length, terminated or truncated)
         decisions += length
         stats = episode_stats(info) or {}
         returns.append(float(stats.get("return", total)))
         lengths.append(length)
         outcomes.append(info.get("outcome"))
+    cap.warn(env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
     return {
         "episodes": episodes,
         "return_mean": float(np.mean(returns)),
@@ -103,6 +110,7 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
         "decisions": decisions,
         "seed": seed,
         **outcome_rates(outcomes),
+        **({"cut_episodes": cap.cut} if cap.cut else {}),
     }
 
 
@@ -115,18 +123,22 @@ def evaluate_baseline(env: gym.Env, name: str, episodes: int,
         BaselineNotApplicable: the policy cannot play the env (one line naming the env and the
             baselines that apply to it).
     """
-    if env.spec is None:
-        raise ValueError("evaluate_baseline needs a registered env (made by textgym.make or "
-                         "gym.make); call evaluate_reference with a policy for others")
-    policy = reference_policy(env.spec.id, name)
+    if env.spec is None:  # a served env ("openenv:URL"): every env has the random policy
+        if name != "random":
+            return None
+        policy: ReferencePolicy | None = random_policy
+    else:
+        policy = reference_policy(env.spec.id, name)
     if policy is None:
         return None
     try:
         return evaluate_reference(env, policy, episodes, seed)
     except BaselineNotApplicable as error:
-        others = [other for other in reference_policy_names(env.spec.id) if other != name]
+        names = reference_policy_names(env.spec.id) if env.spec is not None else ["random"]
+        others = [other for other in names if other != name]
         applies = f"baselines that apply: {', '.join(others)}" if others else "no baseline applies to it"
-        raise BaselineNotApplicable(f"{env.spec.id}: {error}; {applies}") from None
+        where = env.spec.id if env.spec is not None else "this env"
+        raise BaselineNotApplicable(f"{where}: {error}; {applies}") from None
 
 
 def reference_policy_names(env_id: str) -> list[str]:

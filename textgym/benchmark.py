@@ -12,8 +12,8 @@ do the references: the untrained model and the env's registered reference polici
 suite   what                                                    cost
 ======  ======================================================  =========================================
 smoke   the tiny random model, tiny budgets on 3 classic envs   about a minute on 2 cores (a test)
-quick   the default model, short budgets on the issue-31 envs   fits 30 minutes on 2 cores, 1 seed
-full    the default model, the issue-31 targets, 3 seeds        at most 30 minutes per run
+quick   the default model, full's envs, short budgets           fits 30 minutes on 2 cores, 1 seed
+full    the default model, six envs' targets, 3 seeds           at most 30 minutes per run
 ======  ======================================================  =========================================
 
 The runner (``textgym.cli.benchmarking``) writes ``results.json`` and ``results.md`` (the table
@@ -24,7 +24,7 @@ Example:
     >>> suite.model, [row.name for row in suite.rows]
     ('tiny', ['bandit', 'cartpole-numbers', 'blackjack'])
     >>> print(markdown_table(suite, {"rows": {}}).splitlines()[2])
-    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | not run | 1.0 (the scripted player) |
+    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | not run | return >= 1 (the scripted player's) | - |
 """
 
 from __future__ import annotations
@@ -36,7 +36,92 @@ from typing import Any
 
 from textgym.settings import check, setting
 
-__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "markdown_table", "result_cell", "seed_summary"]
+__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "Target", "markdown_table", "number",
+           "result_cell", "seed_summary"]
+
+
+def number(value: float) -> str:
+    """The table's one format for a return (results, spreads and targets alike): 3 significant
+    digits.
+
+    Example:
+        >>> [number(v) for v in (9.5, 17.25, 20.0, -0.0536, 195.0)]
+        ['9.5', '17.2', '20', '-0.0536', '195']
+    """
+    return f"{float(value):.3g}"
+
+
+def _percent(rate: float) -> str:
+    return f"{100 * float(rate):.0f}%"
+
+
+@dataclass(frozen=True)
+class Target:
+    """What a row should reach on its own evaluation: the trained policy's greedy result (the mean
+    over seeds, on the row's held-out episodes and step cap), shown in the table's ``target``
+    column and checked for its ``met`` column (:meth:`met`).
+
+    Example:
+        >>> target = Target(return_at_least=19.5, note="20-step cap")
+        >>> str(target), target.met({"return_mean": 20.0}), target.met({"return_mean": 9.0})
+        ('return >= 19.5 (20-step cap)', True, False)
+        >>> str(Target(win_rate_at_least=0.9, loss_rate_at_most=0.02))
+        'wins >= 90%, losses <= 2%'
+
+    Args:
+        return_at_least: the mean greedy return must reach this.
+        win_rate_at_least: a game's win rate must reach this.
+        loss_rate_at_most: a game's loss rate must stay at or under this.
+        above_untrained: the return must beat the untrained model's on the same episodes.
+        note: what the numbers stand for, shown in parentheses.
+    """
+
+    return_at_least: float | None = None
+    win_rate_at_least: float | None = None
+    loss_rate_at_most: float | None = None
+    above_untrained: bool = False
+    note: str = ""
+
+    def __str__(self) -> str:
+        parts = []
+        if self.return_at_least is not None:
+            parts.append(f"return >= {number(self.return_at_least)}")
+        if self.win_rate_at_least is not None:
+            parts.append(f"wins >= {_percent(self.win_rate_at_least)}")
+        if self.loss_rate_at_most is not None:
+            parts.append(f"losses <= {_percent(self.loss_rate_at_most)}")
+        if self.above_untrained:
+            parts.append("return above the untrained model's")
+        return ", ".join(parts) + (f" ({self.note})" if self.note else "")
+
+    def __bool__(self) -> bool:
+        return bool(str(self))
+
+    def met(self, trained: Mapping[str, Any] | None,
+            untrained: Mapping[str, Any] | None = None) -> bool | None:
+        """Whether ``trained`` (an evaluation or a :func:`seed_summary`) reaches the target;
+        ``None`` when it is not run yet (or the untrained model's return it must beat is
+        missing)."""
+        if not trained or "return_mean" not in trained:
+            return None
+        value = float(trained["return_mean"])
+        checks = []
+        if self.return_at_least is not None:
+            checks.append(value >= self.return_at_least)
+        if self.win_rate_at_least is not None:
+            checks.append(float(trained.get("win_rate", 0.0)) >= self.win_rate_at_least)
+        if self.loss_rate_at_most is not None:
+            checks.append(float(trained.get("loss_rate", 1.0)) <= self.loss_rate_at_most)
+        if self.above_untrained:
+            if not untrained or "return_mean" not in untrained:
+                return None
+            checks.append(value > float(untrained["return_mean"]))
+        return all(checks)
+
+
+def _cartpole_target(cap: int) -> Target:
+    """CartPole-v0's "195 over 200 steps", scaled to the evaluation's step cap."""
+    return Target(return_at_least=0.975 * cap, note=f"{cap}-step cap; CartPole-v0's 195 of 200")
 
 
 @dataclass(frozen=True)
@@ -53,7 +138,8 @@ class BenchmarkRow:
         eval_episodes: greedy held-out episodes per trained run and per reference.
         eval_env_kwargs: env settings of the evaluation over the run's (e.g. a step cap, or
             TextWorld's held-out pool of games).
-        target: what the row should reach (issue 31's target), shown in the table.
+        target: what the row should reach on this evaluation (its step cap, its episodes),
+            shown in the table and checked for its "met" column.
         budget: how the budget was chosen.
     """
 
@@ -62,7 +148,7 @@ class BenchmarkRow:
     settings: Mapping[str, Any] = field(default_factory=dict)
     eval_episodes: int = 100
     eval_env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    target: str = ""
+    target: Target = field(default_factory=Target)
     budget: str = ""
 
 
@@ -97,10 +183,11 @@ class Suite:
 #: say what the prompt does not), the check and step cap as CartPole-v0's "195 over 200 steps".
 _CARTPOLE_NUMBERS = {"env_kwargs": {"word": "none", "shaping": 1.0}}
 _CARTPOLE_EVAL = {"max_episode_steps": 200}
-_CARTPOLE_TARGET = "greedy >= 195 (200 steps)"
+_CARTPOLE_TARGET = _cartpole_target(_CARTPOLE_EVAL["max_episode_steps"])
+_SMOKE_CARTPOLE_EVAL = {"max_episode_steps": 20}
 #: The same, warm-started on the scripted PD controller's play (2,000 decisions, 4 epochs at lr
 #: 1e-3) and no RL update: 199.6 greedy on the 50 held-out episodes at seed 0 (docs/results.md,
-#: "Warm starts"). REINFORCE at CartPole's registered settings after it undid it in one update
+#: "The numbers only"). REINFORCE at CartPole's registered settings after it undid it in one update
 #: (greedy 31.9, then 9.75: 93 optimizer steps on batch-normalised advantages of near-equal returns).
 _CARTPOLE_NUMBERS_WARM = {
     "env_kwargs": {**_CARTPOLE_NUMBERS["env_kwargs"], "max_episode_steps": 200},
@@ -122,7 +209,7 @@ _TEXTWORLD = {
 #: The same, warm-started on the walkthroughs of a pool of 128 training games (256 one-command
 #: demonstrations, 4 epochs at lr 1e-3) and no RL update: 95% of the 100 held-out games at seed 0
 #: (32 games' walkthroughs: 82%; 12 REINFORCE updates from the untrained model: 66%;
-#: docs/results.md, "Warm starts").
+#: docs/results.md, "TextWorld").
 _TEXTWORLD_WARM = {
     **_TEXTWORLD, "sft_player": "scripted", "sft_episodes": 256, "sft_epochs": 4, "updates": 0,
     "trainer": {**_TEXTWORLD["trainer"], "sft_lr": 1e-3},
@@ -136,7 +223,7 @@ def _textworld_eval(games: int) -> dict[str, Any]:
     return {"games": games, "first_game": 1000, "progress_reward": 0.0}
 
 
-_TEXTWORLD_TARGET = ">= 85% won (held-out games)"
+_TEXTWORLD_TARGET = Target(return_at_least=0.85, note="the share of held-out games won")
 #: TicTacToe: a warm start on the optimal player's 800 games (6 epochs at lr 1e-3), no RL update.
 #: The optimal player (the best response to the random opponent, deterministic: one answer per
 #: position) wins 95.75% of the 400 held-out games and loses none; imitating the scripted one
@@ -144,24 +231,24 @@ _TEXTWORLD_TARGET = ">= 85% won (held-out games)"
 #: after 1,200 games, 87.8% / 4.3% with 24 REINFORCE updates after it (docs/results.md).
 _TICTACTOE_WARM = {"sft_player": "optimal", "sft_episodes": 800, "sft_epochs": 6, "updates": 0,
                    "trainer": {"sft_lr": 1e-3}}
-_TICTACTOE_TARGET = ">= 90% wins, <= 2% losses"
+_TICTACTOE_TARGET = Target(win_rate_at_least=0.9, loss_rate_at_most=0.02)
 #: reasoning-gym's family_relationships in score mode over its 16 relations: the untrained model
-#: starts inside issue 29's 5-60% band (8.0% on 200 held-out items; random 5.5%).
+#: starts between 5% and 60%, where RL has room (8.0% on 200 held-out items; random 5.5%).
 _FAMILY_RELATIONSHIPS = {"mode": "score"}
-_FAMILY_RELATIONSHIPS_TARGET = "above the untrained 8.0% (200 held-out items)"
-_BLACKJACK_TARGET = ">= -0.055 (basic strategy -0.046)"
+_FAMILY_RELATIONSHIPS_TARGET = Target(above_untrained=True, note="the share of held-out items answered right")
+_BLACKJACK_TARGET = Target(return_at_least=-0.055, note="basic strategy's exact -0.0466")
 #: Blackjack: a warm start on basic strategy's 1,000 hands (6 epochs at lr 1e-3), no RL update:
 #: -0.0675 on the 2,000 held-out hands at seed 0, where basic strategy itself scores -0.0585; its
 #: exact expected return -0.0536 (8 of 280 states unlike basic strategy's -0.0466), the registered
 #: REINFORCE runs' -0.071, -0.092, -0.116 at seeds 0-2 (bench/blackjack_exact.py; docs/results.md).
 _BLACKJACK_WARM = {"sft_player": "scripted", "sft_episodes": 1000, "sft_epochs": 6, "updates": 0,
                    "trainer": {"sft_lr": 1e-3}}
-#: BabyAI GoToRedBallNoDists (issue 29's level): REINFORCE alone never samples ``forward`` (0 of
+#: BabyAI GoToRedBallNoDists: REINFORCE alone never samples ``forward`` (0 of
 #: 100 before and after 12 updates, docs/results.md); a warm start on minigrid's BabyAI bot (100
 #: missions, ~540 decisions, 6 epochs at lr 1e-3) reaches 0.915 (the bot 0.934, random 0.110).
 _BABYAI = {"mode": "score", "sft_player": "scripted", "sft_episodes": 100, "sft_epochs": 6,
            "trainer": {"sft_lr": 1e-3, "lora_layers": 8}}
-_BABYAI_TARGET = ">= 0.84 (90% of the BabyAI bot's 0.93)"
+_BABYAI_TARGET = Target(return_at_least=0.84, note="90% of the BabyAI bot's 0.93")
 
 SMOKE = Suite(
     "smoke", "The tiny random model, one small update per row: checks the machinery, not learning.",
@@ -169,13 +256,14 @@ SMOKE = Suite(
     rows=(
         BenchmarkRow("bandit", "bandit", {"updates": 1, "num_envs": 8, "check_every": 0,
                                           "trainer": {"episodes_per_update": 8}},
-                     eval_episodes=16, target="1.0 (the scripted player)",
+                     eval_episodes=16, target=Target(return_at_least=1.0, note="the scripted player's"),
                      budget="the smallest update; the table's shape, not a result"),
         BenchmarkRow("cartpole-numbers", "cartpole",
                      {**_CARTPOLE_NUMBERS, "updates": 1, "num_envs": 4, "check_every": 0,
                       "trainer": {"episodes_per_update": 4}},
-                     eval_episodes=4, eval_env_kwargs={"max_episode_steps": 20},
-                     target=_CARTPOLE_TARGET, budget="the smallest update; evaluation capped at 20 steps"),
+                     eval_episodes=4, eval_env_kwargs=_SMOKE_CARTPOLE_EVAL,
+                     target=_cartpole_target(_SMOKE_CARTPOLE_EVAL["max_episode_steps"]),
+                     budget="the smallest update; evaluation capped at 20 steps"),
         BenchmarkRow("blackjack", "blackjack", {"sft_player": "none", "updates": 1, "num_envs": 8,
                                                 "trainer": {"episodes_per_update": 8}},
                      eval_episodes=16, target=_BLACKJACK_TARGET, budget="the smallest update"),
@@ -183,7 +271,7 @@ SMOKE = Suite(
 )
 
 QUICK = Suite(
-    "quick", "The default model on the issue-31 envs with short budgets: a trend in 30 minutes, "
+    "quick", "The default model on the full suite's envs with short budgets: a trend in 30 minutes, "
     "not the targets.",
     model="smollm2-135m", seeds=1,
     rows=(
@@ -215,7 +303,7 @@ QUICK = Suite(
 )
 
 FULL = Suite(
-    "full", "The issue-31 targets with the default model, 3 seeds per row, at most 30 minutes per run.",
+    "full", "Six envs' targets with the default model, 3 seeds per row, at most 30 minutes per run.",
     model="smollm2-135m", seeds=3,
     rows=(
         BenchmarkRow("tictactoe", "tictactoe", _TICTACTOE_WARM, eval_episodes=400,
@@ -331,7 +419,7 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
 
     Example:
         >>> result_cell({"return_mean": 0.3, "win_rate": 0.615, "draw_rate": 0.07, "loss_rate": 0.315})
-        '+0.300 (W/D/L 62/7/32%)'
+        '0.3 (W/D/L 62/7/32%)'
         >>> result_cell({"return_mean": 187.25, "return_seed_std": 9.5, "seeds": 3})
         '187 ± 9.5 (3 seeds)'
         >>> result_cell(None)
@@ -339,10 +427,9 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
     """
     if result is None:
         return "not run"
-    value = float(result["return_mean"])
-    text = f"{value:.3g}" if abs(value) >= 10 else f"{value:+.3f}"
+    text = number(result["return_mean"])
     if result.get("seeds", 1) > 1:
-        text += f" ± {float(result['return_seed_std']):.2g} ({result['seeds']} seeds)"
+        text += f" ± {number(result['return_seed_std'])} ({result['seeds']} seeds)"
     if "win_rate" in result:
         rates = "/".join(f"{100 * float(result[k]):.0f}" for k in ("win_rate", "draw_rate", "loss_rate"))
         text += f" (W/D/L {rates}%)"
@@ -370,14 +457,20 @@ def _budget(row: Mapping[str, Any] | None, declared: BenchmarkRow) -> str:
     return text + took
 
 
+def _met(met: bool | None) -> str:
+    return "-" if met is None else "yes" if met else "no"
+
+
 def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
     """The Markdown table of a suite's results (``results.json``'s content): one line per row,
     the trained policy's greedy return (mean over seeds) beside the untrained model's and the
-    references', with the row's target. A row not run yet says so."""
+    references', with the row's target and whether the trained policy met it (``-``: not run).
+    A row not run yet says so. Every return has one format (:func:`number`)."""
     names = ["random", "scripted", "optimal"]  # "optimal": the best policy, where one is known
     lines = [
-        "| run | env | budget per seed | trained (greedy) | untrained | random | scripted | optimal | target |",
-        "|---|---|---|---:|---:|---:|---:|---:|---|",
+        ("| run | env | budget per seed | trained (greedy) | untrained | random | scripted | optimal "
+         "| target | met |"),
+        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = results.get("rows") or {}
     for declared in suite.rows:
@@ -389,6 +482,6 @@ def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
                  result_cell(references.get("untrained")),
                  *(result_cell(references.get(name)) if (not references or name in references)
                    else "none" for name in names),  # "none": the env has no such reference
-                 declared.target or "-"]
+                 str(declared.target) or "-", _met(declared.target.met(trained, references.get("untrained")))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

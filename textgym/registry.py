@@ -42,6 +42,7 @@ from textgym.training_defaults import TrainingDefaults
 
 __all__ = [
     "GENERIC_TRAINING_DEFAULTS",
+    "SELF_PLAY",
     "DuplicateEnvError",
     "EnvFamily",
     "EnvSpecInfo",
@@ -51,6 +52,7 @@ __all__ = [
     "TrainingDefaults",
     "UnknownEnvError",
     "family_ids",
+    "held_out",
     "list_envs",
     "list_families",
     "load_plugins",
@@ -61,6 +63,7 @@ __all__ = [
     "register_family",
     "resolve_id",
     "training_defaults",
+    "with_learner",
 ]
 
 ENTRY_POINT_GROUP = "textgym.envs"
@@ -74,6 +77,12 @@ _GYM_REGISTER_KEYS = frozenset({
 
 class UnknownEnvError(gym.error.UnregisteredEnv):
     """No env is registered under this id or short name; the message names close matches."""
+
+
+class EnvUnavailableError(RuntimeError):
+    """The env is registered but cannot be made on this machine (a family's id whose package
+    downloads data at run time, missing offline: :attr:`EnvFamily.unavailable`); the message
+    says why and what fixes it."""
 
 
 class DuplicateEnvError(gym.error.RegistrationError):
@@ -90,6 +99,23 @@ class PluginLoadWarning(UserWarning):
 ReferencePlayer = Callable[[dict[str, Any]], str]
 #: A reference policy makes a player for one env: ``policy(env, seed) -> ReferencePlayer``.
 ReferencePolicy = Callable[[gym.Env, "int | None"], ReferencePlayer]
+
+
+SELF_PLAY = "self"
+"""``opponent="self"``: the learner plays the other seat too. A trainer gives such an env its own
+policy (:func:`with_learner`), which then answers for the opponent at every turn with its current
+weights (self-play); held-out play is against the env's default opponent (:func:`held_out`)."""
+
+
+def with_learner(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
+    """``env_kwargs`` with ``opponent="self"`` replaced by the learner's ``policy`` (self-play)."""
+    return {**env_kwargs, "opponent": policy} if env_kwargs.get("opponent") == SELF_PLAY else env_kwargs
+
+
+def held_out(env_kwargs: dict[str, Any]) -> dict[str, Any]:
+    """``env_kwargs`` for held-out play: a self-play run is measured against the env's default
+    opponent (random), not against itself."""
+    return {k: v for k, v in env_kwargs.items() if not (k == "opponent" and v == SELF_PLAY)}
 
 
 #: What :func:`training_defaults` gives for an env that registered none, and what fills the
@@ -112,6 +138,10 @@ class EnvSpecInfo:
             :func:`training_defaults` then gives :data:`GENERIC_TRAINING_DEFAULTS`).
         reference_policies: the names of its reference policies (:func:`reference_policy`);
             ``"random"`` is always one.
+        free_text: the env takes free-text answers and lists no finite set of actions, so score
+            mode has nothing to pick from (:func:`takes_free_text`); a callable ``(env_kwargs)
+            -> bool`` where a make-time setting decides (``reasoning_gym/...`` given
+            ``candidates``). ``False`` also where the registrant did not say.
     """
 
     id: str
@@ -121,6 +151,7 @@ class EnvSpecInfo:
     short_name: str = ""
     training_defaults: TrainingDefaults | None = dataclasses.field(default=None, hash=False)
     reference_policies: tuple[str, ...] = ("random",)
+    free_text: bool | Callable[[dict[str, Any]], bool] = dataclasses.field(default=False, hash=False)
 
 
 _lock = threading.RLock()
@@ -152,6 +183,7 @@ def register(
     source: str | None = None,
     training_defaults: TrainingDefaults | None = None,
     reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
+    free_text: bool | Callable[[dict[str, Any]], bool] = False,
     **kwargs: Any,
 ) -> None:
     """Register a text env with Gymnasium and record its textgym metadata.
@@ -177,6 +209,9 @@ def register(
             "mypackage.envs:scripted_player"}``: each a :data:`ReferencePolicy` or its
             ``"module:attribute"`` (imported when first used). ``"random"`` (a uniformly random
             valid action) is always there unless given here.
+        free_text: the env takes free-text answers, with no finite list of actions (score
+            mode cannot play it: ``textgym train`` refuses it before loading a model); a callable
+            ``(env_kwargs) -> bool`` when its make-time settings decide.
         **kwargs: Gymnasium's ``register`` arguments (``max_episode_steps``, ``reward_threshold``,
             ``kwargs``, ...); any other keyword is a default constructor kwarg of the env.
             Give ``kwargs={"max_episode_steps": None}`` to say that the entry point takes
@@ -217,7 +252,7 @@ def register(
             id=id, description=description,
             action_names=tuple(action_names) if action_names is not None else None,
             source=source, short_name=_short_name(id), training_defaults=training_defaults,
-            reference_policies=tuple(references))
+            reference_policies=tuple(references), free_text=free_text)
         _REFERENCES[id] = references
         _ORIGINS[id] = origin
 
@@ -314,6 +349,27 @@ def training_defaults(id: str, mode: str | None = None) -> TrainingDefaults:
     return dataclasses.replace(chosen, **unset)
 
 
+def takes_free_text(id: str, env_kwargs: Mapping[str, Any] | None = None) -> bool:
+    """Whether the env, made with ``env_kwargs``, takes free-text answers with no finite list of
+    actions, as its registrant declared (:attr:`EnvSpecInfo.free_text`): score mode, which
+    picks one of the listed actions, cannot play it. Nothing is made or imported but the
+    declaration.
+
+    Example:
+        >>> takes_free_text("bandit")
+        False
+
+    Args:
+        id: a registered id or short name.
+        env_kwargs: the settings the env would be made with.
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        info = _INFOS.get(env_id)
+    declared = info.free_text if info is not None else False
+    return bool(declared(dict(env_kwargs or {})) if callable(declared) else declared)
+
+
 def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
     """The reference policy ``name`` of an env, or ``None`` when it has none by that name.
 
@@ -383,6 +439,12 @@ class EnvFamily:
             the envs come from; default: who registers the family (as in :func:`register`).
         reference_policies: the reference players of its ids (as :func:`register`'s), a callable
             ``(name) -> {name: policy}`` or the ``"module:attribute"`` of either (``None``: random only).
+        free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
+            callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
+            either.
+        unavailable: a callable ``(name) -> str | None`` (or its ``"module:attribute"``): why an
+            id cannot be made on this machine (data its package downloads at run time and that
+            is missing offline), shown by ``textgym envs --family PREFIX``; ``None``: all can.
     """
 
     prefix: str
@@ -394,6 +456,13 @@ class EnvFamily:
     training_defaults: Any = None
     source: str = "textgym"
     reference_policies: Any = None
+    free_text: Any = False
+    unavailable: Any = None
+
+    def why_unavailable(self, name: str) -> str | None:
+        """Why ``prefix/name`` cannot be made here (``unavailable``), or ``None``."""
+        check = _load(self.unavailable) if isinstance(self.unavailable, str) else self.unavailable
+        return check(name) if callable(check) else None
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -462,8 +531,13 @@ def family_ids(prefix: str, register_all: bool = False) -> list[str]:
 
 
 def make_family_env(family: str, name: str, **kwargs: Any) -> gym.Env:
-    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``."""
-    return _load(_FAMILIES[family.lower()].make)(name, **kwargs)
+    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``
+    (:class:`EnvUnavailableError` first when the family says the id cannot be made here)."""
+    found = _FAMILIES[family.lower()]
+    reason = found.why_unavailable(name)
+    if reason is not None:  # before the package's game module is imported (it would try to download)
+        raise EnvUnavailableError(f"{found.prefix}/{name} is {reason}")
+    return _load(found.make)(name, **kwargs)
 
 
 def _register_family_id(family: EnvFamily, name: str) -> str:
@@ -480,8 +554,12 @@ def _register_family_id(family: EnvFamily, name: str) -> str:
                 references = _load(references)
             if callable(references):
                 references = references(name)
+            free_text = _load(family.free_text) if isinstance(family.free_text, str) else family.free_text
+            if callable(free_text):
+                free_text = free_text(name)
             register(env_id, "textgym.registry:make_family_env", description=family.description,
                      source=family.source, training_defaults=defaults, reference_policies=references,
+                     free_text=free_text,
                      kwargs={"family": family.prefix, "name": name, "max_episode_steps": None})
             _FAMILY_IDS.add(env_id)
             _INFOS[env_id] = dataclasses.replace(_INFOS[env_id], short_name=env_id)
@@ -578,7 +656,7 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     Args:
         id: a registered id or short name (see :func:`resolve_id`).
         max_episode_steps: episode step limit. Built-in text envs apply it inside their text
-            wrappers, so ``info["episode_stats"]`` also reports truncated episodes (``gym.make`` would
+            wrappers, so ``info["episode"]`` also reports truncated episodes (``gym.make`` would
             put Gymnasium's ``TimeLimit`` outside them).
         **kwargs: passed to the env: e.g. ``formatter=``, ``render_mode=``, ``invalid_policy=``,
             ``history=``, or the Gymnasium env's own kwargs (``is_slippery=False``).
@@ -593,8 +671,39 @@ def make(id: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.En
     if max_episode_steps is not None and "max_episode_steps" in spec.kwargs:
         spec = dataclasses.replace(
             spec, kwargs={**spec.kwargs, "max_episode_steps": max_episode_steps})
-        return gym.make(spec, **kwargs)
-    return gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs)
+        return _reset_safe_checker(gym.make(spec, **kwargs))
+    return _reset_safe_checker(gym.make(env_id, max_episode_steps=max_episode_steps, **kwargs))
+
+
+class PassiveEnvChecker(gym.wrappers.PassiveEnvChecker):
+    """Gymnasium's passive env checker, except that a first reset that raises leaves the check to
+    the next reset. Gymnasium's marks its reset check done before the reset runs: after a failed
+    first reset (``reset(seed=-5)``) and a good one, every first step failed unpacking ``None``.
+    It has Gymnasium's name, so ``str(env)`` reads as ``gym.make``'s."""
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        first = not self.checked_reset
+        try:
+            return super().reset(seed=seed, options=options)
+        except BaseException:
+            if first:
+                self.checked_reset = False
+            raise
+
+
+def _reset_safe_checker(env: gym.Env) -> gym.Env:
+    """``env`` with the :class:`gymnasium.wrappers.PassiveEnvChecker` that ``gym.make`` put in
+    its wrapper chain (if any) replaced by textgym's :class:`PassiveEnvChecker` around the same env."""
+    outer, wrapper = None, env
+    while isinstance(wrapper, gym.Wrapper):
+        if type(wrapper) is gym.wrappers.PassiveEnvChecker:
+            checker = PassiveEnvChecker(wrapper.env)
+            if outer is None:
+                return checker
+            outer.env = checker
+            return env
+        outer, wrapper = wrapper, wrapper.env
+    return env
 
 
 def make_vec(id: str, num_envs: int, seed: int | None = None, **kwargs: Any):

@@ -30,20 +30,13 @@ import gymnasium as gym
 
 from textgym.policy import Decision
 from textgym.policy.conversation import Conversation, ConversationWindow
+from textgym.step_cap import DEFAULT_MAX_EPISODE_STEPS, StepCap
 from textgym.vector import SubEnvError
 from textgym.wrap import MAX_TEXT_LENGTH
 from textgym.wrappers.episode_stats import EPISODE_STATS_KEY, episode_stats
 
 logger = logging.getLogger("textgym.rollout")
 
-#: The steps after which :func:`collect` cuts an episode (its last step marked truncated) when the
-#: caller gives no ``max_episode_steps``: a safety cap, so that an env that never ends (a plugin
-#: without a time limit) cannot hang a training update or an evaluation. It is far above every
-#: built-in env's own limit (the longest, CartPole's and Acrobot's, is 500 steps); an env that
-#: needs longer episodes says so with its own limit, ``textgym train/eval --max-episode-steps N``
-#: or ``collect(max_episode_steps=N)``. Cut episodes are counted in the rollout's stats
-#: (``cut_episodes``) and in the trainer's metrics.
-DEFAULT_MAX_EPISODE_STEPS = 1000
 
 #: The longest observation (in characters) a rollout hands the policy; longer ones are cut, with
 #: a warning. An env made with :func:`textgym.wrap` cuts its texts at its ``max_length`` (the
@@ -186,7 +179,7 @@ class Episode:
     """The seed its env was reset with (``None``: the env's generator continued)."""
     system_prompt: str = ""
     info: dict[str, Any] = field(default_factory=dict)
-    """The last step's info (with ``info["episode_stats"]`` from ``EpisodeStats``, unshaped return)."""
+    """The last step's info (with ``info["episode"]`` from ``EpisodeStats``, unshaped return)."""
     bootstrap: Decision | None = None
     """A truncated episode's decision at the state after its last step, when the rollout was asked
     for one (``collect(bootstrap=True)``): never played, it is what a value-based trainer (PPO)
@@ -199,7 +192,7 @@ class Episode:
 
     @property
     def env_return(self) -> float:
-        """The env's own return (``EpisodeStats``' ``info["episode_stats"]["return"]``: before
+        """The env's own return (``EpisodeStats``' ``info["episode"]["return"]``: before
         reward shaping), or :attr:`return_` when the env does not record it."""
         record = episode_stats(self.info)
         return float(record["return"]) if record and "return" in record else self.return_
@@ -459,8 +452,8 @@ class EnvSlot:
         finished: where completed episodes go, in order of completion.
         window: conversation mode: the policy reads each episode as a conversation with this
             window (``None``: each observation alone).
-        max_steps: cut an episode after this many steps, marking the last one truncated (``None``:
-            the env's own limit only).
+        cap: cut an episode at this cap, marking the last step truncated (``None``: the env's
+            own limit only); the cap counts the episodes it cut.
         bootstrap: after a truncated episode's last step, ask for one more decision at the state it
             reached (:attr:`Request.bootstrap`), kept as :attr:`Episode.bootstrap`.
         faults: where a :class:`~textgym.vector.SubEnvError` of the env is counted (``None``: it
@@ -469,13 +462,12 @@ class EnvSlot:
 
     def __init__(self, env: gym.Env, index: int, seeds: Callable[[int], int | None], episodes: int | None,
                  finished: list[Episode], window: ConversationWindow | None = None, *,
-                 max_steps: int | None = None, bootstrap: bool = False, faults: EnvFaults | None = None):
+                 cap: StepCap | None = None, bootstrap: bool = False, faults: EnvFaults | None = None):
         self.faults, self.drops, self.gone = faults, 0, False
         self.env, self.index, self.seeds, self.episodes, self.finished = env, index, seeds, episodes, finished
         self.conversation = Conversation(window) if window is not None else None
-        self.max_steps, self.bootstrap = max_steps, bootstrap
+        self.cap, self.bootstrap = cap, bootstrap
         self.started = 0
-        self.cut = 0  # episodes ended by max_steps
         self.current: Episode | None = None
         self.awaiting_bootstrap = False
         self.observation = ""
@@ -555,11 +547,8 @@ class EnvSlot:
             return
         except Exception as exc:
             raise EnvError(env_name(self.env), self.index, episode.seed, len(episode.steps), exc) from exc
-        cut = not (terminated or truncated) and self.max_steps is not None \
-            and len(episode.steps) + 1 >= self.max_steps
-        if cut:  # the episode ends here for the rollout; the env is reset by the next start()
-            truncated = True
-            self.cut += 1
+        if self.cap is not None and self.cap.cuts(len(episode.steps) + 1, terminated or truncated):
+            truncated = True  # the episode ends here for the rollout; the next start() resets the env
             info = _with_episode_stats(self.env, info)
         episode.steps.append(Step(decision=decision, reward=float(reward), terminated=bool(terminated),
                                   truncated=bool(truncated), parse=info.get("parse"),
@@ -650,11 +639,7 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     """
     envs = _sub_envs(venv)
     n = len(envs)
-    if max_episode_steps is not None and max_episode_steps < 1:
-        raise ValueError(f"max_episode_steps must be >= 1, got {max_episode_steps}")
-    default_cap = max_episode_steps is None
-    if default_cap:
-        max_episode_steps = DEFAULT_MAX_EPISODE_STEPS
+    cap = StepCap.of(max_episode_steps)
     if schedule is not None:
         if episodes is not None or steps is not None or seed is not None:
             raise ValueError("schedule= replaces episodes=, steps= and seed=")
@@ -689,7 +674,7 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     windows = [conversation_window(policy, env) for env in envs]
     if any(w is not None for w in windows):  # conversation mode; an env without a window: no earlier turns
         windows = [w if w is not None else ConversationWindow(turns=0) for w in windows]
-    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i], max_steps=max_episode_steps,
+    slots = [EnvSlot(env, i, seed_of[i], counts[i], finished, windows[i], cap=cap,
                      bootstrap=bootstrap, faults=faults) for i, env in enumerate(envs)]
     # A TextVectorEnv is reset through its own reset() so that its constructor seed applies.
     from textgym.vector import TextVectorEnv
@@ -707,7 +692,7 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
     planned = sum(counts) if all(c is not None for c in counts) else None
     started = time.perf_counter()
 
-    limits = [_step_limit(env, None if default_cap else max_episode_steps) for env in envs]
+    limits = [_step_limit(env, None if cap.default else cap.limit) for env in envs]
 
     def report(finished_rollout: bool = False) -> None:
         decisions = sum(ep.length for ep in finished) + sum(
@@ -732,12 +717,8 @@ def collect(policy: SupportsAct, venv: Envs, episodes: int | None = None, steps:
             finished.append(slot.current)
             slot.current = None
     stats = {"decisions": stats.pop("decisions"), "episodes": len(finished), **stats, **faults.counts()}
-    cut = sum(slot.cut for slot in slots)
-    if cut:
-        stats["cut_episodes"] = cut
-        if default_cap:
-            logger.warning("%d episode(s) of %s cut at %d steps: the env has no step limit of its own "
-                           "(give one: max_episode_steps, textgym --max-episode-steps N)", cut,
-                           env_name(envs[0]), max_episode_steps)
+    if cap.cut:
+        stats["cut_episodes"] = cap.cut
+        cap.warn(env_name(envs[0]))
     unfinished = [slot.current for slot in slots if slot.current is not None and slot.current.steps]
     return Rollout(episodes=finished, stats=stats, unfinished=unfinished)

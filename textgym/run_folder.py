@@ -6,11 +6,11 @@ other documents link to.
 ::
 
     config.toml        the resolved run config (cli/config.py RunConfig): --resume reads it back
-    metrics.jsonl      one JSON line per update (textgym.trainers.metrics)
+    metrics.jsonl      one JSON line per update (textgym.trainers.reporting.metrics)
     tb/                the same metrics for TensorBoard, when it is installed
     curve.png          learning curves, redrawn during the run
     summary.json       the outcome, written at the end (or when stopped, or when it failed)
-    checkpoint/        the last checkpoint (textgym.trainers.checkpoint):
+    checkpoint/        the last checkpoint (textgym.trainers.state.checkpoint):
         trainer_state.json   counters, the algorithm's config, RNG states, the env id
         policy.json, adapter/ (or model/), tokenizer/   the policy (textgym.policy.persistence)
         optimizer.safetensors, metrics.jsonl (the lines up to the checkpoint), ...

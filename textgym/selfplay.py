@@ -34,6 +34,7 @@ import numpy as np
 from textgym import seeds
 from textgym.policy import Decision
 from textgym.rollout import Episode, Request, Step, SupportsAct, collect, play
+from textgym.step_cap import StepCap
 
 if TYPE_CHECKING:
     from pettingzoo import AECEnv
@@ -112,10 +113,14 @@ class GameSlot:
         next_seed: called to start each game: the game's seed, or raises ``StopIteration`` when
             no game is left to play.
         records: where finished games go, in order of completion.
+        cap: a game the env does not end is cut after this many moves, its seats' last steps
+            marked truncated (default: :data:`textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`).
     """
 
-    def __init__(self, env: AECEnv, index: int, next_seed: Callable[[], int | None], records: list[GameRecord]):
+    def __init__(self, env: AECEnv, index: int, next_seed: Callable[[], int | None], records: list[GameRecord],
+                 cap: StepCap | None = None):
         self.env, self.index, self.next_seed, self.records = env, index, next_seed, records
+        self.cap = cap if cap is not None else StepCap.of()
         self.playing = False
         self.start()
 
@@ -128,12 +133,16 @@ class GameSlot:
         env = self.env
         env.reset(seed=self.seed)
         self.playing = True
+        self.moves, self.cut = 0, False
         self.episodes = {a: Episode(seed=self.seed, system_prompt=env.system_prompt(a)) for a in env.possible_agents}
         self.since_move = dict.fromkeys(env.possible_agents, 0.0)  # reward since each seat's last move
         self.observation = ""
 
-    def _over(self) -> bool:
+    def _ended(self) -> bool:
         return any(self.env.terminations.values()) or any(self.env.truncations.values())
+
+    def _over(self) -> bool:
+        return self.cut or self._ended()
 
     def finish(self) -> None:
         env = self.env
@@ -145,7 +154,7 @@ class GameSlot:
                 # everything the seat received since its last move, that move's own reward included
                 last.reward = float(self.since_move[agent])
                 last.terminated = bool(env.terminations.get(agent, True))
-                last.truncated = bool(env.truncations.get(agent, False)) and not last.terminated
+                last.truncated = (self.cut or bool(env.truncations.get(agent, False))) and not last.terminated
             episode.info = {"outcome": env.outcome(agent), "role": role}
             record.episodes[role] = episode
             record.outcomes[role] = env.outcome(agent)
@@ -170,6 +179,8 @@ class GameSlot:
             episode.steps[-1].reward = float(self.since_move[agent])
         self.since_move[agent] = 0.0
         env.step(decision.text)
+        self.moves += 1
+        self.cut = self.cap.cuts(self.moves, self._ended())
         for other, reward in env.rewards.items():
             self.since_move[other] = self.since_move.get(other, 0.0) + reward
         episode.steps.append(Step(decision=decision, reward=0.0, terminated=False, truncated=False,
@@ -179,12 +190,15 @@ class GameSlot:
 
 def play_selfplay_games(policy: SupportsAct, game: str, games: int, num_games: int = 8,
                         seed: int | None = None, greedy: bool = False, invalid: str = "penalty",
-                        penalty: float = -1.0) -> tuple[list[GameRecord], dict[str, float]]:
+                        penalty: float = -1.0, max_moves: int | None = None,
+                        ) -> tuple[list[GameRecord], dict[str, float]]:
     """Play ``games`` games in which ``policy`` answers for every seat, ``num_games`` boards at a
     time through the rollout loop (:func:`textgym.rollout.play`).
 
     Returns the games (an episode per seat, in :class:`textgym.rollout.Episode` form, ready for
-    ``trainer.update``) and rollout stats (decisions, seconds, tokens).
+    ``trainer.update``) and rollout stats (decisions, seconds, tokens). A game the board does not
+    end is cut after ``max_moves`` moves (``None``:
+    :data:`textgym.step_cap.DEFAULT_MAX_EPISODE_STEPS`), counted in ``cut_episodes`` (two per game).
     """
     from textgym.envs.games import make_pettingzoo_game
     from textgym.envs.pettingzoo import wrap_pettingzoo
@@ -196,11 +210,15 @@ def play_selfplay_games(policy: SupportsAct, game: str, games: int, num_games: i
         return None if seed is None else int(seed) + game_index
 
     records: list[GameRecord] = []
+    cap = StepCap.of(max_moves)
     boards = [GameSlot(wrap_pettingzoo(make_pettingzoo_game(game), invalid_policy=invalid,
                                        invalid_penalty=penalty), i,
-                       next_seed, records) for i in range(min(num_games, games))]
+                       next_seed, records, cap) for i in range(min(num_games, games))]
     stats = play(policy, boards, greedy=greedy, seed=seed)
     stats = {"decisions": stats.pop("decisions"), "episodes": 2 * len(records), **stats}
+    if cap.cut:
+        stats["cut_episodes"] = 2 * cap.cut
+        cap.warn(f"self-play {game}")
     return records, stats
 
 
@@ -251,7 +269,7 @@ class SelfPlay:
                  trainer_config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  trainer: Trainer | None = None):
         from textgym.trainers import make_trainer
-        from textgym.trainers.metrics import MetricsWriter
+        from textgym.trainers.reporting.metrics import MetricsWriter
 
         if isinstance(config, dict):
             config = SelfPlayConfig(**config)

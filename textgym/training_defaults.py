@@ -1,11 +1,12 @@
 """What an env recommends for training on it, declared once: :class:`TrainingDefaults`.
 
 Each setting here is also a setting of a run (``textgym train``'s ``RunConfig`` declares its
-budget and early-stop fields ``like`` these, and ``num_envs``/``lr`` are
-:class:`~textgym.trainers.TrainConfig`'s): one range and one doc per setting, whichever way a
-value comes in (an env's registration, a config file, a flag). Envs register their defaults with
-:func:`textgym.register` (``textgym.registry`` re-exports this class); this module is torch- and
-gymnasium-free, so ``textgym --help`` reads it at once.
+budget and early-stop fields ``like`` these, and :class:`~textgym.trainers.TrainConfig` its
+``num_envs`` and ``lr``): one range and one doc per setting, whichever way a value comes in (an
+env's registration, a config file, a flag). Envs register their defaults with
+:func:`textgym.register` (``textgym.registry`` re-exports this class). This module sits below
+the registry and the trainers and imports neither; it is torch- and gymnasium-free, so
+``textgym --help`` reads it at once.
 """
 
 from __future__ import annotations
@@ -15,10 +16,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from textgym.settings import check, like, setting
-from textgym.trainers.config import MAX_ENVS, TrainConfig
+from textgym.settings import check, setting
 
-__all__ = ["TrainingDefaults"]
+__all__ = ["MAX_ENVS", "TrainingDefaults"]
+
+#: The most envs one process steps together (far beyond what fits a model's batch on one device).
+MAX_ENVS = 4096
 
 
 @dataclass(frozen=True)
@@ -30,7 +33,7 @@ class TrainingDefaults:
     Budgets are in updates (or episodes), so a default run does the same work on any machine;
     ``minutes`` is an optional cap. ``until`` is the env's solved threshold: the default of
     ``textgym train --until`` (training stops once a greedy check reaches it) and what the
-    collapse alarms (:mod:`textgym.trainers.alarms`) compare the return with.
+    collapse alarms (:mod:`textgym.trainers.reporting.alarms`) compare the return with.
 
     Example:
         >>> d = TrainingDefaults(updates=16, num_envs=16, lr=3e-4, trainer={"episodes_per_update": 32},
@@ -56,7 +59,10 @@ class TrainingDefaults:
     nor ``episodes`` (flags or file), the env's recommended budget applies, and a budget that is
     given replaces it. 0: no RL update, the warm start (``sft``, ``sft_player``) alone."""
     episodes: int | None = setting(None, at_least=1)
-    """Training episodes in total (with updates: whichever comes first)."""
+    """Training episodes in total, rounded up to whole updates (with updates: whichever first).
+    An update plays all of the trainer's ``episodes_per_update`` episodes, so ``--episodes 16``
+    with 32 episodes per update plays one update of 32; the plan line and ``summary.json``'s
+    ``episodes_planned`` say what is played."""
     minutes: float | None = setting(None, above=0)
     """Cap on this session's wall time; --resume replays the update cut.
     At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
@@ -74,8 +80,14 @@ class TrainingDefaults:
     check_max_steps: int | None = setting(None, at_least=1)
     """Cap on the length of a check's episodes (None: the env's default cap, else its own limit).
     Keep it where a capped return still says "solved" (CartPole: 200 steps for 195)."""
-    num_envs: int | None = like(TrainConfig, "num_envs", None)
-    lr: float | None = like(TrainConfig, "lr", None)
+    num_envs: int | None = setting(None, at_least=1, at_most=MAX_ENVS)
+    """Envs stepped together, one policy call per vector step.
+    With several data-parallel processes, in each process. (Declared here, below the trainers:
+    :class:`~textgym.trainers.TrainConfig` and the run's config declare theirs like this one.)"""
+    lr: float | None = setting(None, above=0)
+    """Peak learning rate of AdamW.
+    For the trained weights: the LoRA adapter, or the whole model. (Declared here, below the
+    trainers, like ``num_envs``.)"""
     sft_player: str | None = setting(None)
     """Imitate this reference player before RL (scripted; none: off).
     One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes
@@ -88,7 +100,7 @@ class TrainingDefaults:
     """Passes over the warm-up's demonstrations.
     (``SFTConfig.epochs``.)"""
     trainer: Mapping[str, Any] = field(default_factory=dict)
-    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.config`), e.g.
+    """Fields of the algorithm's config dataclass (:mod:`textgym.trainers.algorithms`), e.g.
     ``episodes_per_update``, ``gamma``."""
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments for :func:`textgym.make` (e.g. CartPole's ``shaping``)."""

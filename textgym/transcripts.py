@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
+from textgym import jsonl
 from textgym.outcomes import outcome_of
 
 if TYPE_CHECKING:  # the reading side stays torch-free (textgym view)
@@ -134,7 +135,7 @@ def transcript_lines(path: str | Path) -> list[str]:
         text = path.read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return []
-    return [line for line in text.splitlines() if line.strip()]
+    return jsonl.lines(text)
 
 
 def read_transcripts(path: str | Path) -> list[dict[str, Any]]:
@@ -188,7 +189,7 @@ class TranscriptWriter:
             return 0
         old = self.path.read_bytes()
         kept, dropped = [], 0
-        for line in old.decode("utf-8", errors="replace").splitlines():
+        for line in jsonl.lines(old.decode("utf-8", errors="replace")):
             record = well_formed(line) if line.strip() else None
             if record is not None and record["update"] <= update:
                 kept.append(line + "\n")

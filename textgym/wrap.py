@@ -40,7 +40,7 @@ def wrap(
     Stacks, inner to outer: ``TextObservation -> ParseAction -> EpisodeStats
     [-> ShapeReward] [-> History] [-> RenderText]``. The result follows the text-env contract of
     ``docs/design.md``: ``info["system_prompt"]`` and ``info["valid_actions"]`` at reset,
-    ``info["valid_actions"]`` and ``info["parse"]`` at every step, ``info["episode_stats"]``
+    ``info["valid_actions"]`` and ``info["parse"]`` at every step, ``info["episode"]``
     at episode end.
 
     Supported action spaces: ``Discrete`` (with or without an action mask in

@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # run from a check
 import textgym
 from textgym import seeds
 from textgym.registry import training_defaults
-from textgym.trainers.evaluation import evaluate_greedy
+from textgym.trainers.engine.evaluation import evaluate_greedy
 
 
 def main() -> dict:

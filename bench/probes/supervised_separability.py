@@ -25,7 +25,7 @@ import torch
 import textgym
 from textgym.envs.classic import BlackjackText, CartPoleText
 from textgym.trainers import make_trainer
-from textgym.trainers.sft import Demonstration, demonstration_decisions, sft_on_decisions
+from textgym.trainers.engine.sft import Demonstration, demonstration_decisions, sft_on_decisions
 
 
 def old_blackjack_text(obs) -> str:

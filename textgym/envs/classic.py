@@ -692,8 +692,8 @@ TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
     "CartPole-v1": TrainingDefaults(
         # The heading word ("falling left/right": the sign of angle + 0.3 x spin), its shaping
         # potential and state centering: the greedy check passed 195 after 2 updates (the spin
-        # word alone: 194 sampled at update 7, greedy ~200 at most; docs/results.md, "Time to
-        # learn"). A greedy check after every update, 8 episodes capped at 200 steps (195 over
+        # word alone: 194 sampled at update 7, greedy ~200 at most; docs/results.md, "The
+        # default run"). A greedy check after every update, 8 episodes capped at 200 steps (195 over
         # 200 steps, CartPole-v0's threshold), stops the run once solved.
         updates=12, until=195.0, check_every=1, check_episodes=8, check_max_steps=200,
         num_envs=8, lr=2e-4,

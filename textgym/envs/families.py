@@ -28,11 +28,13 @@ def register_families() -> None:
                     reference_policies="textgym.envs.minigrid_text:reference_policies")
     register_family("textarena", "textgym.envs.textarena_games:make", "textgym.envs.textarena_games:list_ids",
                     description="TextArena game (textarena package)", install="textgym[textarena]", package="textarena",
-                    source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults")
+                    source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults",
+                    unavailable="textgym.envs.textarena_games:unavailable")
     register_family("reasoning_gym", "textgym.envs.reasoning:make", "textgym.envs.reasoning:list_ids",
                     description="reasoning-gym task, one item per episode (reasoning-gym package)",
                     install="textgym[reasoning]", package="reasoning_gym", source="reasoning-gym",
-                    training_defaults="textgym.envs.reasoning:training_defaults")
+                    training_defaults="textgym.envs.reasoning:training_defaults",
+                    free_text="textgym.envs.reasoning:free_text")
     route_gym_lookups()
 
 
@@ -48,7 +50,9 @@ def route_gym_lookups() -> None:
 
     Example:
         >>> import gymnasium as gym, textgym
-        >>> env = gym.make("minigrid/BabyAI-GoToRedBall-v0")   # doctest: +SKIP
+        >>> env = gym.make("minigrid/BabyAI-GoToRedBall-v0")
+        >>> env.reset(seed=0)[0].splitlines()[0]
+        'Mission: go to the red ball.'
     """
     from gymnasium.envs import registration
 

@@ -40,7 +40,7 @@ from textgym.envs.game_text import (
     TextGame,
 )
 from textgym.envs.pettingzoo import FEEDBACK, wrap_pettingzoo
-from textgym.registry import ReferencePlayer, TrainingDefaults
+from textgym.registry import SELF_PLAY, ReferencePlayer, TrainingDefaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.answer_format import generate_mode_defaults
 from textgym.wrappers.invalid_answer import renamed_invalid_kwargs
@@ -252,12 +252,6 @@ _GAMES = {
 
 Opponent = Any  # "random" | "scripted" | "self" | f(text, valid_actions) -> str | an object with .act (textgym.Policy)
 
-SELF_PLAY = "self"
-"""``opponent="self"``: the learner plays the other seat too. A trainer gives such an env its own
-policy (:func:`with_learner`), which then answers for the opponent at every turn with its current
-weights (self-play); held-out play is against the env's default opponent (:func:`held_out`)."""
-
-
 def check_opponent(opponent: Opponent, scripted: bool, where: str) -> None:
     """One clear ``ValueError`` for an opponent name that is not one (``scripted``: whether
     ``where`` has a scripted player)."""
@@ -265,17 +259,6 @@ def check_opponent(opponent: Opponent, scripted: bool, where: str) -> None:
     if isinstance(opponent, str) and opponent not in names:
         raise ValueError(f"opponent={opponent!r} for {where}: choose {', '.join(map(repr, names))}, a "
                          "function f(text, valid_actions) -> answer, or a policy with .act()")
-
-
-def with_learner(env_kwargs: dict[str, Any], policy: Any) -> dict[str, Any]:
-    """``env_kwargs`` with ``opponent="self"`` replaced by the learner's ``policy`` (self-play)."""
-    return {**env_kwargs, "opponent": policy} if env_kwargs.get("opponent") == SELF_PLAY else env_kwargs
-
-
-def held_out(env_kwargs: dict[str, Any]) -> dict[str, Any]:
-    """``env_kwargs`` for held-out play: a self-play run is measured against the env's default
-    opponent (random), not against itself."""
-    return {k: v for k, v in env_kwargs.items() if not (k == "opponent" and v == SELF_PLAY)}
 
 
 def learner_missing(where: str) -> RuntimeError:
@@ -313,7 +296,7 @@ class TwoPlayerGameEnv(gym.Env):
     Args:
         game: ``"tictactoe"`` or ``"connect_four"``.
         opponent: ``"random"`` (a random legal move), ``"scripted"`` (win, block, then position),
-            ``"self"`` (self-play: a trainer plays the learner's policy here, :data:`SELF_PLAY`),
+            ``"self"`` (self-play: a trainer plays the learner's policy here, :data:`textgym.registry.SELF_PLAY`),
             a function ``f(observation_text, valid_actions) -> answer`` or an object with
             ``act(observations, system_prompts, valid_actions)`` such as a :class:`textgym.Policy`
             (a frozen copy of the learner, for example). An opponent's invalid answer is handled

@@ -171,7 +171,7 @@ def reference_policies(name: str) -> dict[str, ReferencePolicy]:
 #: BabyAI levels: REINFORCE alone never finds the reward of even the simplest level (the model
 #: never samples ``forward``: 0 of 100 held-out missions of GoToRedBallNoDists after 12 updates),
 #: a warm start on the bot's play does (100 missions, 6 epochs at lr 1e-3: return 0.915, the bot
-#: 0.934; 8 REINFORCE updates after it keep 0.914. docs/results.md, "Warm starts").
+#: 0.934; 8 REINFORCE updates after it keep 0.914. docs/results.md, "BabyAI").
 BABYAI_TRAINING_DEFAULTS = TrainingDefaults(
     updates=8, num_envs=8, sft_player="scripted", sft_episodes=100, sft_epochs=6,
     trainer={"episodes_per_update": 16, "gamma": 0.99, "sft_lr": 1e-3, "lora_layers": 8})

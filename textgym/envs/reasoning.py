@@ -21,14 +21,19 @@ given at make.
 Example:
     >>> import textgym
     >>> env = textgym.make("reasoning_gym/basic_arithmetic", min_terms=2, max_terms=2,
-    ...                    min_digits=1, max_digits=1)        # doctest: +SKIP
-    >>> obs, info = env.reset(seed=0)                         # doctest: +SKIP
-    >>> obs, reward, terminated, truncated, info = env.step("<answer>7</answer>")  # doctest: +SKIP
+    ...                    min_digits=1, max_digits=1)
+    >>> obs, info = env.reset(seed=0)
+    >>> obs
+    'Calculate -1 / 1.'
+    >>> obs, reward, terminated, truncated, info = env.step("<answer>-1</answer>")
+    >>> reward, terminated, info["answer"]
+    (1.0, True, '-1')
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -38,7 +43,7 @@ from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 from textgym.wrappers.parsers import answer_text
 
-__all__ = ["ANSWER_SETS", "ReasoningGymEnv", "list_ids", "make", "training_defaults"]
+__all__ = ["ANSWER_SETS", "ReasoningGymEnv", "free_text", "list_ids", "make", "training_defaults"]
 
 #: Generate mode answers inside the answer tag that the dataset's prompt asks for: the policy
 #: opens it and stops at its end, so a short direct answer costs a few tokens.
@@ -194,10 +199,18 @@ def list_ids() -> list[str]:
 
 def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
     """The text env of reasoning-gym dataset ``name`` (one step per episode, so
-    ``max_episode_steps`` changes nothing), with ``info["episode_stats"]`` at its end."""
+    ``max_episode_steps`` changes nothing), with ``info["episode"]`` at its end."""
     from textgym.wrappers.episode_stats import EpisodeStats
 
     return EpisodeStats(ReasoningGymEnv(name, **kwargs))
+
+
+def free_text(name: str) -> Callable[[dict[str, Any]], bool]:
+    """Whether ``reasoning_gym/<name>`` made with some env kwargs takes free-text answers (the
+    family's declaration, :func:`textgym.registry.takes_free_text`): yes, unless the dataset has a
+    fixed answer set (:data:`ANSWER_SETS`) or ``candidates`` are given. reasoning_gym is not
+    imported."""
+    return lambda env_kwargs: name not in ANSWER_SETS and not env_kwargs.get("candidates")
 
 
 def training_defaults(name: str) -> TrainingDefaults:

@@ -112,7 +112,7 @@ class PolicyConfig:
     of running the whole model again in float32 (the mismatch this adds is part of the one measured
     and corrected; see :mod:`textgym.policy.frozen_trunk`). Off: the frozen layers run in float32
     in the update, 2-4x slower (docs/results.md, "Frozen layers in bf16"); CartPole solved as
-    often and sooner with it on (docs/results.md, "Acting precision on a second machine")."""
+    often and sooner with it on (docs/results.md, "Time to solve CartPole")."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""

@@ -26,10 +26,12 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -209,14 +211,27 @@ def load(cls: type[Policy], directory: str | os.PathLike, device: str | torch.de
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_folder)
         from peft import PeftModel  # lazy: importing peft takes seconds
 
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _naming_damaged(weights / "adapter_model.safetensors"):
             warnings.simplefilter("ignore", FutureWarning)
             model = PeftModel.from_pretrained(model, weights, is_trainable=True)
         name = source
     else:
-        model, tokenizer = models.load(str(weights), device=device, dtype=dtype, quantize=quantize)
+        with _naming_damaged(weights):
+            model, tokenizer = models.load(str(weights), device=device, dtype=dtype, quantize=quantize)
     model.eval()
     return cls(model, tokenizer, config=config, name=name)
+
+
+@contextlib.contextmanager
+def _naming_damaged(path: Path) -> Iterator[None]:
+    """A safetensors file under ``path`` that cannot be read (truncated by a full disk or an
+    interrupted copy) raises ValueError naming ``path``; safetensors' own error names no file."""
+    from safetensors import SafetensorError
+
+    try:
+        yield
+    except SafetensorError as exc:
+        raise ValueError(f"{path} is not a readable safetensors file (truncated or damaged?): {exc}") from None
 
 
 # --- model cards -----------------------------------------------------------------------------------

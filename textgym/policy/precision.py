@@ -6,7 +6,7 @@
 (one matmul per Linear instead of three) and is rebuilt whenever the trained weights change
 (:class:`ActingCopy`, keyed by the weights' version), so every rollout acts with the current
 policy; the update keeps the weights' own precision (the trainers measure and correct the
-mismatch: :mod:`textgym.trainers.precision`).
+mismatch: :mod:`textgym.trainers.engine.precision`).
 
 ``"auto"`` measures once per machine and model (:func:`choose_act_dtype`): a forward pass over a
 fixed probe batch, timed in each precision, and the probe's greedy decisions compared with

@@ -21,37 +21,39 @@ from typing import TYPE_CHECKING, Any
 
 # Torch-free: the configs and the algorithm registry (``textgym --help`` reads them); the trainers
 # themselves import torch, so they load on first use (``from textgym.trainers import Trainer``).
-from textgym.trainers.config import (
+from textgym.trainers.algorithms import (
     ALGORITHMS,
     CONFIGS,
     GRPOConfig,
     PPOConfig,
     ReinforceConfig,
-    SFTConfig,
-    TrainConfig,
     config_for,
     trainer_class,
 )
-from textgym.trainers.early_stop import EarlyStop
+from textgym.trainers.engine.early_stop import EarlyStop
+from textgym.trainers.engine.train_config import SFTConfig, TrainConfig
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
     from textgym.policy import Policy
     from textgym.rollout import Envs
-    from textgym.trainers.base import Trainer
-    from textgym.trainers.grpo import GRPOTrainer
-    from textgym.trainers.ppo import PPOTrainer
-    from textgym.trainers.reinforce import ReinforceTrainer
+    from textgym.trainers.algorithms.grpo import GRPOTrainer
+    from textgym.trainers.algorithms.ppo import PPOTrainer
+    from textgym.trainers.algorithms.reinforce import ReinforceTrainer
+    from textgym.trainers.engine.trainer import Trainer
 
 _LAZY = {
-    "Trainer": "textgym.trainers.base",
-    "ReinforceTrainer": "textgym.trainers.reinforce",
-    "GRPOTrainer": "textgym.trainers.grpo",
-    "PPOTrainer": "textgym.trainers.ppo",
+    "Trainer": "textgym.trainers.engine.trainer",
+    "ReinforceTrainer": "textgym.trainers.algorithms.reinforce",
+    "GRPOTrainer": "textgym.trainers.algorithms.grpo",
+    "PPOTrainer": "textgym.trainers.algorithms.ppo",
 }
 
 
 def __getattr__(name: str) -> Any:
+    if name == "Trainer":  # with every algorithm loaded, so Trainer.resume finds the checkpoint's
+        for algorithm in ALGORITHMS:
+            trainer_class(algorithm)
     if name in _LAZY:
         return getattr(importlib.import_module(_LAZY[name]), name)
     if name == "TRAINERS":  # the trainer class of each algorithm (read from CONFIGS)
@@ -84,9 +86,28 @@ def make_trainer(algorithm: str, policy: Policy, env: str | Envs | None = "textg
 def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
            out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
     """Continue the run saved in checkpoint ``path`` (see :meth:`Trainer.resume`)."""
-    from textgym.trainers.base import Trainer
+    from textgym.trainers.state import trainer_state
 
-    return Trainer.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
+    return trainer_state.resume(path, trainer_class, policy=policy, env=env, out_dir=out_dir, process=process)
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """The JSON state of checkpoint ``path``, its counters and its algorithm's config checked
+    before anything loads.
+
+    Raises:
+        ValueError: a counter or a config field out of its range (the file was edited).
+    """
+    from textgym.trainers.state.checkpoint import STATE_FILE, checkpoint_dir, read_state
+
+    state = read_state(path)
+    if isinstance(state.get("config"), dict):
+        config = dict(state["config"])
+        try:
+            config_for(config.pop("algorithm", state.get("algorithm")), config)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"{checkpoint_dir(path) / STATE_FILE}: {exc}") from None
+    return state
 
 
 __all__ = [
@@ -105,5 +126,6 @@ __all__ = [
     "Trainer",
     "config_for",
     "make_trainer",
+    "read_checkpoint",
     "resume",
 ]

@@ -29,7 +29,10 @@ Example:
     >>> model, tok = textgym.models.load("tiny")
     >>> trainer = make_trl_grpo_trainer(model, tok, "textgym/Bandit-v0", num_prompts=8,
     ...     args=dict(max_steps=1, per_device_train_batch_size=4, num_generations=2))
-    >>> _ = trainer.train()                       # doctest: +SKIP
+    >>> _ = trainer.train()                       # TRL prints its logs
+    {'loss': ...}
+    >>> trainer.state.global_step
+    1
 
 Several processes: ``torchrun --nproc_per_node N script.py`` (CPU: gloo) or ``accelerate launch
 --multi_gpu ...`` with the same script (``examples/trl_grpo.py``). ``import trl`` takes seconds,

@@ -6,27 +6,39 @@ from typing import Any
 
 import gymnasium as gym
 
-__all__ = ["EPISODE_STATS_KEY", "EpisodeStats", "episode_stats"]
+__all__ = ["EPISODE_STATS_KEY", "LEGACY_EPISODE_STATS_KEY", "EpisodeStats", "episode_stats"]
 
-#: The info key of the episode summary. Not Gymnasium's ``"episode"``: that one belongs to
-#: :class:`gymnasium.wrappers.RecordEpisodeStatistics`, which users may stack on a text env too.
-EPISODE_STATS_KEY = "episode_stats"
+#: The info key of the episode summary: Gymnasium's name for it (what
+#: :class:`gymnasium.wrappers.RecordEpisodeStatistics` writes). To stack that wrapper on a text
+#: env as well, give it another key: ``RecordEpisodeStatistics(env, stats_key="gym_episode")``.
+EPISODE_STATS_KEY = "episode"
+
+#: The key of earlier releases, still written beside :data:`EPISODE_STATS_KEY` (the same dict)
+#: for one release so that code reading it keeps working; it goes in the next one.
+LEGACY_EPISODE_STATS_KEY = "episode_stats"
 
 
 def episode_stats(info: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The summary :class:`EpisodeStats` put in an episode's last ``info``, else ``None``."""
-    stats = info.get(EPISODE_STATS_KEY) if isinstance(info, dict) else None
-    return stats if isinstance(stats, dict) else None
+    """The summary :class:`EpisodeStats` put in an episode's last ``info`` (``info["episode"]``;
+    an earlier release's ``info["episode_stats"]``, e.g. from an older server), else ``None``."""
+    if not isinstance(info, dict):
+        return None
+    for key in (EPISODE_STATS_KEY, LEGACY_EPISODE_STATS_KEY):
+        stats = info.get(key)
+        if isinstance(stats, dict) and "return" in stats:
+            return stats
+    return None
 
 
 class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
-    """Adds ``info["episode_stats"] = {"return", "length", "invalid_count"}`` at episode end.
+    """Adds ``info["episode"] = {"return", "length", "invalid_count"}`` at episode end.
 
     ``return`` sums the rewards this wrapper sees (the env's reward plus invalid-answer
     penalties; reward shaping sits outside it), ``length`` counts ``step`` calls (retried
-    answers included) and ``invalid_count`` comes from ``info["parse"]``. Gymnasium's own
-    :class:`~gymnasium.wrappers.RecordEpisodeStatistics` (``info["episode"]``) can wrap the same
-    env: the two keys do not clash.
+    answers included) and ``invalid_count`` comes from ``info["parse"]``. The key is the one
+    Gymnasium's own :class:`~gymnasium.wrappers.RecordEpisodeStatistics` writes; to stack that
+    wrapper too, give it another (``stats_key="gym_episode"``). The same dict is also under
+    ``info["episode_stats"]``, the key of earlier releases, for one more release.
 
     Example:
         >>> import gymnasium as gym
@@ -37,7 +49,7 @@ class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
         >>> while not done:
         ...     _, _, terminated, truncated, info = env.step("LEFT")
         ...     done = terminated or truncated
-        >>> info["episode_stats"]
+        >>> info["episode"]
         {'return': 11.0, 'length': 11, 'invalid_count': 0}
 
     Args:
@@ -69,7 +81,7 @@ class EpisodeStats(gym.Wrapper, gym.utils.RecordConstructorArgs):
                 self.episode_invalid_count += 1
         if terminated or truncated:
             info = dict(info)
-            info[EPISODE_STATS_KEY] = self.episode_summary()
+            info[EPISODE_STATS_KEY] = info[LEGACY_EPISODE_STATS_KEY] = self.episode_summary()
         return obs, reward, terminated, truncated, info
 
     def episode_summary(self) -> dict[str, Any]:

@@ -4,7 +4,7 @@ that keeps it near the reference policy.
 Example:
     >>> import torch
     >>> from textgym.policy import Evaluation
-    >>> from textgym.trainers.kl import rollout_kl
+    >>> from textgym.trainers.engine.kl import rollout_kl
     >>> same = torch.tensor([[-0.5]])
     >>> ev = Evaluation(logprobs=same, mask=torch.ones(1, 1, dtype=torch.bool), old_logprobs=same,
     ...                 entropy=torch.zeros(1), hidden=torch.zeros(1, 1))
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import torch
 
 from textgym.policy import Decision, Evaluation, Policy
-from textgym.trainers.losses import approx_kl, masked_mean
+from textgym.trainers.engine.losses import approx_kl, masked_mean
 
 __all__ = ["flat_units", "pad_units", "reference_kl", "reference_logprobs", "rollout_kl"]
 

@@ -28,22 +28,22 @@ import torch
 
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer
-from textgym.trainers.config import GRPOConfig
-from textgym.trainers.loss_step import LossStep, skipped_update
-from textgym.trainers.losses import (
+from textgym.trainers.algorithms.grpo_config import GRPOConfig
+from textgym.trainers.engine.loss_step import LossStep, skipped_update
+from textgym.trainers.engine.losses import (
     all_finite,
     clipped_surrogate,
     group_advantages,
     returns_to_go,
     turn_group_advantages,
 )
+from textgym.trainers.engine.trainer import Trainer
 
 
 class GRPOTrainer(Trainer):
     """Group Relative Policy Optimization over whole episodes. See :class:`GRPOConfig`."""
 
-    algorithm = "grpo"
+    config_class = GRPOConfig
     config: GRPOConfig
 
     def _init_algorithm(self) -> None:

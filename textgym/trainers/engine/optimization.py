@@ -2,7 +2,7 @@
 
 :func:`optimizer_step` is the one place where an optimizer steps (the gradient average across
 data-parallel processes, per-group gradient clipping and the non-finite guard included): the RL
-minibatch loop (:func:`run_minibatches`) and the SFT steps (:mod:`textgym.trainers.sft`) both go
+minibatch loop (:func:`run_minibatches`) and the SFT steps (:mod:`textgym.trainers.engine.sft`) both go
 through it.
 
 Data parallelism (:mod:`textgym.distributed`): each process holds its own decisions, and the
@@ -12,7 +12,7 @@ number of steps, and N processes take exactly the steps one process would take o
 
 Example:
     >>> import torch
-    >>> from textgym.trainers.optimization import optimizer_step
+    >>> from textgym.trainers.engine.optimization import optimizer_step
     >>> weight = torch.nn.Parameter(torch.ones(2))
     >>> optimizer = torch.optim.SGD([weight], lr=0.5)
     >>> weight.grad = torch.tensor([3.0, 4.0])                # norm 5, clipped to 1

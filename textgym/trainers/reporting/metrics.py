@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from textgym import run_folder
+from textgym import jsonl, run_folder
 
 METRICS_FILE = run_folder.METRICS
 
@@ -64,9 +64,7 @@ def lines_by_update(path: str | Path) -> tuple[dict[int, str], int]:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except FileNotFoundError:
         return lines, 0
-    for line in text.splitlines():
-        if not line.strip():
-            continue
+    for line in jsonl.lines(text):
         try:
             update = json.loads(line).get("update")
         except (json.JSONDecodeError, AttributeError):
@@ -108,7 +106,7 @@ class MetricsWriter:
         out_dir: the run's folder (created if missing). ``None`` writes nothing.
         tensorboard: also write TensorBoard scalars if the ``tensorboard`` package is installed.
         trackers: other trackers to report to, ``"trackio"`` and ``"wandb"``
-            (:mod:`~textgym.trainers.trackers`), started at the first :meth:`write`.
+            (:mod:`~textgym.trainers.reporting.trackers`), started at the first :meth:`write`.
         run_config: the settings the trackers record with the run.
     """
 
@@ -156,7 +154,7 @@ class MetricsWriter:
     def _open_trackers(self) -> list[Any]:
         """The trackers besides TensorBoard, started at the first use."""
         if self._trackers is None:
-            from textgym.trainers.trackers import make_trackers
+            from textgym.trainers.reporting.trackers import make_trackers
 
             self._trackers = (make_trackers(self._tracker_names, self.out_dir, self._run_config)
                               if self.out_dir is not None and self._tracker_names else [])
@@ -228,4 +226,4 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     path = Path(path)
     if path.is_dir():
         path = path / METRICS_FILE
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [json.loads(line) for line in jsonl.read_lines(path)]

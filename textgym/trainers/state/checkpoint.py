@@ -39,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from textgym import run_folder
@@ -46,9 +47,9 @@ from textgym.lora import is_peft_model
 from textgym.policy import Policy, persistence
 from textgym.policy.persistence import policy_record
 from textgym.settings import check, setting
-from textgym.trainers.config import config_for
 
 __all__ = ["NonFiniteWeightsError", "check_finite", "checkpoint_dir", "flatten_optimizer", "get_rng_states", "load_checkpoint", "load_model_weights",
+           "load_tensors",
            "policy_from_record", "policy_record", "read_state", "remove_stale_temporary", "save_checkpoint",
            "save_model_weights",
            "set_rng_states", "unflatten_optimizer"]
@@ -79,14 +80,52 @@ def flatten_optimizer(optimizer: torch.optim.Optimizer, name: str) -> tuple[dict
 
 def unflatten_optimizer(optimizer: torch.optim.Optimizer, name: str, tensors: dict[str, torch.Tensor],
                         meta: dict) -> None:
-    """Load what :func:`flatten_optimizer` produced back into ``optimizer``."""
+    """Load what :func:`flatten_optimizer` produced back into ``optimizer``.
+
+    Raises:
+        ValueError: the state does not fit the optimizer's parameters (another adapter's: a
+            parameter it does not have, or a moment of another shape). torch would load it and
+            fail, or silently misbehave, at the next step.
+    """
     state: dict[int, dict[str, Any]] = {int(i): dict(s) for i, s in meta["state"].items()}
     prefix = name + "/"
     for key, value in tensors.items():
         if key.startswith(prefix):
             index, field = key[len(prefix):].split(".", 1)
             state.setdefault(int(index), {})[field] = value
+    _check_fits(optimizer, name, state)
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def _check_fits(optimizer: torch.optim.Optimizer, name: str, state: dict[int, dict[str, Any]]) -> None:
+    """ValueError unless every tensor of ``state`` (per parameter index) has its parameter's shape
+    (0-dimensional ones, like Adam's step count, excepted)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    for index, moments in sorted(state.items()):
+        if not 0 <= index < len(params):
+            raise ValueError(f"the {name!r} optimizer state has parameter {index}, the model has "
+                             f"{len(params)} trainable ones")
+        for field, value in moments.items():
+            if torch.is_tensor(value) and value.dim() > 0 and value.shape != params[index].shape:
+                raise ValueError(f"the {name!r} optimizer state's {field} of parameter {index} has "
+                                 f"shape {tuple(value.shape)}, the parameter {tuple(params[index].shape)}")
+
+
+def load_tensors(file: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors of a safetensors file of a checkpoint.
+
+    Raises:
+        FileNotFoundError: no such file.
+        ValueError: naming the file, when it is not a readable safetensors file (truncated by a
+            full disk or an interrupted copy, or another file under its name).
+    """
+    try:
+        return load_file(str(file))
+    except FileNotFoundError:
+        raise
+    except (SafetensorError, OSError) as exc:
+        raise ValueError(f"{file} is not a readable safetensors file (truncated or damaged?): "
+                         f"{exc}") from None
 
 
 # --- RNG states as JSON lists --------------------------------------------------------------
@@ -130,7 +169,7 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
             raise ValueError(f"{folder} holds a LoRA adapter but the model has no adapter (use_lora=False?)")
         from peft.utils import set_peft_model_state_dict
 
-        weights = load_file(str(folder / "adapter" / "adapter_model.safetensors"))
+        weights = load_tensors(folder / "adapter" / "adapter_model.safetensors")
         result = set_peft_model_state_dict(model, weights)
         unexpected = getattr(result, "unexpected_keys", [])
         if unexpected:
@@ -143,7 +182,7 @@ def load_model_weights(model: torch.nn.Module, folder: Path) -> None:
         raise ValueError(f"{folder} holds full model weights but the model has a LoRA adapter")
     for file in files:
         # strict=False: save_pretrained leaves out tied weights (e.g. lm_head tied to the embeddings).
-        model.load_state_dict(load_file(str(file)), strict=False)
+        model.load_state_dict(load_tensors(file), strict=False)
 
 
 # --- the policy --------------------------------------------------------------------------------
@@ -324,10 +363,11 @@ class Counters:
 
 
 def read_state(path: str | Path) -> dict[str, Any]:
-    """The JSON state of a checkpoint, its counters and its algorithm's config checked.
+    """The JSON state of a checkpoint, its counters checked (its algorithm's config:
+    :func:`textgym.trainers.read_checkpoint`).
 
     Raises:
-        ValueError: a counter or a config field out of its range (the file was edited).
+        ValueError: a counter out of its range (the file was edited).
     """
     file = checkpoint_dir(path) / STATE_FILE
     with open(file) as f:
@@ -336,9 +376,6 @@ def read_state(path: str | Path) -> dict[str, Any]:
         raise ValueError(f"{file} is not a JSON object")  # noqa: TRY004 - a malformed file
     try:
         Counters(**{f.name: state[f.name] for f in fields(Counters) if f.name in state})
-        if isinstance(state.get("config"), dict):
-            config = dict(state["config"])
-            config_for(config.pop("algorithm", state.get("algorithm")), config)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{file}: {exc}") from None
     return state
@@ -351,11 +388,15 @@ def load_checkpoint(path: str | Path, *, model: torch.nn.Module, optimizers: dic
     state = read_state(folder)
     load_model_weights(model, folder)
     if value_head is not None and (folder / VALUE_HEAD_FILE).is_file():
-        value_head.load_state_dict(load_file(str(folder / VALUE_HEAD_FILE)))
-    tensors = load_file(str(folder / OPTIMIZER_FILE))
+        value_head.load_state_dict(load_tensors(folder / VALUE_HEAD_FILE))
+    tensors = load_tensors(folder / OPTIMIZER_FILE)
     for name, optimizer in optimizers.items():
         if name in state["optimizers"]:
-            unflatten_optimizer(optimizer, name, tensors, state["optimizers"][name])
+            try:
+                unflatten_optimizer(optimizer, name, tensors, state["optimizers"][name])
+            except ValueError as exc:  # another run's file, or torch's own group-size check
+                raise ValueError(f"{folder / OPTIMIZER_FILE} does not fit the checkpoint's adapter: "
+                                 f"{exc}") from None
     if restore_rng:
         set_rng_states(state["rng"])
     return state

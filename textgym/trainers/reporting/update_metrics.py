@@ -27,7 +27,7 @@ import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, Episode, Step
-from textgym.trainers import alarms
+from textgym.trainers.reporting import alarms
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext

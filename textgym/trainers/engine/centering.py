@@ -4,7 +4,7 @@ Example:
     >>> import torch
     >>> from types import SimpleNamespace
     >>> from textgym.policy import Evaluation
-    >>> from textgym.trainers.centering import centred_logprobs
+    >>> from textgym.trainers.engine.centering import centred_logprobs
     >>> per_state = torch.tensor([[0.3, -0.2], [1.0, 0.5]], requires_grad=True).log_softmax(-1)
     >>> ev = Evaluation(logprobs=per_state[:, :1], mask=torch.ones(2, 1, dtype=torch.bool),
     ...                 old_logprobs=torch.zeros(2, 1), entropy=torch.zeros(2), hidden=torch.zeros(2, 1),

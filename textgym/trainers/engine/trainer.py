@@ -1,15 +1,15 @@
 """The Trainer: collect, update, train; the state of a run between updates.
 
 An algorithm (``reinforce.py``, ``grpo.py``, ``ppo.py``) subclasses :class:`Trainer` and writes
-``_update(episodes) -> dict``, readable top to bottom: its advantages (:mod:`~textgym.trainers.losses`),
-its objective inside the loss step all algorithms share (:mod:`~textgym.trainers.loss_step`), and
-:meth:`Trainer.optimize` (:mod:`~textgym.trainers.optimization`, where every optimizer step
-happens). The rest has one module per concern: :mod:`~textgym.trainers.preparation` (seeds, LoRA,
-envs), :mod:`~textgym.trainers.loop` (budgets and stops of :meth:`Trainer.train`),
-:mod:`~textgym.trainers.update_metrics` (the pieces of the metrics line :meth:`Trainer.update`
-assembles), :mod:`~textgym.trainers.evaluation` (held-out play, the greedy check),
-:mod:`~textgym.trainers.sft`, :mod:`~textgym.trainers.alarms` and
-:mod:`~textgym.trainers.trainer_state` (checkpoints). Data parallelism (:mod:`textgym.distributed`):
+``_update(episodes) -> dict``, readable top to bottom: its advantages (:mod:`~textgym.trainers.engine.losses`),
+its objective inside the loss step all algorithms share (:mod:`~textgym.trainers.engine.loss_step`), and
+:meth:`Trainer.optimize` (:mod:`~textgym.trainers.engine.optimization`, where every optimizer step
+happens). The rest has one module per concern: :mod:`~textgym.trainers.engine.preparation` (seeds, LoRA,
+envs), :mod:`~textgym.trainers.engine.loop` (budgets and stops of :meth:`Trainer.train`),
+:mod:`~textgym.trainers.reporting.update_metrics` (the pieces of the metrics line :meth:`Trainer.update`
+assembles), :mod:`~textgym.trainers.engine.evaluation` (held-out play, the greedy check),
+:mod:`~textgym.trainers.engine.sft`, :mod:`~textgym.trainers.reporting.alarms` and
+:mod:`~textgym.trainers.state.trainer_state` (checkpoints). Data parallelism (:mod:`textgym.distributed`):
 every process builds the same trainer and plays its shard of each update (docs/design.md).
 """
 
@@ -29,17 +29,24 @@ from textgym import distributed, run_folder, seeds
 from textgym.distributed import ProcessContext
 from textgym.policy import Decision, Policy
 from textgym.rollout import Envs, Episode, Rollout, collect, decisions_of
-from textgym.trainers import alarms, loop, trainer_state, update_metrics
-from textgym.trainers.config import SFTConfig, TrainConfig, config_for
-from textgym.trainers.early_stop import CheckResult, EarlyStop, registered_until
-from textgym.trainers.evaluation import HeldOut
-from textgym.trainers.loop import StopReason
-from textgym.trainers.metrics import MetricsWriter
-from textgym.trainers.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
-from textgym.trainers.preparation import make_envs, prepare_model, seed_everything, system_prompt_of
-from textgym.trainers.sft import Demonstration, OnlineSFT, sft
-from textgym.trainers.trackers import parse_report_to
-from textgym.trainers.update_metrics import EpisodeRecord
+from textgym.trainers.engine import loop
+from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
+from textgym.trainers.engine.evaluation import HeldOut
+from textgym.trainers.engine.loop import StopReason
+from textgym.trainers.engine.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
+from textgym.trainers.engine.preparation import (
+    make_envs,
+    prepare_model,
+    seed_everything,
+    system_prompt_of,
+)
+from textgym.trainers.engine.sft import Demonstration, OnlineSFT, sft
+from textgym.trainers.engine.train_config import SFTConfig, TrainConfig
+from textgym.trainers.reporting import alarms, update_metrics
+from textgym.trainers.reporting.metrics import MetricsWriter
+from textgym.trainers.reporting.trackers import parse_report_to
+from textgym.trainers.reporting.update_metrics import EpisodeRecord
+from textgym.trainers.state import trainer_state
 from textgym.transcripts import Source, TranscriptWriter
 
 logger = logging.getLogger("textgym.trainers")
@@ -62,7 +69,10 @@ class Trainer:
             :func:`textgym.distributed.init`, a world of one unless a launcher started several).
     """
 
-    algorithm = "base"
+    config_class: type[TrainConfig] = TrainConfig
+    """The algorithm's config class; its ``algorithm`` names the algorithm (:attr:`algorithm`)."""
+    algorithm = TrainConfig.algorithm
+    """The algorithm's name (``make_trainer``'s and the checkpoint's), set from :attr:`config_class`."""
     bootstraps_truncated = False
     """Whether the algorithm bootstraps truncated episodes from a value: its rollouts then ask for
     a decision at each truncated episode's final state (:attr:`textgym.rollout.Episode.bootstrap`)."""
@@ -70,7 +80,7 @@ class Trainer:
     def __init__(self, policy: Policy, env: str | Envs | None = "textgym/Bandit-v0",
                  config: TrainConfig | dict | None = None, out_dir: str | Path | None = None,
                  env_kwargs: dict[str, Any] | None = None, process: ProcessContext | None = None):
-        self.config = config_for(self.algorithm, config)
+        self.config = self.config_class.coerce(config)
         self.process = process if process is not None else distributed.init()
         seed_everything(self.config.seed)
         self.policy = policy
@@ -111,6 +121,10 @@ class Trainer:
             self.episode_shard()  # fails now if the update's episodes cannot be shared by the processes
         # Every replica starts from rank 0's weights (adapter, value head), whatever its own seed made.
         self.process.broadcast_parameters(self.optimized_parameters())
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.algorithm = cls.config_class.algorithm
 
     # --- hooks for the algorithms ----------------------------------------------------------
 
@@ -184,7 +198,7 @@ class Trainer:
               early_stop: EarlyStop | None = None) -> list[dict[str, Any]]:
         """Collect and update until a budget is spent or a stop comes; returns the metrics of every
         update, and leaves why it returned in :attr:`stopped_by` (budgets and stops:
-        :mod:`textgym.trainers.loop`). With several processes, every one calls this.
+        :mod:`textgym.trainers.engine.loop`). With several processes, every one calls this.
 
         Args:
             episodes: stop after this many more training episodes (of all processes).
@@ -195,7 +209,7 @@ class Trainer:
                 stops training (a ``KeyboardInterrupt`` raised in it propagates after the metrics
                 are written).
             early_stop: check greedily every few updates and stop once solved
-                (:class:`~textgym.trainers.early_stop.EarlyStop`); its ``until`` is also the
+                (:class:`~textgym.trainers.engine.early_stop.EarlyStop`); its ``until`` is also the
                 collapse alarms' reference.
         """
         return loop.train(self, episodes, updates, seconds, callback, early_stop)
@@ -267,7 +281,7 @@ class Trainer:
                  groups: Sequence[Sequence[int]] | None = None) -> dict[str, float]:
         """The algorithm's minibatch loop over this process's ``decisions`` (or their number) with
         this trainer's optimizer and config, planned over every process's decisions
-        (:func:`~textgym.trainers.optimization.run_minibatches`). ``groups``: decisions kept in one
+        (:func:`~textgym.trainers.engine.optimization.run_minibatches`). ``groups``: decisions kept in one
         minibatch (a conversation's turns: :func:`textgym.rollout.conversation_runs`)."""
         cfg = self.config
         costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
@@ -296,7 +310,7 @@ class Trainer:
         Demonstrations without a system prompt get the env's. ``config``: by default the
         trainer's ``sft_lr``, ``max_grad_norm`` and ``seed``; ``epochs`` overrides its epochs.
         The warm-started policy becomes the KL penalty's reference (``kl_coef``): RL is kept near
-        the imitation, not pulled back to the untrained model. See :func:`textgym.trainers.sft.sft`.
+        the imitation, not pulled back to the untrained model. See :func:`textgym.trainers.engine.sft.sft`.
         """
         config = config or SFTConfig(lr=self.config.sft_lr, max_grad_norm=self.config.max_grad_norm,
                                      seed=self.config.seed)
@@ -318,7 +332,7 @@ class Trainer:
     def greedy_check(self, early_stop: EarlyStop) -> CheckResult:
         """Play the early stop's held-out episodes greedily, all together and capped at its
         ``max_steps``, and compare their mean return with its ``until`` (:meth:`HeldOut.check
-        <textgym.trainers.evaluation.HeldOut.check>`). With several processes, each plays its
+        <textgym.trainers.engine.evaluation.HeldOut.check>`). With several processes, each plays its
         share and every one gets the same result."""
         self._need_env("greedy_check")
         return self.held_out.check(self.policy, early_stop, self.update_count,
@@ -332,7 +346,7 @@ class Trainer:
         return before + time.monotonic() - started
 
     def save_checkpoint(self, path: str | Path | None = None) -> Path:
-        """Write a checkpoint (default ``<out_dir>/checkpoint``) atomically (:mod:`~textgym.trainers.trainer_state`).
+        """Write a checkpoint (default ``<out_dir>/checkpoint``) atomically (:mod:`~textgym.trainers.state.trainer_state`).
         With several processes, every one calls this; the main process writes (the replicas'
         states are identical) while the others wait, so none goes on before it is complete."""
         if path is None and self.out_dir is None:
@@ -345,7 +359,7 @@ class Trainer:
 
     def load_state(self, path: str | Path) -> dict[str, Any]:
         """Load a checkpoint of this run into this trainer (weights, optimizer, counters, RNG),
-        whatever number of processes wrote it (:func:`textgym.trainers.trainer_state.load`)."""
+        whatever number of processes wrote it (:func:`textgym.trainers.state.trainer_state.load`)."""
         return trainer_state.load(self, path)
 
     @classmethod
@@ -354,5 +368,26 @@ class Trainer:
         """Rebuild a trainer from checkpoint ``path`` and continue the same run: ``policy`` on the
         *same base model* (without adapter; default: built from the checkpoint's record), ``env``
         (default: its env id), ``out_dir`` (default: its run folder), ``process`` (default:
-        :func:`textgym.distributed.init`)."""
-        return trainer_state.resume(path, policy=policy, env=env, out_dir=out_dir, process=process)
+        :func:`textgym.distributed.init`). Called on :class:`Trainer`, the checkpoint's algorithm
+        picks the class among its subclasses (:meth:`subclass_for`)."""
+        return trainer_state.resume(path, cls.subclass_for, policy=policy, env=env, out_dir=out_dir,
+                                    process=process)
+
+    @classmethod
+    def subclass_for(cls, algorithm: str) -> type[Trainer]:
+        """The trainer class of ``algorithm`` among this class and its subclasses: the algorithms
+        subclass :class:`Trainer` (``textgym.trainers.Trainer`` loads them all).
+
+        Raises:
+            ValueError: no such trainer class is loaded.
+        """
+        found = {c.algorithm: c for c in _subclasses(cls)}
+        if algorithm not in found:
+            raise ValueError(f"no trainer of algorithm {algorithm!r} under {cls.__name__}; "
+                             f"loaded: {sorted(found)}")
+        return found[algorithm]
+
+
+def _subclasses(cls: type[Trainer]) -> list[type[Trainer]]:
+    """``cls`` and every subclass of it, depth first."""
+    return [cls] + [sub for child in cls.__subclasses__() for sub in _subclasses(child)]

@@ -1,9 +1,11 @@
-"""Configuration dataclasses of the trainers (TRL style: every knob documented where it is declared).
+"""The configuration every trainer shares (TRL style: every knob documented where it is declared).
 
-Fields shared by the algorithms have the same name in every config, so swapping the algorithm
-is one argument:
+:class:`TrainConfig` holds the fields every algorithm has, with the same name in each, so
+swapping the algorithm is one argument; each algorithm's config subclasses it beside its trainer
+(``textgym/trainers/algorithms/<algo>_config.py``). :class:`SFTConfig` is the supervised warm
+start's.
 
-    >>> from textgym.trainers.config import GRPOConfig, PPOConfig
+    >>> from textgym.trainers import GRPOConfig, PPOConfig
     >>> GRPOConfig(lr=2e-4, epochs=2).lr == PPOConfig(lr=2e-4).lr
     True
 """
@@ -17,9 +19,8 @@ from typing import Any
 from textgym import distributed, seeds
 from textgym.lora import LoraSettings
 from textgym.settings import check, like, setting
+from textgym.training_defaults import MAX_ENVS, TrainingDefaults
 
-#: The most envs one process steps together (far beyond what fits a model's batch on one device).
-MAX_ENVS = 4096
 #: The largest seed (NumPy's legacy seeding limit, 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
@@ -29,9 +30,7 @@ class TrainConfig:
     """Knobs common to every trainer."""
 
     # --- optimisation -------------------------------------------------------------------
-    lr: float = setting(1e-4, above=0)
-    """Peak learning rate of AdamW.
-    For the trained weights: the LoRA adapter, or the whole model."""
+    lr: float = like(TrainingDefaults, "lr", 1e-4)  # range, help: TrainingDefaults.lr
     lr_schedule: str = setting("constant", choices=("constant", "linear", "cosine"))
     """Learning-rate schedule over updates: ``"constant"``, ``"linear"`` (decay to 0 at
     ``total_updates``) or ``"cosine"`` (to 0 at ``total_updates``)."""
@@ -64,9 +63,7 @@ class TrainConfig:
     ``None``: no limit."""
 
     # --- data collection ----------------------------------------------------------------
-    num_envs: int = setting(8, at_least=1, at_most=MAX_ENVS)
-    """Envs stepped together, one policy call per vector step.
-    With several data-parallel processes, in each process."""
+    num_envs: int = like(TrainingDefaults, "num_envs", 8)  # range, help: TrainingDefaults.num_envs
     episodes_per_update: int = setting(32, at_least=1, at_most=1_000_000)
     """Completed episodes collected before each update (the batch size, in episodes); with several
     data-parallel processes, of all of them together (each plays its share)."""
@@ -159,7 +156,7 @@ class TrainConfig:
     report_to: str = setting("tensorboard", metavar="LIST")
     """tensorboard, trackio, wandb or none.
     The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
-    installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.trackers`), or ``none``."""
+    installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.reporting.trackers`), or ``none``."""
 
     algorithm = "base"  # not a field: the name make_trainer knows this config by
     trainer = ""  # not a field: "module:Class" of the algorithm's trainer (imported on first use)
@@ -188,6 +185,21 @@ class TrainConfig:
         return distributed.episode_shard(self.episodes_per_update, world_size, rank, self.episodes_per_group)
 
     @classmethod
+    def coerce(cls, config: TrainConfig | dict | None = None) -> TrainConfig:
+        """This class's config from a config object, a dict of fields, or ``None`` (defaults); a
+        config of another algorithm (or the base) keeps the fields they share."""
+        if config is None:
+            return cls()
+        if isinstance(config, dict):
+            return cls.from_dict(config)
+        if isinstance(config, cls):
+            return config
+        if isinstance(config, TrainConfig):
+            shared = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in dataclasses.asdict(config).items() if k in shared})
+        raise TypeError(f"config must be a TrainConfig or a dict, not {type(config).__name__}")
+
+    @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - names - {"algorithm"}
@@ -198,91 +210,9 @@ class TrainConfig:
     def __post_init__(self) -> None:
         check(self)  # every field's range, as declared above
         self.lora_settings()  # validates the lora_* fields together
-        from textgym.trainers.trackers import check_report_to
+        from textgym.trainers.reporting.trackers import check_report_to
 
         check_report_to(self.report_to)
-
-
-@dataclass
-class ReinforceConfig(TrainConfig):
-    """REINFORCE with a baseline (Williams, 1992)."""
-
-    lr: float = like(TrainConfig, "lr", 1e-4)
-    """Peak learning rate (see :class:`TrainConfig`)."""
-    baseline: str = setting("batch", choices=("batch", "ema", "none"))
-    """How returns become advantages: ``"batch"`` (subtract the batch mean and divide by its std),
-    ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``."""
-    ema_decay: float = setting(0.9, at_least=0, at_most=1)
-    """Decay of the EMA baseline (``baseline="ema"``): new = decay * old + (1 - decay) * batch mean."""
-
-    algorithm = "reinforce"
-    trainer = "textgym.trainers.reinforce:ReinforceTrainer"
-
-
-@dataclass
-class GRPOConfig(TrainConfig):
-    """Group Relative Policy Optimization (Shao et al., 2024), for episodes."""
-
-    group_size: int = setting(4, at_least=2)
-    """G: episodes per group. Members of a group start from the same env seed; each episode's
-    advantage is its return normalised by the group's mean and std."""
-    epochs: int = like(TrainConfig, "epochs", 2)
-    """Passes over each batch (the clipped ratio keeps later passes close to the rollout policy)."""
-    clip_eps: float = setting(0.2, above=0)
-    """Clip range of the importance ratio against the rollout log-probs."""
-    scale_rewards: bool = setting(True)
-    """Divide group-centred returns by the group's std (``False``: only subtract the mean)."""
-    credit: str = setting("episode", choices=("episode", "turn"))
-    """How decisions get their advantage. ``"episode"``: every decision carries its episode's
-    group-normalised return (the original GRPO; suits one final reward). ``"turn"``: each decision's
-    discounted return-to-go (``gamma``) minus the group's mean return-to-go at the same turn, so a
-    push that kept the pole up gets more credit than one that dropped it in the same episode
-    (suits per-step rewards, e.g. CartPole)."""
-
-    algorithm = "grpo"
-    trainer = "textgym.trainers.grpo:GRPOTrainer"
-
-    @property
-    def episodes_per_group(self) -> int:
-        return self.group_size
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.episodes_per_update % self.group_size:
-            raise ValueError(
-                f"episodes_per_update ({self.episodes_per_update}) must be a multiple of "
-                f"group_size ({self.group_size})"
-            )
-
-
-@dataclass
-class PPOConfig(TrainConfig):
-    """Proximal Policy Optimization (Schulman et al., 2017) with a value head and GAE."""
-
-    epochs: int = like(TrainConfig, "epochs", 4)
-    """Passes over each batch."""
-    gamma: float = like(TrainConfig, "gamma", 0.99)
-    """Discount factor of returns and GAE."""
-    gae_lambda: float = setting(0.95, at_least=0, at_most=1)
-    """GAE lambda (1: Monte-Carlo returns, 0: one-step TD)."""
-    clip_eps: float = setting(0.2, above=0)
-    """Clip range of the policy's importance ratio."""
-    value_clip: float | None = setting(0.2, above=0)
-    """Clip range of the value update around the rollout's values (``None``: plain MSE)."""
-    value_coef: float = setting(0.5, at_least=0)
-    """Weight of the value loss."""
-    value_lr: float = setting(1e-3, above=0)
-    """Learning rate of the value head (it starts from scratch, so it learns faster than LoRA)."""
-    value_hidden: int = setting(128, at_least=1)
-    """Width of the value head's hidden layer."""
-    value_detach: bool = setting(True)
-    """Do not back-propagate the value loss into the language model (the value head reads the
-    last hidden state as fixed features); keeps the policy's update clean."""
-    normalize_advantages: bool = setting(True)
-    """Normalise advantages over the batch."""
-
-    algorithm = "ppo"
-    trainer = "textgym.trainers.ppo:PPOTrainer"
 
 
 @dataclass
@@ -304,52 +234,4 @@ class SFTConfig:
         check(self)
 
 
-#: The algorithm registry: each algorithm's name, its config class and (``config.trainer``) its
-#: trainer. Everything that lists the algorithms reads it (``make_trainer``, ``textgym train
-#: --algo``, the run config's check); a new algorithm is one entry here.
-CONFIGS: dict[str, type[TrainConfig]] = {
-    cls.algorithm: cls for cls in (ReinforceConfig, GRPOConfig, PPOConfig)
-}
-#: The algorithms' names, in the order the CLI lists them.
-ALGORITHMS: tuple[str, ...] = tuple(CONFIGS)
-
-
-def trainer_class(algorithm: str) -> type:
-    """The trainer class of ``algorithm`` (imports it, and torch with it)."""
-    import importlib
-
-    module, name = config_for(algorithm).trainer.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def config_for(algorithm: str, config: TrainConfig | dict | None = None) -> TrainConfig:
-    """The config of ``algorithm`` from a config object, a dict of fields, or defaults."""
-    if algorithm not in CONFIGS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; choose one of {sorted(CONFIGS)}")
-    cls = CONFIGS[algorithm]
-    if config is None:
-        return cls()
-    if isinstance(config, dict):
-        return cls.from_dict(config)
-    if isinstance(config, cls):
-        return config
-    if isinstance(config, TrainConfig):
-        # A config of another algorithm (or the base): keep the shared fields.
-        shared = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in dataclasses.asdict(config).items() if k in shared})
-    raise TypeError(f"config must be a TrainConfig or a dict, not {type(config).__name__}")
-
-
-__all__ = [
-    "ALGORITHMS",
-    "CONFIGS",
-    "MAX_ENVS",
-    "MAX_SEED",
-    "GRPOConfig",
-    "PPOConfig",
-    "ReinforceConfig",
-    "SFTConfig",
-    "TrainConfig",
-    "config_for",
-    "trainer_class",
-]
+__all__ = ["MAX_ENVS", "MAX_SEED", "SFTConfig", "TrainConfig"]

@@ -26,8 +26,8 @@ from typing import TYPE_CHECKING, Any, Literal
 from textgym import seeds
 
 if TYPE_CHECKING:
-    from textgym.trainers.base import Trainer
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
+    from textgym.trainers.engine.trainer import Trainer
 
 __all__ = ["StopReason", "train"]
 

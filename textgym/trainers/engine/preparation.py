@@ -7,7 +7,7 @@ checkpoint; a warning names every ``lora_*`` field it disagrees with), or, with
 
 Example:
     >>> import textgym
-    >>> from textgym.trainers.config import TrainConfig
+    >>> from textgym.trainers.engine.train_config import TrainConfig
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> model = prepare_model(policy, TrainConfig())
     >>> model is policy.model, all("lora_" in n for n, p in model.named_parameters() if p.requires_grad)
@@ -26,7 +26,7 @@ import torch
 from textgym import lora
 from textgym.policy import Policy
 from textgym.rollout import Envs
-from textgym.trainers.config import TrainConfig
+from textgym.trainers.engine.train_config import TrainConfig
 
 __all__ = ["make_envs", "prepare_model", "seed_everything", "system_prompt_of"]
 
@@ -75,7 +75,7 @@ def make_envs(env: str | Envs | None, config: TrainConfig, env_kwargs: dict[str,
         return None, None
     if isinstance(env, str):
         import textgym
-        from textgym.envs.games import with_learner
+        from textgym.registry import with_learner
 
         return env, textgym.make_vec(env, num_envs=config.num_envs, seed=config.seed,
                                      **with_learner(env_kwargs, policy))

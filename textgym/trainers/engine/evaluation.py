@@ -2,7 +2,7 @@
 
 Example:
     >>> import textgym
-    >>> from textgym.trainers.evaluation import evaluate_greedy
+    >>> from textgym.trainers.engine.evaluation import evaluate_greedy
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> venv = textgym.make_vec("textgym/Bandit-v0", num_envs=4)
     >>> from textgym.seeds import EVAL_BASE
@@ -22,11 +22,11 @@ import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, Episode, SupportsAct, collect
-from textgym.trainers.early_stop import CheckResult
+from textgym.trainers.engine.early_stop import CheckResult
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
-    from textgym.trainers.early_stop import EarlyStop
+    from textgym.trainers.engine.early_stop import EarlyStop
 
 __all__ = ["EVAL_MAX_ENVS", "HeldOut", "eval_envs", "evaluate_greedy"]
 
@@ -90,7 +90,7 @@ class HeldOut:
     """Where a trainer plays its held-out episodes greedily: :meth:`evaluate` and :meth:`check`.
 
     Made from the trainer's env id (``env_id``, with its ``env_kwargs``; ``opponent="self"``
-    dropped: :func:`textgym.envs.games.held_out`) with enough sub-envs for
+    dropped: :func:`textgym.registry.held_out`) with enough sub-envs for
     this process's share of the episodes (:func:`eval_envs`), else
     the trainer's own vector env (``envs``). A check's envs are made once and reused, by size and
     step cap: the episodes' seeds make every check play the same starts.
@@ -98,7 +98,7 @@ class HeldOut:
 
     def __init__(self, env_id: str | None, env_kwargs: dict[str, Any], envs: Envs | None,
                  process: ProcessContext):
-        from textgym.envs.games import held_out
+        from textgym.registry import held_out
 
         # a self-play run's held-out games are against the env's default opponent
         self.env_id, self.env_kwargs, self.envs, self.process = env_id, held_out(env_kwargs), envs, process

@@ -5,7 +5,7 @@ log-probs in its decisions, while the update differentiates the weights in their
 :meth:`ActingCorrection.measure` re-scores the rollout once per update in the training precision
 (no grad), measures the mismatch, and :meth:`ActingCorrection.apply` hands each minibatch's loss
 the training-precision "old" log-probs and the truncated importance weights
-(:func:`textgym.trainers.losses.truncated_importance_weights`).
+(:func:`textgym.trainers.engine.losses.truncated_importance_weights`).
 
 Example:
     >>> import torch
@@ -27,8 +27,8 @@ from collections.abc import Sequence
 import torch
 
 from textgym.policy import Decision, Evaluation, Policy
-from textgym.trainers.kl import flat_units, pad_units
-from textgym.trainers.losses import precision_mismatch, truncated_importance_weights
+from textgym.trainers.engine.kl import flat_units, pad_units
+from textgym.trainers.engine.losses import precision_mismatch, truncated_importance_weights
 
 __all__ = ["ActingCorrection"]
 

@@ -1,6 +1,6 @@
 """A trainer's checkpoint: what it holds of a run, and how a run continues from it.
 
-:mod:`~textgym.trainers.checkpoint` owns the folder format (atomic writes, weights, optimizer
+:mod:`~textgym.trainers.state.checkpoint` owns the folder format (atomic writes, weights, optimizer
 tensors, RNG states); this module says what of a :class:`~textgym.trainers.Trainer` goes in its
 ``trainer_state.json`` (the algorithm and its config, the env, the counters, the metrics window,
 the alarm history, the algorithm's own state, the policy's record) and puts it back:
@@ -16,22 +16,22 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file
 
 from textgym import distributed
-from textgym.trainers import alarms
-from textgym.trainers import checkpoint as ckpt
-from textgym.trainers.metrics import METRICS_FILE
+from textgym.trainers.reporting import alarms
+from textgym.trainers.reporting.metrics import METRICS_FILE
+from textgym.trainers.state import checkpoint as ckpt
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
     from textgym.policy import Policy
     from textgym.rollout import Envs
-    from textgym.trainers.base import Trainer
+    from textgym.trainers.engine.trainer import Trainer
 
 __all__ = ["load", "optimizers", "resume", "write"]
 
@@ -45,7 +45,7 @@ def optimizers(trainer: Trainer) -> dict[str, torch.optim.Optimizer]:
 
 
 def write(trainer: Trainer, path: Path) -> Path:
-    """Write ``trainer``'s checkpoint to ``path`` (atomically; :func:`textgym.trainers.checkpoint.save_checkpoint`)."""
+    """Write ``trainer``'s checkpoint to ``path`` (atomically; :func:`textgym.trainers.state.checkpoint.save_checkpoint`)."""
     state = {
         "algorithm": trainer.algorithm,
         "config": trainer.config.to_dict(),
@@ -80,7 +80,7 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
                                  value_head=trainer._value_head())
     reference = ckpt.checkpoint_dir(path) / ckpt.REFERENCE_FILE
     if reference.is_file():  # the KL reference: a warm start's adapter, or a full fine-tune's copy
-        trainer.policy.load_reference_state(load_file(str(reference)))
+        trainer.policy.load_reference_state(ckpt.load_tensors(reference))
     trainer.update_count = state["update_count"]
     trainer.episodes_seen = state["episodes_seen"]
     trainer.decisions_seen = state["decisions_seen"]
@@ -99,24 +99,29 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     return state
 
 
-def resume(path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
-           out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
-    """A trainer of the algorithm, config and env recorded in checkpoint ``path``, loaded from it
-    (see ``Trainer.resume`` for the arguments)."""
-    from textgym.trainers import make_trainer
-
+def resume(path: str | Path, trainer_class: Callable[[str], type[Trainer]], policy: Policy | None = None,
+           env: str | Envs | None = None, out_dir: str | Path | None = None,
+           process: ProcessContext | None = None) -> Trainer:
+    """A trainer of the algorithm, config and env recorded in checkpoint ``path``, loaded from it:
+    ``trainer_class(algorithm)`` builds it (the algorithms sit above this module; see
+    ``Trainer.resume`` for the other arguments). The recorded config is checked before a model loads."""
     state = ckpt.read_state(path)
+    config = dict(state["config"])
+    algorithm = config.pop("algorithm", state["algorithm"])
+    cls = trainer_class(algorithm)
+    try:
+        config = cls.config_class.coerce(config)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{ckpt.checkpoint_dir(path) / ckpt.STATE_FILE}: {exc}") from None
     process = process if process is not None else distributed.init()
     if policy is None:  # on this process's device (its GPU in a multi-GPU run)
         policy = ckpt.policy_from_record(state.get("policy", {}),
                                          device=process.device if process.is_distributed else None)
-    config = dict(state["config"])
-    algorithm = config.pop("algorithm", state["algorithm"])
     env = env if env is not None else state["env_id"]
     if env is None:
         raise ValueError("the checkpoint's env was a vector env object: pass env=")
     out_dir = out_dir if out_dir is not None else state.get("out_dir")
-    trainer = make_trainer(algorithm, policy, env=env, config=config, out_dir=out_dir,
-                           env_kwargs=state.get("env_kwargs"), process=process)
+    trainer = cls(policy, env=env, config=config, out_dir=out_dir, env_kwargs=state.get("env_kwargs"),
+                  process=process)
     trainer.load_state(path)
     return trainer

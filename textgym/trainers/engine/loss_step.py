@@ -2,7 +2,7 @@
 
 Per update, :meth:`LossStep.prepare` computes what the whole batch needs once: the reference
 policy's log-probs for the KL penalty (adapter disabled; only when ``kl_coef > 0``) and the
-acting-precision correction (:class:`~textgym.trainers.precision.ActingCorrection`). Per
+acting-precision correction (:class:`~textgym.trainers.engine.precision.ActingCorrection`). Per
 minibatch, :meth:`LossStep.loss_fn` re-scores the decisions (with grad; state centering when
 configured), hands them to the algorithm's ``objective`` (REINFORCE's ``-A log pi``, GRPO's
 clipped surrogate, PPO's clipped surrogate plus value loss) and adds the terms common to all:
@@ -14,7 +14,7 @@ the KL penalty to the reference policy. The algorithm's update (``reinforce.py``
 Example:
     >>> import textgym, torch
     >>> from textgym.rollout import collect, decisions_of
-    >>> from textgym.trainers.config import ReinforceConfig
+    >>> from textgym.trainers import ReinforceConfig
     >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
     >>> rollout = collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
     >>> decisions = decisions_of(rollout.episodes)
@@ -37,13 +37,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from textgym.policy import Decision, Evaluation, Policy
-from textgym.trainers.centering import evaluate_minibatch
-from textgym.trainers.kl import reference_kl, reference_logprobs, rollout_kl
-from textgym.trainers.optimization import LossFn
-from textgym.trainers.precision import ActingCorrection
+from textgym.trainers.engine.centering import evaluate_minibatch
+from textgym.trainers.engine.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.engine.optimization import LossFn
+from textgym.trainers.engine.precision import ActingCorrection
 
 if TYPE_CHECKING:
-    from textgym.trainers.config import TrainConfig
+    from textgym.trainers.engine.train_config import TrainConfig
 
 __all__ = ["LossStep", "Objective", "skipped_update"]
 
@@ -84,7 +84,7 @@ class LossStep:
         return cls(policy, decisions, config, reference, correction)
 
     def loss_fn(self, objective: Objective) -> LossFn:
-        """The minibatch loss of :func:`textgym.trainers.optimization.run_minibatches`: the
+        """The minibatch loss of :func:`textgym.trainers.engine.optimization.run_minibatches`: the
         algorithm's ``objective`` minus ``entropy_coef`` x entropy plus ``kl_coef`` x the KL to
         the reference policy; its statistics plus ``entropy``, ``kl`` and ``ref_kl``."""
         cfg = self.config

@@ -1,6 +1,6 @@
 """Experiment trackers a run reports to besides ``metrics.jsonl``: ``report_to``.
 
-``tensorboard`` (the default; written by :class:`~textgym.trainers.metrics.MetricsWriter` when
+``tensorboard`` (the default; written by :class:`~textgym.trainers.reporting.metrics.MetricsWriter` when
 the package is installed, skipped quietly when not), ``trackio`` and ``wandb`` (optional extras
 ``textgym[trackio]``, ``textgym[wandb]``; naming one that is not installed is an error at once).
 Both get every update's scalar metrics and the update's transcripts as a table (one row per

@@ -26,23 +26,23 @@ import torch
 
 from textgym.policy import Decision, Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer
-from textgym.trainers.config import PPOConfig
-from textgym.trainers.loss_step import LossStep, skipped_update
-from textgym.trainers.losses import (
+from textgym.trainers.algorithms.ppo_config import PPOConfig
+from textgym.trainers.algorithms.value_head import ValueHead
+from textgym.trainers.engine.loss_step import LossStep, skipped_update
+from textgym.trainers.engine.losses import (
     all_finite,
     clipped_surrogate,
     clipped_value_loss,
     gae,
     normalize,
 )
-from textgym.trainers.value_head import ValueHead
+from textgym.trainers.engine.trainer import Trainer
 
 
 class PPOTrainer(Trainer):
     """Proximal Policy Optimization over per-decision steps. See :class:`PPOConfig`."""
 
-    algorithm = "ppo"
+    config_class = PPOConfig
     bootstraps_truncated = True
     config: PPOConfig
 

@@ -25,16 +25,16 @@ import torch
 
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
-from textgym.trainers.base import Trainer
-from textgym.trainers.config import ReinforceConfig
-from textgym.trainers.loss_step import LossStep, skipped_update
-from textgym.trainers.losses import EMABaseline, all_finite, normalize, returns_to_go
+from textgym.trainers.algorithms.reinforce_config import ReinforceConfig
+from textgym.trainers.engine.loss_step import LossStep, skipped_update
+from textgym.trainers.engine.losses import EMABaseline, all_finite, normalize, returns_to_go
+from textgym.trainers.engine.trainer import Trainer
 
 
 class ReinforceTrainer(Trainer):
     """REINFORCE (Williams, 1992) over the decisions of whole episodes. See :class:`ReinforceConfig`."""
 
-    algorithm = "reinforce"
+    config_class = ReinforceConfig
     config: ReinforceConfig
 
     def _init_algorithm(self) -> None:

@@ -10,7 +10,7 @@ its valid actions, of the answer among them (what the policy's greedy choice max
 
 Example:
     >>> import json, tempfile, textgym
-    >>> from textgym.trainers.sft import load_demonstrations, sft
+    >>> from textgym.trainers.engine.sft import load_demonstrations, sft
     >>> path = tempfile.mktemp(suffix=".jsonl")
     >>> _ = open(path, "w").write(json.dumps({"observation": "Color: red.", "action": "cat"}) + "\\n")
     >>> model, tok = textgym.models.load("tiny")
@@ -33,10 +33,11 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from textgym import jsonl
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
-from textgym.trainers.config import SFTConfig, TrainConfig
-from textgym.trainers.optimization import optimizer_step
+from textgym.trainers.engine.optimization import optimizer_step
+from textgym.trainers.engine.train_config import SFTConfig, TrainConfig
 
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
@@ -64,9 +65,7 @@ def load_demonstrations(path: str | Path) -> list[Demonstration]:
         ValueError: naming the line, when a line is not JSON or lacks the fields.
     """
     demos: list[Demonstration] = []
-    for number, line in enumerate(Path(path).read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for number, line in jsonl.numbered_lines(Path(path).read_text(encoding="utf-8")):
         try:
             row = json.loads(line)
         except json.JSONDecodeError as error:
@@ -255,8 +254,7 @@ def player_demonstrations(env: str, player: str = "scripted", episodes: int = 10
     """
     import textgym
     from textgym.baselines import evaluate_reference, reference_policy_names
-    from textgym.envs.games import held_out
-    from textgym.registry import reference_policy, resolve_id
+    from textgym.registry import held_out, reference_policy, resolve_id
 
     env_id = resolve_id(env)
     policy = reference_policy(env_id, player)
