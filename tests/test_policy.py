@@ -495,9 +495,10 @@ def test_a_batch_decides_exactly_as_its_rows_one_by_one(tiny_model_and_tokenizer
     observations = OBSERVATIONS * 3 + [OBSERVATIONS[0]]
     valid = [ACTIONS, ["LEFT", "RIGHT"], ["go north", "go north east", "look", "x"], ["LEFT", "RIGHT"]] * 2 \
         + [ACTIONS, ["LEFT", "RIGHT"]]
-    for normalization, greedy in [("sum", False), ("token", False), ("word", True)]:
+    for normalization, greedy, floor in [("sum", False, 0.0), ("token", False, 0.3), ("word", True, 0.0)]:
         policy = Policy(model, tok, normalization=normalization, temperature=0.7, seed=3)
-        decisions = policy.act(observations, [SYSTEM] * 10, valid, greedy=greedy)
+        with policy.exploring(floor):
+            decisions = policy.act(observations, [SYSTEM] * 10, valid, greedy=greedy)
         reference = Policy(model, tok, normalization=normalization, temperature=0.7, seed=3)
         prompts = [reference.prompt_ids(SYSTEM, o) for o in observations]
         candidates = [reference.candidate_set(v) for v in valid]
@@ -513,8 +514,9 @@ def test_a_batch_decides_exactly_as_its_rows_one_by_one(tiny_model_and_tokenizer
         per_row = [per_unique[u] for u in row_of]
         for d, token_lps, actions, prompt in zip(decisions, per_row, valid, prompts):
             scores = candidate_scores(token_lps, normalization, list(actions))
-            k, logp = sample_candidate(scores, 0.7, greedy, reference.generator)
+            k, logp, behaviour = sample_candidate(scores, 0.7, greedy, reference.generator, floor=floor)
             assert (d.action_index, d.text, d.prompt_ids) == (k, actions[k], prompt)
+            assert d.behaviour_logprobs == (None if behaviour is None else [behaviour])
             assert d.logprob == float(logp[k]) and d.token_logprobs == token_lps[k].tolist()
 
 

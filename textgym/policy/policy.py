@@ -122,6 +122,7 @@ class Policy:
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
         self._eval_acting: ActingCopy | None = None  # within evaluating(); may be _acting itself
         self._evaluating = False
+        self._explore_floor = 0.0  # within exploring()
         #: What ``"auto"`` measured, for act_dtype or eval_act_dtype (``None`` until then, or unused).
         self.precision_choice: PrecisionChoice | None = None
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
@@ -267,6 +268,29 @@ class Policy:
             yield dtype
         finally:
             self._evaluating = before
+
+    @contextlib.contextmanager
+    def exploring(self, floor: float) -> Iterator[None]:
+        """Within the block, score-mode sampling (not greedy play) draws from ``(1 - floor) *
+        policy + floor * uniform`` over each env's valid actions, and records that mixture's
+        log-prob of every sampled action in ``Decision.behaviour_logprobs`` (the trainers' rollouts,
+        ``TrainConfig.explore_floor``; the update corrects for it). ``floor`` 0: the policy itself.
+
+        Example:
+            >>> policy = Policy(*models.load("tiny"), mode="score")
+            >>> with policy.exploring(1.0):
+            ...     d = policy.act(["obs"], ["sys"], [["A", "B", "C", "D"]])[0]
+            >>> import math
+            >>> round(math.exp(d.behaviour_logprobs[0]), 4)   # uniform over the 4 actions
+            0.25
+        """
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"exploration floor must be in [0, 1], got {floor}")
+        before, self._explore_floor = self._explore_floor, float(floor)
+        try:
+            yield
+        finally:
+            self._explore_floor = before
 
     def acting_model(self) -> torch.nn.Module:
         """The model :meth:`act` runs: the weights themselves in float32, else their copy in
@@ -422,21 +446,23 @@ class Policy:
         # Every row samples on its own (duplicates too), in row order, all rows in one go.
         index = None if len(firsts) == len(row_of) else torch.tensor(row_of, device=scored.scores.device)
         scores = scored.scores if index is None else scored.scores.index_select(0, index)
-        chosen, logp = sample_candidates(scores, [scored.counts[u] for u in row_of], c.temperature, greedy,
-                                         self.generator)
+        chosen, logp, behaviour = sample_candidates(scores, [scored.counts[u] for u in row_of], c.temperature,
+                                                    greedy, self.generator, floor=self._explore_floor)
         unique = torch.arange(len(row_of), device=chosen.device) if index is None else index
         chosen_tokens = scored.token_logprobs[unique, chosen]  # [rows, longest candidate]
         # What the decisions record crosses to the host in one copy per tensor.
         ks = chosen.tolist()
         logps = logp.gather(1, chosen[:, None])[:, 0].tolist()
         token_rows = chosen_tokens.tolist()
+        behaviours = None if behaviour is None else behaviour.tolist()
         decisions = []
         for i, actions in enumerate(valid_actions):
             k = ks[i]
             decisions.append(Decision(
                 text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
                 token_logprobs=token_rows[i][:scored.lengths[row_of[i]][k]], logprob=logps[i],
-                candidates=[list(cand) for cand in candidates[i]], action_index=k))
+                candidates=[list(cand) for cand in candidates[i]], action_index=k,
+                behaviour_logprobs=None if behaviours is None else [behaviours[i]]))
         return decisions
 
     def _act_generate(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]],
@@ -445,10 +471,10 @@ class Policy:
         answers = generate(model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
                            stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
-        texts = self.tokenizer.batch_decode([answer for answer, _ in answers], skip_special_tokens=True)
+        texts = self.tokenizer.batch_decode([answer for answer, _, _ in answers], skip_special_tokens=True)
         return [Decision(text=c.prefill + text, prompt_ids=prompt, answer_ids=answer, token_logprobs=logprobs,
-                         logprob=float(sum(logprobs)))
-                for prompt, text, (answer, logprobs) in zip(prompts, texts, answers)]
+                         logprob=float(sum(logprobs)), behaviour_logprobs=drawn)
+                for prompt, text, (answer, logprobs, drawn) in zip(prompts, texts, answers)]
 
     # ------------------------------------------------------------------ training
     def evaluate(self, decisions: Sequence[Decision]) -> Evaluation:
