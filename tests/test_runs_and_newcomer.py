@@ -365,3 +365,9 @@ def test_the_plotted_rate_axes_never_run_negative():
     figure = figure_of([("run", records)])
     rates = [ax for ax in figure.axes if ax.get_ylabel() == "invalid-answer rate"]
     assert rates and all(ax.get_ylim() == (0.0, 1.0) for ax in rates)
+
+
+def test_an_env_setting_left_at_none_is_not_an_edit():
+    from textgym.cli.resuming import check_env_kwargs
+
+    check_env_kwargs(Path("run"), {"num_cues": 2}, {"env_kwargs": {"num_cues": 2, "max_episode_steps": None}})

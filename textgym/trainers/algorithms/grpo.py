@@ -36,6 +36,7 @@ from textgym.trainers.engine.losses import (
     all_finite,
     clipped_surrogate,
     group_advantages,
+    normalize,
     returns_to_go,
     turn_group_advantages,
 )
@@ -82,8 +83,9 @@ class GRPOTrainer(Trainer):
         rounds = -(-groups // per_round)
         schedule = [[seeds[r * per_round + i // G] for r in range(rounds) if r * per_round + i // G < groups]
                     for i in range(n)]
-        rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop,
-                          max_episode_steps=self.config.max_train_episode_steps)
+        with self.policy.exploring(self.config.explore_floor):
+            rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop,
+                              max_episode_steps=self.config.max_train_episode_steps)
         if len(rollout.episodes) < len(shard):  # cut short: the trainer drops it
             return rollout
         by_env: dict[int, list[Episode]] = {}
@@ -109,16 +111,19 @@ class GRPOTrainer(Trainer):
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
             return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
         decisions = decisions_of(episodes)
+        to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma) for ep in episodes]
         if cfg.credit == "episode":
             # 2. Every decision of an episode carries the episode's advantage.
             episode_adv = group_advantages(returns.view(-1, G), scale=cfg.scale_rewards).view(-1)
             advantages = torch.cat([episode_adv[i].repeat(len(ep.steps)) for i, ep in enumerate(episodes)])
         else:
             # 2'. Each decision: its return-to-go relative to the group's at the same turn.
-            to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma)
-                     for ep in episodes]
             advantages = torch.cat([adv for g in range(0, len(episodes), G)
                                     for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
+        # 2''. Per-state credit (GiGPO's step level): the same state's other decisions as baseline.
+        if cfg.state_credit:
+            all_to_go, mine = self.global_batch(torch.cat(to_go))
+            advantages = self.with_state_credit(decisions, normalize(all_to_go), self.global_batch(advantages)[0])[mine]
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.

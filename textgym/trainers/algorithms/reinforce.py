@@ -2,8 +2,11 @@
 
 Each decision (a prompt and the answer the policy gave) is credited with the discounted return
 from its step to the end of its episode. Returns become advantages by batch normalisation or an
-EMA baseline; the loss is ``-A * log pi(answer | prompt)`` over the answer's tokens (or, in
-score mode, the chosen candidate's log-softmax), plus the optional KL penalty and entropy bonus.
+EMA baseline (``baseline="batch"``, the default, is GEM's return batch normalisation, ReBN),
+plus, with ``state_credit``, GiGPO's same-state advantage; the loss is ``-A * log pi(answer |
+prompt)`` over the answer's tokens (or, in score mode, the chosen candidate's log-softmax), its
+ratio to the rollout's log-probs clipped as PPO's (``clip_eps``, the default trust region), plus
+the optional KL penalty and entropy bonus.
 
 Example:
     >>> import textgym
@@ -29,7 +32,13 @@ from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.algorithms.reinforce_config import ReinforceConfig
 from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
-from textgym.trainers.engine.losses import EMABaseline, all_finite, normalize, returns_to_go
+from textgym.trainers.engine.losses import (
+    EMABaseline,
+    all_finite,
+    clipped_surrogate,
+    normalize,
+    returns_to_go,
+)
 from textgym.trainers.engine.trainer import Trainer
 
 
@@ -67,18 +76,26 @@ class ReinforceTrainer(Trainer):
             all_advantages = self.baseline.advantages(all_returns)
         else:
             all_advantages = all_returns
+        # 2'. Per-state credit (GiGPO's step level): the same state's other decisions as baseline.
+        all_advantages = self.with_state_credit(decisions, normalize(all_returns), all_advantages)
         advantages = all_advantages[mine]
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
         step = LossStep.prepare(self.policy, decisions, cfg)
 
-        # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting).
+        # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting),
+        #    its ratio to the rollout's clipped as PPO's when clip_eps is set (the trust region).
         def objective(ev: Evaluation, weights: torch.Tensor | None,
                       idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            adv = advantages[idx].to(ev.logprobs.device)
+            if cfg.clip_eps is not None:
+                policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask,
+                                                           cfg.clip_eps, weights, sum_units=True)
+                return policy_loss, {"policy_loss": policy_loss.item(), "clip_frac": clip_frac.item()}
             units = ev.logprobs * ev.mask if weights is None else ev.logprobs * weights
             logprob = units.sum(dim=1)  # log pi of the whole answer
-            policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
+            policy_loss = -(adv * logprob).mean()
             return policy_loss, {"policy_loss": policy_loss.item()}
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).

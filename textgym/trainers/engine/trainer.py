@@ -36,6 +36,7 @@ from textgym.trainers.engine import loop
 from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.engine.evaluation import HeldOut
 from textgym.trainers.engine.loop import StopReason
+from textgym.trainers.engine.losses import same_state_advantages
 from textgym.trainers.engine.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
 from textgym.trainers.engine.preparation import (
     make_envs,
@@ -53,6 +54,12 @@ from textgym.trainers.state import trainer_state
 from textgym.transcripts import Source, TranscriptWriter
 
 logger = logging.getLogger("textgym.trainers")
+
+
+def state_key(decision: Decision) -> int:
+    """The identity of the state a decision was taken in: its exact prompt tokens and valid
+    actions (a hash of them: the same in every process)."""
+    return hash((tuple(decision.prompt_ids), tuple(map(tuple, decision.candidates or ()))))
 
 
 class Trainer:
@@ -185,9 +192,10 @@ class Trainer:
         asked before each vector step, ends the rollout early when ``True`` (the time cap)."""
         self._need_env("collect")
         shard = self.episode_shard()
-        return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
-                       stop=stop, max_episode_steps=self.config.max_train_episode_steps,
-                       bootstrap=self.bootstraps_truncated)
+        with self.policy.exploring(self.config.explore_floor):
+            return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
+                           stop=stop, max_episode_steps=self.config.max_train_episode_steps,
+                           bootstrap=self.bootstraps_truncated)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:
@@ -303,12 +311,33 @@ class Trainer:
         cfg = self.config
         costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
                                                                     cfg.max_chunk_tokens)
-        return run_minibatches(self.optimizer, decisions if isinstance(decisions, int) else len(decisions), loss_fn,
+        count = decisions if isinstance(decisions, int) else len(decisions)
+        return run_minibatches(self.optimizer, count, loss_fn,
                                epochs=cfg.epochs if epochs is None else epochs,
-                               minibatch_size=cfg.minibatch_size,
+                               minibatch_size=self.minibatch_size(count),
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                                max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
                                groups=groups, token_counts=costs, max_chunk_tokens=None if costs is None else 1.0)
+
+    def minibatch_size(self, decisions: int) -> int:
+        """Decisions per minibatch of an update of this process's ``decisions``: the global batch
+        cut into ``config.minibatches`` (else ``config.minibatch_size``)."""
+        cfg = self.config
+        if cfg.minibatches is None:
+            return cfg.minibatch_size
+        total = int(self.process.reduce_sum([decisions])[0]) if self.process.is_distributed else decisions
+        return max(1, -(-total // cfg.minibatches))
+
+    def with_state_credit(self, decisions: Sequence[Decision], values: torch.Tensor,
+                          advantages: torch.Tensor) -> torch.Tensor:
+        """``advantages`` plus ``config.state_credit`` times GiGPO's step-level advantage of
+        ``values`` (per decision, over every process's batch: :func:`~textgym.trainers.losses.
+        same_state_advantages`), the state being the decision's prompt and valid actions;
+        ``advantages`` unchanged when ``state_credit`` is 0."""
+        if not self.config.state_credit:
+            return advantages
+        keys = self.process.gather([state_key(d) for d in decisions])
+        return advantages + self.config.state_credit * same_state_advantages(keys, values)
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this
