@@ -288,7 +288,8 @@ def test_the_table_has_one_number_format_and_a_met_column():
     assert table[0].endswith("| target | met |")
     bandit, cartpole, blackjack = table[2:]
     assert bandit.endswith("| return >= 1 (the scripted player's) | yes |")
-    assert "| 9.5 | 17.2 | 20 |" in cartpole and cartpole.endswith(" | no |")
+    assert {"9.5", "17.2", "20"} <= {cell.strip() for cell in cartpole.split("|")}
+    assert cartpole.endswith(" | no |")
     assert "+" not in cartpole and blackjack.endswith(" | - |")
 
 

@@ -22,13 +22,15 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
 from textgym.trainers.algorithms.grpo_config import GRPOConfig
+from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
 from textgym.trainers.engine.losses import (
     all_finite,
@@ -93,7 +95,11 @@ class GRPOTrainer(Trainer):
                     if r * per_round + b < groups for j in range(G)]
         return Rollout(episodes=episodes, stats=rollout.stats)
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
+        """One GRPO update from completed ``episodes`` in whole groups (see :meth:`Trainer.update`)."""
+        # 0. Every update starts in the engine: the learning rate of this update (the schedule).
+        episodes, started = self.begin_update(episodes)
         cfg = self.config
         G = cfg.group_size
         if len(episodes) % G:
@@ -103,7 +109,7 @@ class GRPOTrainer(Trainer):
         # 1. Advantage per episode: its return relative to the other members of its group.
         returns = torch.tensor([float(ep.return_) for ep in episodes], dtype=torch.float32)
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
-            return skipped_update("rewards")
+            return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
         decisions = decisions_of(episodes)
         to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma) for ep in episodes]
         if cfg.credit == "episode":
@@ -136,7 +142,8 @@ class GRPOTrainer(Trainer):
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
         metrics.update(step.metrics)
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
-        return metrics
+        # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
+        return self.finish_update(episodes, metrics, started, stats, check)
 
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]

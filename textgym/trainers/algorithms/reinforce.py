@@ -22,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -29,6 +30,7 @@ import torch
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.algorithms.reinforce_config import ReinforceConfig
+from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
 from textgym.trainers.engine.losses import (
     EMABaseline,
@@ -49,7 +51,11 @@ class ReinforceTrainer(Trainer):
     def _init_algorithm(self) -> None:
         self.baseline = EMABaseline(self.config.ema_decay)
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
+        """One REINFORCE update from completed ``episodes`` (see :meth:`Trainer.update`)."""
+        # 0. Every update starts in the engine: the learning rate of this update (the schedule).
+        episodes, started = self.begin_update(episodes)
         cfg = self.config
         decisions = decisions_of(episodes)
 
@@ -59,7 +65,7 @@ class ReinforceTrainer(Trainer):
             for ep in episodes
         ])
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
-            return skipped_update("rewards")
+            return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
 
         # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns
         #    (batch statistics over every process's decisions; `mine` is this process's part).
@@ -96,7 +102,8 @@ class ReinforceTrainer(Trainer):
         metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
         metrics.update(step.metrics)
-        return metrics
+        # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
+        return self.finish_update(episodes, metrics, started, stats, check)
 
     def _algorithm_state(self) -> dict[str, Any]:
         return {"ema_baseline": self.baseline.value}

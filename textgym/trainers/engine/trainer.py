@@ -1,10 +1,13 @@
 """The Trainer: collect, update, train; the state of a run between updates.
 
-An algorithm (``reinforce.py``, ``grpo.py``, ``ppo.py``) subclasses :class:`Trainer` and writes
-``_update(episodes) -> dict``, readable top to bottom: its advantages (:mod:`~textgym.trainers.engine.losses`),
-its objective inside the loss step all algorithms share (:mod:`~textgym.trainers.engine.loss_step`), and
-:meth:`Trainer.optimize` (:mod:`~textgym.trainers.engine.optimization`, where every optimizer step
-happens). The rest has one module per concern: :mod:`~textgym.trainers.engine.preparation` (seeds, LoRA,
+An algorithm (``algorithms/reinforce.py``, ``grpo.py``, ``ppo.py``) subclasses :class:`Trainer`
+and writes :meth:`Trainer.update`, readable top to bottom and calling down into this engine:
+:meth:`Trainer.begin_update` (the learning rate), its advantages
+(:mod:`~textgym.trainers.engine.losses`), its objective inside the loss step all algorithms share
+(:mod:`~textgym.trainers.engine.loss_step`), :meth:`Trainer.optimize`
+(:mod:`~textgym.trainers.engine.optimization`, where every optimizer step happens) and
+:meth:`Trainer.finish_update` (counters, online SFT, the metrics line). The engine never imports
+an algorithm. The rest has one module per concern: :mod:`~textgym.trainers.engine.preparation` (seeds, LoRA,
 envs), :mod:`~textgym.trainers.engine.loop` (budgets and stops of :meth:`Trainer.train`),
 :mod:`~textgym.trainers.reporting.update_metrics` (the pieces of the metrics line :meth:`Trainer.update`
 assembles), :mod:`~textgym.trainers.engine.evaluation` (held-out play, the greedy check),
@@ -142,9 +145,6 @@ class Trainer:
         """Optimizer parameter groups besides the policy's (e.g. the value head)."""
         return []
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
-        raise NotImplementedError
-
     def _algorithm_state(self) -> dict[str, Any]:
         """JSON-able algorithm state for checkpoints."""
         return {}
@@ -224,21 +224,40 @@ class Trainer:
 
     def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
                check: EarlyStop | None = None) -> dict[str, Any]:
-        """One update of the policy from completed ``episodes``; returns (and logs) its metrics, the
-        one place they are assembled: the algorithm's losses, the window of recent episodes, the
-        rollout's throughput (from its ``stats``), the update's answers, the greedy check ``check``
-        if given and the collapse alarms raised (``alarms``, empty when none). With several
-        processes, every one calls this with its own episodes; the metrics are over all of them."""
+        """One update of the policy from completed ``episodes``; returns (and logs) its metrics: the
+        algorithm's losses, the window of recent episodes, the rollout's throughput (from its
+        ``stats``), the update's answers, the greedy check ``check`` if given and the collapse
+        alarms raised (``alarms``, empty when none). With several processes, every one calls this
+        with its own episodes; the metrics are over all of them.
+
+        Each algorithm writes it, top to bottom, calling down: :meth:`begin_update`, its advantages
+        and objective (:class:`~textgym.trainers.engine.loss_step.LossStep`), :meth:`optimize`,
+        :meth:`finish_update`."""
+        raise NotImplementedError(f"{type(self).__name__} has no update(): an algorithm writes it")
+
+    def begin_update(self, episodes: Sequence[Episode]) -> tuple[list[Episode], float]:
+        """Every update's first step: ``episodes`` as a list and the update's start time (for
+        :meth:`finish_update`); the learning rate of every parameter group set by the schedule.
+
+        Raises:
+            ValueError: no episodes.
+        """
         episodes = list(episodes)
         if not episodes:
             raise ValueError("update() needs at least one episode")
-        t0 = time.monotonic()
+        started = time.monotonic()
         factor = lr_factor(self.update_count, self.config.warmup_updates, self.schedule_total,
                            self.config.lr_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * factor
+        return episodes, started
 
-        losses = self._update(episodes)
+    def finish_update(self, episodes: list[Episode], losses: dict[str, Any], started: float,
+                      stats: dict[str, Any] | None = None, check: EarlyStop | None = None) -> dict[str, Any]:
+        """Every update's last step, once the algorithm optimized (``losses``: its metrics, or
+        :func:`~textgym.trainers.engine.loss_step.skipped_update`'s): the counters and the window
+        of recent episodes, online SFT, the greedy ``check``, the collapse alarms; the update's
+        metrics line, the one place it is assembled, written and returned."""
         for decision in decisions_of(episodes) + [ep.bootstrap for ep in episodes if ep.bootstrap is not None]:
             decision.trunk = None  # the frozen layers' records served this update: kept, they would pile up
 
@@ -252,7 +271,7 @@ class Trainer:
         self.recent.extend(records)
         sft_metrics = self.online_sft.after_update(self.policy, episodes, self.update_count,
                                                    self.trainable_parameters())
-        update_seconds = time.monotonic() - t0
+        update_seconds = time.monotonic() - started
         steps = [step for episode in episodes for step in episode.steps]
         metrics: dict[str, Any] = {
             "update": self.update_count,
@@ -263,9 +282,7 @@ class Trainer:
             **losses,
             **sft_metrics,
             "lr": self.optimizer.param_groups[0]["lr"],
-            # collective, in this order on every process:
-            **update_metrics.throughput_metrics(stats, update_seconds, len(steps), self.process),
-            **update_metrics.answer_metrics(steps, self.process, offered=update_metrics.action_count(self.venv)),
+            **update_metrics.rollout_metrics(steps, stats, update_seconds, self.process, self.venv),
         }
         if check is not None:
             metrics["check"] = self.greedy_check(check).to_dict()
