@@ -432,6 +432,8 @@ def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, ru
         (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
     if cfg.sft or cfg.sft_player:
         _warm_start(trainer, cfg, quiet)
+        if cfg.updates != 0:  # RL follows: keep its starting point (textgym benchmark's start_eval)
+            trainer.save_checkpoint(run_dir / run_folder.START)
     return trainer
 
 

@@ -51,6 +51,7 @@ __all__ = [
     "ReferencePolicy",
     "TrainingDefaults",
     "UnknownEnvError",
+    "exact_return",
     "family_ids",
     "held_out",
     "list_envs",
@@ -158,6 +159,7 @@ _lock = threading.RLock()
 _INFOS: dict[str, EnvSpecInfo] = {}
 _ORIGINS: dict[str, str] = {}                   # id -> human-readable origin for error messages
 _REFERENCES: dict[str, dict[str, str | ReferencePolicy]] = {}   # id -> name -> policy or "module:attr"
+_EXACT_RETURNS: dict[str, str | Callable[..., float]] = {}  # id -> exact_return(policy, env_kwargs)
 #: The reference policy every env has: a uniformly random valid action at every step.
 RANDOM_POLICY = "textgym.baselines:random_policy"
 _loaded_entry_points: set[tuple[str, str, str]] = set()
@@ -183,6 +185,7 @@ def register(
     source: str | None = None,
     training_defaults: TrainingDefaults | None = None,
     reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
+    exact_return: str | Callable[..., float] | None = None,
     free_text: bool | Callable[[dict[str, Any]], bool] = False,
     **kwargs: Any,
 ) -> None:
@@ -209,6 +212,9 @@ def register(
             "mypackage.envs:scripted_player"}``: each a :data:`ReferencePolicy` or its
             ``"module:attribute"`` (imported when first used). ``"random"`` (a uniformly random
             valid action) is always there unless given here.
+        exact_return: where a text policy's greedy play has an exact expected return (a small
+            MDP whose every state can be rendered): ``exact_return(policy, env_kwargs) -> float``
+            or its ``"module:attribute"`` (:func:`exact_return`).
         free_text: the env takes free-text answers, with no finite list of actions (score
             mode cannot play it: ``textgym train`` refuses it before loading a model); a callable
             ``(env_kwargs) -> bool`` when its make-time settings decide.
@@ -254,6 +260,10 @@ def register(
             source=source, short_name=_short_name(id), training_defaults=training_defaults,
             reference_policies=tuple(references), free_text=free_text)
         _REFERENCES[id] = references
+        if exact_return is not None:
+            _EXACT_RETURNS[id] = exact_return
+        else:
+            _EXACT_RETURNS.pop(id, None)
         _ORIGINS[id] = origin
 
 
@@ -395,6 +405,24 @@ def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
         module, _, attribute = policy.partition(":")
         policy = getattr(importlib.import_module(module), attribute)
     return policy
+
+
+def exact_return(id: str) -> Callable[..., float] | None:
+    """The env's exact expected return of a policy's greedy play, ``fn(policy, env_kwargs=None)
+    -> float`` (no sample of episodes, so no luck), or ``None`` when it registered none.
+
+    Example:
+        >>> import textgym
+        >>> textgym.registry.exact_return("blackjack").__name__, textgym.registry.exact_return("cartpole")
+        ('blackjack_exact_return', None)
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        value = _EXACT_RETURNS.get(env_id)
+    if isinstance(value, str):
+        module, _, attribute = value.partition(":")
+        value = getattr(importlib.import_module(module), attribute)
+    return value
 
 
 def _pick(ids: list[str], name: str) -> str | None:

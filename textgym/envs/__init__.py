@@ -41,7 +41,8 @@ for _name, (_function, _description) in _CLASSIC.items():
              action_names=classic.ACTION_NAMES[_name], source="textgym",
              kwargs={"max_episode_steps": None},
              training_defaults=classic.TRAINING_DEFAULTS.get(_name),
-             reference_policies=classic.REFERENCE_POLICIES[_name])
+             reference_policies=classic.REFERENCE_POLICIES[_name],
+             exact_return=classic.EXACT_RETURNS.get(_name))
 
 register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit",
          description="Name the right animal for a color (one-step contextual bandit)",

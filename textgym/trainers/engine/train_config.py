@@ -48,7 +48,14 @@ class TrainConfig:
     epochs: int = setting(1, at_least=1, at_most=1000)
     """Passes over each batch of decisions per update."""
     minibatch_size: int = setting(64, at_least=1)
-    """Decisions per optimizer step. A batch of decisions is shuffled and cut into minibatches."""
+    """Decisions per optimizer step when ``minibatches`` is ``None`` (and per no-grad batch of the
+    update's once-per-update scoring). A batch of decisions is shuffled and cut into minibatches."""
+    minibatches: int | None = setting(8, at_least=1)
+    """Optimizer steps per epoch: each epoch's shuffled batch is cut into this many minibatches,
+    whatever its number of decisions, so an update does not grow with episode length (an env whose
+    episodes lengthen as it learns would otherwise take ever more steps per update). Long
+    minibatches are still split into chunks for memory (``max_chunk_tokens``). ``None``:
+    minibatches of ``minibatch_size`` decisions."""
     gradient_accumulation_steps: int = setting(1, at_least=1)
     """Forward/backward chunks per minibatch (gradients accumulate over them): trades speed for memory."""
     max_chunk_answer_tokens: int | None = setting(2048, at_least=1)
@@ -77,6 +84,29 @@ class TrainConfig:
     Evaluation and greedy checks still play the env's own limit. PPO bootstraps a cut episode
     from its value at the state it reached; REINFORCE and GRPO score it by the rewards it got,
     which matters little when ``gamma`` is well below 1. ``None``: the env's own limit."""
+
+    # --- exploration --------------------------------------------------------------------
+    explore_floor: float = setting(0.0, at_least=0, at_most=1)
+    """Score mode: the rollout samples from ``(1 - explore_floor) * policy + explore_floor *
+    uniform`` over each env's valid actions, so every action keeps at least ``explore_floor / K``
+    of the draws and a state's actions can be compared (``state_credit``). Each draw's probability
+    is recorded and the update weighs the sampled action by the truncated importance ratio
+    ``min(pi / mu, importance_cap)``, so the gradient stays that of the policy being trained.
+    Greedy play (evaluation, checks) is unaffected. 0: sample the policy itself."""
+    importance_cap: float = setting(1.0, above=0)
+    """Truncation of the importance ratio ``pi / mu`` of units drawn from another distribution than
+    the policy's (``explore_floor``; generate mode's ``top_p`` cut): it bounds the variance of
+    the off-policy correction (1: V-trace's and IMPALA's choice)."""
+
+    # --- per-state credit -----------------------------------------------------------------
+    state_credit: float = setting(0.0, at_least=0)
+    """Weight of the step-level advantage of GiGPO (Feng et al., 2025, arXiv 2505.10978): the
+    decisions of a batch taken in the identical state (same prompt, same valid actions) form a
+    group, and each one's return-to-go (normalised over the batch) minus its group's mean is added,
+    times this weight, to its episode-level advantage. A state visited once adds 0: the
+    episode-level advantage alone (REINFORCE: the batch-normalised returns-to-go, GEM's ReBN;
+    GRPO: the group's). Helps where states recur (Blackjack's 280 hands, grid worlds); ignored by
+    PPO, whose value head compares with the state's value already. 0: off."""
 
     # --- regularisation -----------------------------------------------------------------
     kl_coef: float = setting(0.0, at_least=0)
