@@ -14,14 +14,14 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm --format=csv |
 lscpu | grep -E 'Model name|^CPU\(s\)' | tee -a "$OUT/gpu.txt"
 git log -1 --format='%H %s' 2>/dev/null | tee -a "$OUT/gpu.txt"
 for round in 1 2; do
-  PYTHONPATH=/tmp/base_site:/tmp/site timeout 170 python3 bench/gpu_compare.py --label "base, round $round" \
+  PYTHONPATH=/tmp/base_site:/tmp/site timeout 120 python3 bench/gpu_compare.py --label "base, round $round" \
     --json "$OUT/base$round.json" 2>&1 | tee -a "$OUT/compare.log"
-  PYTHONPATH=/tmp/site timeout 120 python3 bench/gpu_compare.py --label "new, round $round" \
+  PYTHONPATH=/tmp/site timeout $([ "$round" = 2 ] && echo 150 || echo 90) python3 bench/gpu_compare.py --label "new, round $round" \
     $([ "$round" = 2 ] && echo --extras) --json "$OUT/new$round.json" 2>&1 | tee -a "$OUT/compare.log"
 done
-PYTHONPATH=/tmp/site timeout 120 python3 bench/host_profile.py --device cuda --model smollm2-135m \
+PYTHONPATH=/tmp/site timeout 100 python3 bench/host_profile.py --device cuda --model smollm2-135m \
   --envs 64 256 1024 --steps 10 2>&1 | tee "$OUT/host_profile.txt"
-PYTHONPATH=/tmp/site timeout 100 python3 -m pytest -m gpu -q tests 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
+PYTHONPATH=/tmp/site timeout 90 python3 -m pytest -m gpu -q tests 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
 python3 - "$OUT" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])
