@@ -128,7 +128,13 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             err=True)
     with evaluation_progress() if announce else contextlib.nullcontext():
         result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=envs)
-    return label, with_stderr(result), dict(env_kwargs or {})
+    result = with_stderr(result)
+    from textgym.registry import exact_return
+
+    exact = exact_return(env_id)
+    if exact is not None:  # the greedy play's exact expected return, where the env can compute it
+        result["exact_return"] = exact(trainer.policy, env_kwargs)
+    return label, result, dict(env_kwargs or {})
 
 
 def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:

@@ -211,6 +211,27 @@ def test_a_token_is_required_on_http_and_websocket(servers, monkeypatch):
         env.close()
 
 
+def test_resets_with_new_seeds_leave_at_most_the_cached_games_on_disk(tmp_path, monkeypatch):
+    pytest.importorskip("textworld")
+    import requests
+
+    monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path / "home"))
+    config = tmp_path / "textworld.toml"
+    config.write_text("env_kwargs = { cache_games = 2 }\n")
+    server = LoggedServer(tmp_path / "textworld.log", "textworld", "--config", str(config))
+    try:
+        server.wait()
+        games = set()
+        for seed in range(4):                      # HTTP resets: a new env each, no session
+            reply = requests.post(f"{server.url}/reset", json={"seed": seed}, timeout=120)
+            assert reply.status_code == 200, reply.text
+            games.add(reply.json()["observation"]["metadata"]["textgym"]["info"]["game_file"])
+    finally:
+        server.stop()
+    assert len(games) == 4
+    assert len(list((tmp_path / "home").rglob("*.z8"))) == 2
+
+
 # --- the command line (nothing served) -------------------------------------------------------
 
 

@@ -62,15 +62,34 @@ def test_same_seed_same_game_and_cache_on_disk(game_dir, tmp_path, monkeypatch):
     obs_b, info_b = b.reset(seed=7)
     assert obs_a == obs_b and info_a["game_file"] == info_b["game_file"]
     assert info_a["system_prompt"] == info_b["system_prompt"]
-    # generate_game returns the cached file without regenerating (same path, same bytes)
+    # generate_game returns the cached file without regenerating (same file, same bytes; its
+    # modification time marks it as recently used)
     path = tw.generate_game(0, cache_dir=game_dir, **GEN)
-    before = path.stat().st_mtime_ns
-    assert tw.generate_game(0, cache_dir=game_dir, **GEN).stat().st_mtime_ns == before
+    before = (path.stat().st_ino, path.read_bytes())
+    again = tw.generate_game(0, cache_dir=game_dir, **GEN)
+    assert (again.stat().st_ino, again.read_bytes()) == before
     # the default cache lives under $TEXTGYM_HOME/textworld, keyed by the parameters
     monkeypatch.setenv("TEXTGYM_HOME", str(tmp_path))
     folder = tw._cache_dir(2, 3, 2, "house")
     assert folder.parent == tmp_path / "textworld" and folder.name.startswith("r2-o3-q2-house-")
     assert tw._cache_dir(2, 3, 3, "house") != folder
+
+
+def test_the_cache_keeps_the_most_recently_used_games_only(game_dir, tmp_path):
+    import os
+    import shutil
+
+    for seed in range(POOL):                       # a full cache: game 0 the oldest, then 1, 2
+        for suffix in (".z8", ".json"):
+            shutil.copy(game_dir / f"game_{seed}{suffix}", tmp_path)
+        os.utime(tmp_path / f"game_{seed}.z8", (1_000_000 + seed,) * 2)
+    (tmp_path / "notes.txt").write_text("mine")
+    assert tw.generate_game(0, cache_dir=tmp_path, keep=POOL, **GEN) == tmp_path / "game_0.z8"  # used
+    tw.generate_game(POOL, cache_dir=tmp_path, keep=POOL, **GEN)   # a new game: game 1 goes
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "game_0.json", "game_0.z8", "game_2.json", "game_2.z8", "game_3.json", "game_3.z8", "notes.txt"]
+    with pytest.raises(ValueError, match="cache_games must be a positive int or None"):
+        make(game_dir, cache_games=0)
 
 
 def test_observation_is_clean_and_contract_holds(game_dir):

@@ -374,7 +374,7 @@ def turn_system_prompt(env: gym.Env, info: dict[str, Any]) -> str:
 def turn_valid_actions(env: gym.Env, info: dict[str, Any]) -> list[str]:
     """What a policy chooses among at this turn: ``info["valid_actions"]``, else the env's action
     names (``[]``: free text)."""
-    return info.get("valid_actions") or list(_wrapper_attr(env, "action_names", []))
+    return info.get("valid_actions") or list(_wrapper_attr(env, "action_names", None) or [])
 
 
 def _wrapper_attr(env: gym.Env, name: str, default: Any) -> Any:

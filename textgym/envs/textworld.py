@@ -4,7 +4,10 @@ Each ``reset(seed=...)`` plays a game made offline by TextWorld's own generator
 (``textworld.GameOptions`` + ``textworld.make``, the functions behind ``tw-make custom``).
 Games are cached on disk by their generation parameters and seed under
 ``$TEXTGYM_HOME/textworld`` (default ``~/.cache/textgym/textworld``), so the same seed gives the
-same game and a game is generated once per machine. ``game_files=`` plays existing
+same game and a game is generated once per machine. The cache keeps at most ``cache_games``
+games per folder (default :data:`CACHED_GAMES`, about 400 KB each), the least recently played
+removed first, so fresh seeds (a long run with ``games=None``, a server's clients) cannot fill the
+disk. ``game_files=`` plays existing
 ``.z1``-``.z8`` games instead (a folder or a list of files).
 
 TextWorld's own 4-tuple API is adapted to the text-env contract (docs/design.md §1):
@@ -54,6 +57,7 @@ textworld is imported when the env is built, not when this module is imported.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -81,6 +85,7 @@ from textgym.wrappers.invalid_answer import (
 from textgym.wrappers.parsers import answer_text
 
 __all__ = [
+    "CACHED_GAMES",
     "FEEDBACK",
     "INVALID_POLICIES",
     "TRAINING_DEFAULTS",
@@ -94,6 +99,9 @@ __all__ = [
     "textgym_home",
     "walkthrough_player",
 ]
+
+#: Generated games kept per cache folder (each about 400 KB): the least recently played go first.
+CACHED_GAMES = 1000
 
 #: The retry feedback line (``{valid_actions}``, ``{answer}``, ``{retries_left}`` filled in).
 FEEDBACK = "Not a command here. Reply with one of: {valid_actions}."
@@ -139,7 +147,8 @@ def _cache_dir(world_size: int, nb_objects: int, quest_length: int, theme: str) 
 
 
 def generate_game(seed: int, world_size: int = 2, nb_objects: int = 3, quest_length: int = 2,
-                  theme: str = "house", cache_dir: str | os.PathLike | None = None) -> Path:
+                  theme: str = "house", cache_dir: str | os.PathLike | None = None,
+                  keep: int | None = CACHED_GAMES) -> Path:
     """The ``.z8`` file of the TextWorld game for these parameters and ``seed``, made once.
 
     Equivalent to ``tw-make custom --world-size W --nb-objects O --quest-length Q --seed S``.
@@ -153,6 +162,8 @@ def generate_game(seed: int, world_size: int = 2, nb_objects: int = 3, quest_len
         quest_length: number of commands the quest needs.
         theme: TextWorld's text grammar theme.
         cache_dir: folder for the game files; default ``$TEXTGYM_HOME/textworld/<parameters>``.
+        keep: games kept in that folder (the least recently used removed after a new one is
+            made; a cached game counts as used when returned); ``None``: all.
 
     Raises:
         RuntimeError: TextWorld cannot make a quest of this length in such a world.
@@ -166,6 +177,8 @@ def generate_game(seed: int, world_size: int = 2, nb_objects: int = 3, quest_len
     folder = Path(cache_dir) if cache_dir is not None else _cache_dir(world_size, nb_objects, quest_length, theme)
     target = folder / f"game_{int(seed)}.z8"
     if target.is_file() and target.with_suffix(".json").is_file():
+        with contextlib.suppress(OSError):  # least recently used goes first: this one was just used
+            os.utime(target)
         return target
     folder.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=folder))
@@ -189,7 +202,23 @@ def generate_game(seed: int, world_size: int = 2, nb_objects: int = 3, quest_len
         os.replace(game_file, target)  # the .z8 last: its presence means the pair is complete
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+    if keep is not None:
+        _evict(folder, keep, spare=target)
     return target
+
+
+def _evict(folder: Path, keep: int, spare: Path) -> None:
+    """Remove the least recently used generated games (``game_<seed>.z8`` and its ``.json``) of
+    ``folder`` beyond ``keep``, never ``spare`` (the game just made). Other files are left alone."""
+    games = []
+    for path in folder.glob("game_*.z8"):
+        if re.fullmatch(r"game_-?\d+\.z8", path.name) and path != spare:
+            with contextlib.suppress(OSError):  # another process may have removed it meanwhile
+                games.append((path.stat().st_mtime, path))
+    games.sort()
+    for _, path in games[:max(0, len(games) + 1 - max(keep, 1))]:
+        for file in (path, path.with_suffix(".json")):
+            file.unlink(missing_ok=True)
 
 
 def walkthrough(game_file: str | os.PathLike) -> list[str] | None:
@@ -310,6 +339,8 @@ class TextWorldEnv(gym.Env):
         task_in_system_prompt: put the game's objective into the system prompt (it changes per
             game, not per step), else only into the first observation.
         cache_dir: folder for generated games (default ``$TEXTGYM_HOME/textworld/<parameters>``).
+        cache_games: generated games kept in that folder, the least recently played removed first
+            (default :data:`CACHED_GAMES`; ``None``: all).
         max_length: observation and answer length limit.
         answer_format: the answer format the system prompt asks for: ``"word"`` (default: a bare
             command), ``"json"`` (``{"action": "open box"}``) or ``"think"`` (reasoning, then
@@ -329,7 +360,8 @@ class TextWorldEnv(gym.Env):
                  invalid_penalty: float = -0.1, max_retries: int = 2,
                  retry_fallback: str = "penalty", feedback: str = FEEDBACK, parser: Any = None,
                  list_commands: bool = True, task_in_system_prompt: bool = True,
-                 cache_dir: str | os.PathLike | None = None, max_length: int = 4096,
+                 cache_dir: str | os.PathLike | None = None, cache_games: int | None = CACHED_GAMES,
+                 max_length: int = 4096,
                  render_mode: str | None = None, progress_reward: float = 0.0,
                  answer_format: str = "word"):
         import textworld  # noqa: F401 - fail here, with the install hint, not at the first reset
@@ -350,7 +382,9 @@ class TextWorldEnv(gym.Env):
         self.generation = dict(world_size=int(world_size), nb_objects=int(nb_objects),
                                quest_length=int(quest_length), theme=theme)
         self.games, self.first_game = games, int(first_game)
-        self.cache_dir = cache_dir
+        if cache_games is not None and cache_games < 1:
+            raise ValueError(f"cache_games must be a positive int or None, got {cache_games!r}")
+        self.cache_dir, self.cache_games = cache_dir, cache_games
         self.game_files = self._find_games(game_files) if game_files is not None else None
         self.max_episode_steps = max_episode_steps
         self.parser = as_parser(parser)
@@ -402,7 +436,8 @@ class TextWorldEnv(gym.Env):
             game_seed = self.first_game + index
         else:
             game_seed = int(self.np_random.integers(2**31 - 1))
-        return str(generate_game(game_seed, cache_dir=self.cache_dir, **self.generation))
+        return str(generate_game(game_seed, cache_dir=self.cache_dir, keep=self.cache_games,
+                                 **self.generation))
 
     def _start(self, game_file: str):
         """A started textworld env for ``game_file`` (kept open: a few games are reused)."""

@@ -113,6 +113,7 @@ class Policy:
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
         self._eval_acting: ActingCopy | None = None  # within evaluating(); may be _acting itself
         self._evaluating = False
+        self._explore_floor = 0.0  # within exploring()
         #: What ``"auto"`` measured, for act_dtype or eval_act_dtype (``None`` until then, or unused).
         self.precision_choice: PrecisionChoice | None = None
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
@@ -259,6 +260,29 @@ class Policy:
         finally:
             self._evaluating = before
 
+    @contextlib.contextmanager
+    def exploring(self, floor: float) -> Iterator[None]:
+        """Within the block, score-mode sampling (not greedy play) draws from ``(1 - floor) *
+        policy + floor * uniform`` over each env's valid actions, and records that mixture's
+        log-prob of every sampled action in ``Decision.behaviour_logprobs`` (the trainers' rollouts,
+        ``TrainConfig.explore_floor``; the update corrects for it). ``floor`` 0: the policy itself.
+
+        Example:
+            >>> policy = Policy(*models.load("tiny"), mode="score")
+            >>> with policy.exploring(1.0):
+            ...     d = policy.act(["obs"], ["sys"], [["A", "B", "C", "D"]])[0]
+            >>> import math
+            >>> round(math.exp(d.behaviour_logprobs[0]), 4)   # uniform over the 4 actions
+            0.25
+        """
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"exploration floor must be in [0, 1], got {floor}")
+        before, self._explore_floor = self._explore_floor, float(floor)
+        try:
+            yield
+        finally:
+            self._explore_floor = before
+
     def acting_model(self) -> torch.nn.Module:
         """The model :meth:`act` runs: the weights themselves in float32, else their copy in
         :attr:`act_precision` (:attr:`eval_precision` within :meth:`evaluating`), rebuilt when the
@@ -403,11 +427,13 @@ class Policy:
         decisions = []
         for i, actions in enumerate(valid_actions):
             token_lps, scores = per_unique[row_of[i]], unique_scores[row_of[i]]
-            k, logp = sample_candidate(scores, c.temperature, greedy, self.generator)
+            k, logp, behaviour = sample_candidate(scores, c.temperature, greedy, self.generator,
+                                                  floor=self._explore_floor)
             decisions.append(Decision(
                 text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
                 token_logprobs=token_lps[k].tolist(), logprob=float(logp[k]),
-                candidates=[list(cand) for cand in candidates[i]], action_index=k))
+                candidates=[list(cand) for cand in candidates[i]], action_index=k,
+                behaviour_logprobs=None if behaviour is None else [behaviour]))
         return decisions
 
     def _act_generate(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]],
@@ -417,8 +443,9 @@ class Policy:
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
                            stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
         return [Decision(text=c.prefill + self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
-                         answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)))
-                for prompt, (answer, logprobs) in zip(prompts, answers)]
+                         answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)),
+                         behaviour_logprobs=drawn)
+                for prompt, (answer, logprobs, drawn) in zip(prompts, answers)]
 
     # ------------------------------------------------------------------ training
     def evaluate(self, decisions: Sequence[Decision]) -> Evaluation:

@@ -130,7 +130,8 @@ _ACT_CHUNK = 32
 
 
 def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
-                     batch_size: int = 16, epochs: int = 1, max_grad_norm: float | None = 1.0,
+                     batch_size: int = SFTConfig.batch_size, epochs: int = 1,
+                     max_grad_norm: float | None = SFTConfig.max_grad_norm,
                      seed: int | None = None, process: ProcessContext | None = None) -> float:
     """Maximise the log-likelihood of ``decisions``' answers; returns the mean loss of the last epoch.
 
