@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow  # generates 4 games and trains 6 updates
 def test_textworld_example_wins_more_training_games_than_before_training(tmp_path):
     pytest.importorskip("textworld")
     env = dict(os.environ, TEXTGYM_HOME=str(tmp_path / "home"))

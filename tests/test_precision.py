@@ -185,22 +185,23 @@ def _update_gradients(model, tok, act_correction: bool, monkeypatch) -> dict:
     from textgym.trainers.engine.loss_step import LossStep
 
     policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
-    config = ReinforceConfig(num_envs=4, episodes_per_update=8, minibatch_size=8, epochs=1,
+    config = ReinforceConfig(num_envs=4, episodes_per_update=8, minibatches=1, epochs=1,
                              baseline="none", act_correction=act_correction, act_correction_cap=1.02,
                              seed=0)
     trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=config)
     seen: dict = {}
-    update, prepare, optimizer_step = trainer._update, LossStep.prepare.__func__, optimization.optimizer_step
+    update, prepare, optimizer_step = trainer.update, LossStep.prepare.__func__, optimization.optimizer_step
 
-    def recording_update(episodes):
-        seen["episodes"] = episodes
-        return update(episodes)
+    def recording_update(episodes, *args, **kwargs):
+        seen["episodes"] = list(episodes)
+        return update(episodes, *args, **kwargs)
 
     def recording_prepare(cls, policy, decisions, config):
         seen["decisions"] = decisions
         return prepare(cls, policy, decisions, config)
 
     def recording_step(optimizer, *args, **kwargs):
+        assert "applied" not in seen, "one optimizer step: the whole batch, one epoch"
         params = [p for group in optimizer.param_groups for p in group["params"]]
         seen["applied"] = torch.cat([p.grad.flatten() for p in params])
         # by hand, at the weights the update starts from
@@ -217,7 +218,7 @@ def _update_gradients(model, tok, act_correction: bool, monkeypatch) -> dict:
         seen["plain"], seen["weighted"] = plain, weighted
         return optimizer_step(optimizer, *args, **kwargs)
 
-    monkeypatch.setattr(trainer, "_update", recording_update)
+    monkeypatch.setattr(trainer, "update", recording_update)
     monkeypatch.setattr(LossStep, "prepare", classmethod(recording_prepare))
     monkeypatch.setattr(optimization, "optimizer_step", recording_step)
     [metrics] = trainer.train(updates=1)

@@ -171,6 +171,7 @@ def test_vllm_server_mode_keeps_the_processes_in_lockstep(tiny_model_and_tokeniz
     assert sampler.sample([], max_new_tokens=4, padding=[1, 5]) == [] and engine.calls[-1] == (3, 4)
 
 
+@pytest.mark.slow  # TRL trains in 2 processes
 def test_two_processes_under_torchrun(tmp_path):
     """examples/trl_grpo.py --quick in 2 CPU processes (torchrun, gloo) with TRL's own data parallelism."""
     environ = dict(os.environ, OMP_NUM_THREADS="1")
