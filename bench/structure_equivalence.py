@@ -1,9 +1,8 @@
 """Same metrics before and after a refactor: each algorithm's first updates on the tiny model.
 
 Runs REINFORCE, GRPO and PPO (plus PPO with the KL penalty, entropy bonus, state centering and
-online SFT,
-so the shared loss terms are exercised) for 2 updates on the tiny model at fixed seeds and dumps
-each run's ``metrics.jsonl`` lines to one JSON file; ``compare`` checks two dumps key by key and
+online SFT, so the shared loss terms are exercised) for 2 updates on the tiny model at fixed seeds
+and dumps each run's ``metrics.jsonl`` lines to one JSON file; ``compare`` checks two dumps key by key and
 lists every difference (timings excepted: they differ from run to run).
 
     python bench/structure_equivalence.py dump before.json      # on the unchanged tree
