@@ -32,7 +32,7 @@ from typing import Any
 
 from textgym.registry import TrainingDefaults
 
-__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator"]
+__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator", "task_prompt"]
 
 #: basic_arithmetic's settings: two or three terms of up to two digits, + - * only, integers.
 #: Parentheses stay allowed: without them reasoning-gym 0.1.25 answers "75 + 19 * 74" with
@@ -42,6 +42,12 @@ DEFAULT_CONFIG = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits":
 
 _DESCRIPTION = ("Solve the arithmetic task with the calculator tools, one call at a time, then give "
                 "the final result alone in <answer></answer> tags, without a tool call.")
+
+
+def task_prompt() -> str:
+    """What the model is asked to do (the tool env's description), as TRL's prompt: TRL appends
+    ``reset()``'s question to it directly, hence the blank line."""
+    return _DESCRIPTION + "\n\n"
 
 
 def _number(x: float) -> int | float:

@@ -26,7 +26,7 @@ from textgym.policy.kv_cache import BatchState, Counters
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-__all__ = ["StopStrings", "generate", "sample_candidate", "sample_next"]
+__all__ = ["StopStrings", "generate", "sample_candidate", "sample_candidates", "sample_next"]
 
 
 def sample_next(logits: torch.Tensor, temperature: float, top_p: float, greedy: bool,
@@ -83,6 +83,59 @@ def sample_candidate(scores: torch.Tensor, temperature: float, greedy: bool,
     mixture = (1.0 - floor) * logp.exp() + floor / logp.shape[-1]
     k = int(torch.multinomial(mixture, 1, generator=generator))
     return k, logp, float(mixture[k].log())
+
+
+def sample_candidates(scores: torch.Tensor, counts: Sequence[int], temperature: float, greedy: bool,
+                      generator: torch.Generator | None = None, floor: float = 0.0
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """:func:`sample_candidate` for every row of ``scores`` at once: the chosen indices ``[R]``,
+    the log-softmax over each row's candidates ``[R, K]`` (``-inf`` past a row's ``counts``), and
+    the chosen ones' log-probs under the distribution that drew them ``[R]`` (``None`` when that
+    is the policy itself: greedy, or no exploration ``floor``).
+
+    The same choices as :func:`sample_candidate` row after row, with the same generator: rows
+    with the same number of candidates are computed together, and a draw takes one
+    ``Exp(1)`` variate per candidate in row order, as ``torch.multinomial`` does row by row (on
+    a CPU the stream is the same; on a GPU, one call's stream differs from many calls').
+    """
+    rows = scores.shape[0]
+    device = scores.device
+    logp = torch.full_like(scores, float("-inf"))
+    chosen = torch.zeros(rows, dtype=torch.long, device=device)
+    drawn = torch.zeros(rows, dtype=scores.dtype, device=device) if floor and not greedy else None
+    noise = None
+    if not greedy:  # every row's variates, drawn in row order by one call
+        noise = torch.empty(sum(counts), dtype=scores.dtype, device=device).exponential_(1, generator=generator)
+        starts = torch.tensor([0, *counts[:-1]], device=device).cumsum(0)
+    by_count: dict[int, list[int]] = {}
+    for r, k in enumerate(counts):
+        by_count.setdefault(k, []).append(r)
+    for k, members in by_count.items():
+        index = torch.tensor(members, device=device) if len(members) < rows else None
+        group = scores[:, :k] if index is None else scores.index_select(0, index)[:, :k]
+        group_logp = torch.log_softmax(group / temperature, dim=-1)
+        group_drawn = None
+        if greedy:
+            picks = group.argmax(dim=-1)
+        else:
+            at = (starts if index is None else starts.index_select(0, index))[:, None] \
+                + torch.arange(k, device=device)
+            probs = group_logp.exp()
+            if floor:
+                probs = (1.0 - floor) * probs + floor / k
+            picks = (probs / noise[at]).argmax(dim=-1)
+            if floor:
+                group_drawn = probs.gather(1, picks[:, None])[:, 0].log()
+        if index is None:
+            logp[:, :k], chosen = group_logp, picks
+            if group_drawn is not None:
+                drawn = group_drawn
+        else:
+            logp[index, :k] = group_logp
+            chosen[index] = picks
+            if group_drawn is not None:
+                drawn[index] = group_drawn
+    return chosen, logp, drawn
 
 
 class StopStrings:
