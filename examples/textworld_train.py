@@ -86,11 +86,11 @@ def main() -> None:
     parser.add_argument("--out-dir", default=None,
                         help="metrics.jsonl, checkpoints and results.json (before/after win rates) go here")
     parser.add_argument("--quick", action="store_true",
-                        help="tiny random model, 6 updates of 8 episodes (lr 5e-2), 2 games")
+                        help="tiny random model, 6 updates of 8 episodes (lr 5e-3), 2 games")
     args = parser.parse_args()
     if args.quick:
         args.model, args.updates, args.games, args.test_games = "tiny", 6, 2, 2
-        args.episodes_per_update, args.num_envs, args.lr = 8, 2, 5e-2
+        args.episodes_per_update, args.num_envs, args.lr = 8, 2, 5e-3
 
     if "textgym/TextWorld-v0" not in gym.registry:  # until textgym registers it on import
         from textgym.envs.textworld import register_envs
