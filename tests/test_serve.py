@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -209,6 +210,25 @@ def test_a_token_is_required_on_http_and_websocket(servers, monkeypatch):
         assert env.step("LEFT")[1] == 1.0
     finally:
         env.close()
+
+
+def test_ctrl_c_ends_a_server_whose_env_step_never_returns(tmp_path):
+    config = tmp_path / "hangs.toml"
+    config.write_text("env_kwargs = { delay = 1000000 }\n")
+    server = LoggedServer(tmp_path / "hangs.log", "faultenvs:fault/Slow-v0", "--config", str(config),
+                          "--step-timeout", "2")
+    try:
+        server.wait()
+        env = OpenEnvTextEnv(server.url, step_timeout=120)
+        env.reset(seed=0)
+        with pytest.raises(OpenEnvError, match="took longer than 2 s"):
+            env.step("GOOD")
+        env.close()
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(timeout=120) == 130   # not waiting for the hung thread
+    finally:
+        server.stop()
+    assert "1 env call(s) past the step timeout still running: exiting without them" in server.text()
 
 
 def test_resets_with_new_seeds_leave_at_most_the_cached_games_on_disk(tmp_path, monkeypatch):
