@@ -69,7 +69,7 @@ def servers(tmp_path_factory):
         "hangs": ("faultenvs:fault/Slow-v0", "--config", str(slow(10**6)), "--step-timeout", "2",
                   "--max-sessions", "1"),
         # a step that ends well within the server's timeout, after its client left
-        "slow": ("faultenvs:fault/Slow-v0", "--config", str(slow(2)), "--max-sessions", "1"),
+        "slow": ("faultenvs:fault/Slow-v0", "--config", str(slow(8)), "--max-sessions", "1"),
     }
     started = {}
     try:
@@ -119,13 +119,13 @@ def test_the_server_closes_the_websocket_of_a_timed_out_session(servers):
 
 def test_a_client_that_leaves_mid_step_is_no_server_error(servers):
     server = servers["slow"]
-    impatient = OpenEnvTextEnv(server.url, step_timeout=0.5)
+    impatient = OpenEnvTextEnv(server.url, step_timeout=3)
     impatient.reset(seed=0)
-    with pytest.raises(OpenEnvError, match="did not answer within 0.5 s"):
+    with pytest.raises(OpenEnvError, match="did not answer within 3 s"):
         impatient.step("GOOD")           # the client gives up and closes; the step goes on
     impatient.close()
     deadline = time.monotonic() + 60
-    while True:                            # the slot frees once the step is done (2 s)
+    while True:                            # the slot frees once the step is done (8 s)
         try:
             OpenEnvTextEnv(server.url).reset(seed=0)
             break
