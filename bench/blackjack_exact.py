@@ -23,29 +23,16 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import textgym
-from textgym.envs.classic import basic_strategy_hits, blackjack_value
-from textgym.wrappers.text_observation import TextObservation
+from textgym.envs.classic import (
+    BLACKJACK_STATES,
+    basic_strategy_hits,
+    blackjack_greedy_table,
+    blackjack_value,
+)
 
 ENV_ID = "textgym/Blackjack-v1"
-#: Every state a hand can reach before its last decision: hard totals 4-21, soft totals 12-21.
-STATES = [(total, dealer, usable) for usable in (False, True) for total in range(12 if usable else 4, 22)
-          for dealer in range(1, 11)]
-
-
-def greedy_table(policy: textgym.Policy) -> dict[tuple[int, int, bool], bool]:
-    """Whether ``policy``'s greedy answer is HIT in each state, read as the env renders it."""
-    env = textgym.make(ENV_ID)
-    wrapper = env
-    while not isinstance(wrapper, TextObservation):
-        wrapper = wrapper.env
-    texts = [wrapper.observation((total, dealer, int(usable))) for total, dealer, usable in STATES]
-    system = env.get_wrapper_attr("system_prompt")
-    _, info = env.reset(seed=0)
-    valid = list(info["valid_actions"])
-    env.close()
-    with policy.evaluating():
-        decisions = policy.act(texts, [system] * len(texts), [valid] * len(texts), greedy=True)
-    return {state: decision.text.strip().upper() == "HIT" for state, decision in zip(STATES, decisions)}
+STATES = BLACKJACK_STATES
+greedy_table = blackjack_greedy_table  # the greedy table as the text env renders it (textgym.envs.classic)
 
 
 def load_run(run: Path) -> textgym.Policy:

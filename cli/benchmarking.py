@@ -39,8 +39,10 @@ from textgym.benchmark import (
     BenchmarkConfig,
     BenchmarkRow,
     Suite,
+    gain_summary,
     markdown_table,
     result_cell,
+    rl_gain,
     seed_summary,
 )
 
@@ -251,9 +253,13 @@ def _references(plan: RowPlan, model: str, path: Path) -> dict[str, Any]:
     return record
 
 
-def _train_and_evaluate(plan: RowPlan, model: str, seed: int, run_dir: Path) -> dict[str, Any]:
+def _train_and_evaluate(plan: RowPlan, model: str, seed: int, run_dir: Path,
+                        untrained: dict[str, Any] | None = None) -> dict[str, Any]:
     """Train the row's run of ``seed`` in ``run_dir`` (new, resumed from its checkpoint, or already
-    finished), then evaluate it greedily on the held-out seeds; record and return the result."""
+    finished), then evaluate it greedily on the held-out seeds; record and return the result, with
+    ``start_eval``: its starting point's greedy result on the same episodes (the warm start's
+    checkpoint ``start/``, else the untrained model: the row's ``untrained`` reference) and the
+    RL ``gain`` between the two."""
     from textgym.cli import training
     from textgym.cli.evaluation import _model_evaluation
     from textgym.cli.runs import write_json
@@ -281,10 +287,17 @@ def _train_and_evaluate(plan: RowPlan, model: str, seed: int, run_dir: Path) -> 
     _, result, _ = _model_evaluation(
         plan.config.env, run_dir, None, None, plan.row.eval_episodes, _eval_envs(plan), EVAL_BASE,
         env_overrides=dict(plan.row.eval_env_kwargs), announce=False)
+    start, start_eval = "untrained", untrained
+    if (run_dir / run_folder.START).is_dir():  # a warm start: RL started from its checkpoint
+        start = "warm start"
+        _, start_eval, _ = _model_evaluation(
+            plan.config.env, run_dir / run_folder.START, None, None, plan.row.eval_episodes, _eval_envs(plan),
+            EVAL_BASE, env_overrides=dict(plan.row.eval_env_kwargs), announce=False)
     record = {"spec": {**plan.spec(model), "seed": seed}, "seed": seed, "run_dir": str(run_dir),
               "status": summary.get("status"), "updates": summary.get("updates"),
               "episodes": summary.get("episodes"), "train_seconds": summary.get("wall_time"),
-              "eval": result}
+              "eval": result, "start": start, "start_eval": start_eval,
+              "gain": rl_gain(result, start_eval) if start_eval else None}
     write_json(run_dir / RUN_RECORD, record)
     return record
 
@@ -390,9 +403,10 @@ def run(settings: dict[str, Any], out: Path | None, doc: Path | None, quiet: boo
                 again = record is not None
                 if record is None:
                     ran_a_step()
-                    record = _train_and_evaluate(plan, model, seed, run_dir)
+                    record = _train_and_evaluate(plan, model, seed, run_dir, entry["references"].get("untrained"))
                 entry["runs"].append({k: v for k, v in record.items() if k != "spec"})
                 entry["trained"] = seed_summary([r["eval"] for r in entry["runs"]])
+                entry["gain"] = gain_summary([r.get("gain") for r in entry["runs"]])
                 entry["met"] = row.target.met(entry["trained"], entry["references"].get("untrained"))
                 if visible:
                     visible.done(f"{row.name} seed {seed}: {'(done before) ' if again else ''}"

@@ -35,8 +35,9 @@ from typing import TYPE_CHECKING, Any
 from textgym.cli.errors import CLIError
 
 from textgym.policy.config import MODES, PolicyConfig
-from textgym.settings import check_value, like, setting, setting_of
+from textgym.settings import check_value, like, passed_on, setting, setting_of
 from textgym.trainers import ALGORITHMS, TrainConfig
+from textgym.trainers.engine.train_config import RUN_FOLDER_PANEL
 from textgym.training_defaults import TrainingDefaults
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ WHAT = "What to train"
 BUDGET = "Budget and early stop"
 TRAINING = "Training"
 HARDWARE = "Hardware"
-RUN = "Run folder"
+RUN = RUN_FOLDER_PANEL
 
 
 @dataclass
@@ -181,9 +182,14 @@ def policy_flags(flags: dict[str, Any]) -> dict[str, Any]:
     return {**rest, "policy": {**(flags.get("policy") or {}), **settings}} if settings else rest
 
 
-#: ``train`` flags that set a field of the algorithm's config: the values go to the ``trainer``
-#: table (where the config dataclass checks them).
-TRAINER_FLAGS = ("transcripts", "report_to")
+#: ``train`` flags that set a field of the algorithm's config (the ``TrainConfig`` fields declared
+#: with ``flag``): the values go to the ``trainer`` table (where the config dataclass checks them).
+TRAINER_FLAGS = tuple(f.name for f in dataclasses.fields(TrainConfig) if setting_of(f).flag)
+
+#: The run settings that are the trainer's, declared ``like`` its config's fields: ``{run config
+#: field: TrainConfig field}`` (``lora`` -> ``use_lora``). They are top-level keys of a run config
+#: and go to the algorithm's config as these fields.
+TRAINER_SETTINGS = passed_on(RunConfig, TrainConfig)
 
 
 def trainer_flags(flags: dict[str, Any]) -> dict[str, Any]:

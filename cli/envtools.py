@@ -82,12 +82,16 @@ def _reason(exc: Exception) -> str:
 
 
 def make_env(env_id: str, **kwargs: Any) -> Any:
-    """``textgym.make(env_id, **kwargs)``; a bad env kwarg becomes a CLIError."""
+    """``textgym.make(env_id, **kwargs)``; a bad env kwarg, or an env that cannot be made here,
+    becomes a CLIError."""
     import textgym
+    from textgym.registry import EnvUnavailableError
     from textgym.vector import SubEnvError
 
     try:
         return textgym.make(env_id, **kwargs)
+    except EnvUnavailableError as exc:
+        raise CLIError(str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise CLIError(f"cannot make {env_id} with {kwargs}: {_reason(exc)}") from exc
     except SubEnvError as exc:  # a server that cannot be reached
@@ -100,10 +104,13 @@ def check_env_kwargs(env_id: str, env_kwargs: dict[str, Any], mode: str | None =
     text env is cheap: TextWorld, the costliest, generates its games at ``reset``). A served env
     is reset once; in score ``mode`` it must list the actions to score."""
     import textgym
+    from textgym.registry import EnvUnavailableError
     from textgym.vector import SubEnvError
 
     try:
         env = textgym.make(env_id, **env_kwargs)
+    except EnvUnavailableError as exc:
+        raise CLIError(str(exc)) from exc
     except (TypeError, ValueError) as exc:
         raise CLIError(f"bad [env_kwargs] for {env_id}: {_reason(exc)}") from exc
     try:

@@ -128,7 +128,13 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
             err=True)
     with evaluation_progress() if announce else contextlib.nullcontext():
         result = trainer.evaluate(episodes=episodes, seed=seed, num_envs=envs)
-    return label, with_stderr(result), dict(env_kwargs or {})
+    result = with_stderr(result)
+    from textgym.registry import exact_return
+
+    exact = exact_return(env_id)
+    if exact is not None:  # the greedy play's exact expected return, where the env can compute it
+        result["exact_return"] = exact(trainer.policy, env_kwargs)
+    return label, result, dict(env_kwargs or {})
 
 
 def _say_settings(recorded: dict[str, Any], overrides: dict[str, Any]) -> None:
@@ -164,7 +170,8 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
     if overrides or given_policy:  # bad values fail here, before any model loads
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
-    check_env_kwargs(env_id, given_kwargs)
+    # a bare model plays in score mode unless told otherwise: a served env must list actions for it
+    check_env_kwargs(env_id, given_kwargs, (mode or "score") if model is not None and not checkpoint else None)
     if model is not None and not checkpoint:  # a bare model plays in the mode given (a checkpoint: its own)
         from textgym.registry import training_defaults
 

@@ -44,15 +44,23 @@ def run(json_out: bool = False, family: str | None = None) -> None:
 
 
 def _family_ids(prefix: str, json_out: bool) -> None:
+    """The family's ids, one a line; an id that cannot be made on this machine (data its package
+    downloads at run time, missing offline) says why beside it (``--json``: the ids alone)."""
     from textgym.cli.errors import CLIError
 
-    from textgym.registry import UnknownEnvError, family_ids
+    from textgym.registry import UnknownEnvError, family_ids, list_families
 
     try:
         ids = family_ids(prefix)
     except UnknownEnvError as exc:
         raise CLIError(str(exc)) from exc
-    print(json.dumps(ids, indent=2) if json_out else "\n".join(ids))
+    if json_out:
+        print(json.dumps(ids, indent=2))
+        return
+    [family] = [f for f in list_families() if f.prefix.lower() == prefix.strip().lower()]
+    for env_id in ids:
+        reason = family.why_unavailable(env_id.split("/", 1)[1])
+        print(env_id + (f"  ({reason})" if reason else ""))
 
 
 def _families(console: Console) -> None:
@@ -71,9 +79,13 @@ def _families(console: Console) -> None:
     for family in families:
         installed = not family.package or importlib.util.find_spec(family.package) is not None
         try:
-            count = str(len(family.ids())) if installed else None
+            names = family.ids() if installed else None
         except UnknownEnvError:
-            count = None
+            names = None
+        count = None
+        if names is not None:
+            missing = sum(family.why_unavailable(name) is not None for name in names) if family.unavailable else 0
+            count = f"{len(names)}" + (f" ({missing} unavailable offline)" if missing else "")
         table.add_row(f"{family.prefix}/...", count or f"not installed: pip install '{family.install}'",
                       family.description, f"textgym envs --family {family.prefix}")
     console.print(table)

@@ -52,12 +52,13 @@ def _complete_env(incomplete: str) -> list[str]:
 _TRAIN_SETTINGS = ((RunConfig, flags_of(RunConfig), {}),
                    (EnvSettings, ENV_FLAGS, {}),
                    (PolicyConfig, flags_of(PolicyConfig), {"default_text": ""}),  # the panel says
-                   (TrainConfig, TRAINER_FLAGS, {"panel": RUN}))
+                   (TrainConfig, TRAINER_FLAGS, {}))
 _EVAL_POLICY_PANEL = "Policy (default: the checkpoint's)"
+#: The policy settings ``eval`` may override (greedy play: no temperature or top-p).
+_EVAL_POLICY_FLAGS = ("max_new_tokens", "normalization", "chat_template", "act_dtype")
 _EVAL_SETTINGS = (
     (RunConfig, ("mode",), {"default_text": "the run's", "panel": "Options"}),
-    (PolicyConfig, ("max_new_tokens", "normalization", "chat_template", "act_dtype"),
-     {"default_text": "the checkpoint's", "panel": _EVAL_POLICY_PANEL}),
+    (PolicyConfig, _EVAL_POLICY_FLAGS, {"default_text": "the checkpoint's", "panel": _EVAL_POLICY_PANEL}),
     (TrainConfig, ("num_envs",), {"default_text": "all episodes side by side, up to 64"}),  # eval_envs
     (TrainConfig, ("eval_seed",), {"flag": "--seed"}),
     (RunConfig, ("device", "dtype", "quantize"), {}),
@@ -163,8 +164,8 @@ def evaluate(
 
     given = settings or {}
     defaults = TrainConfig()
-    # greedy: no temperature or top-p; a checkpoint's own settings unless these flags override
-    policy_flags = {name: given[name] for name in ("max_new_tokens", "normalization", "chat_template", "act_dtype")}
+    # a checkpoint's own settings unless these flags override
+    policy_flags = {name: given[name] for name in _EVAL_POLICY_FLAGS}
     evaluation.run(
         env, checkpoint=checkpoint, model=model, mode=given["mode"],
         baselines=list(baseline), episodes=episodes,
@@ -271,8 +272,10 @@ def export(
     device: str | None = option(RunConfig, "device", help_prefix="With --merge: ")[1],
     dtype: str | None = option(RunConfig, "dtype", help_prefix="With --merge: ")[1],
 ) -> None:
-    """Export a checkpoint for use elsewhere: its PEFT adapter (or a merged model) with the
-    tokenizer, the policy settings and a model card."""
+    """Export a checkpoint for use elsewhere: its adapter or merged model, tokenizer and card.
+
+    The folder holds the PEFT adapter (or, with --merge, a merged model), the tokenizer, the
+    policy settings and a model card."""
     from textgym.cli import exporting
 
     exporting.run(run, out, merge=merge, push_to_hub=push_to_hub, force=force, device=device,

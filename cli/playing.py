@@ -1,7 +1,10 @@
 """``textgym play``: a person plays a text env through exactly what the model sees.
 
 Each episode starts by printing the system prompt (the task and the answer format); each step
-prints the observation text and reads one answer line from stdin. The answer goes through the
+prints the observation text and the valid actions (``free text`` for an env that lists none) and
+reads one answer line from stdin; the end prints the return and the env's reference answer
+(``info["answer"]``) where it has one. An episode the env does not end is cut at the step cap
+(:mod:`textgym.step_cap`). The answer goes through the
 env's own parser, and the parse record and reward are printed, so this is also the quickest way
 to debug a prompt or a parser. Reads piped stdin too (one answer per line); EOF ends the game.
 """

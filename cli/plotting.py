@@ -32,6 +32,8 @@ PANELS = (
 )
 #: Panels whose values span many orders of magnitude: symmetric-log y axis, linear below this.
 SYMLOG_PANELS = {"kl": 1e-4}
+#: Panels of rates: their y axis starts at 0, never below (0..1 when the rate is 0 throughout).
+RATE_PANELS = {"invalid_rate", "win_rate"}
 X_AXES = (("episodes", "episodes"), ("wall_time", "wall time (s)"))
 
 
@@ -117,6 +119,10 @@ def figure_of(series: list[tuple[str, list[dict[str, Any]]]], title: str | None 
                         xs, ys = zip(*drawn)
                         ax.plot(xs, ys, style, color=color, label=label if key == keys[0] else None,
                                 marker="." if len(drawn) < 30 else None)
+            if keys[0] in RATE_PANELS:
+                top = max((y for _, records in series for key in keys for _, y in points(records, x_key, key)),
+                          default=0.0)
+                ax.set_ylim(0.0, 1.05 * top if top > 0 else 1.0)
             if keys[0] in SYMLOG_PANELS:
                 ax.set_yscale("symlog", linthresh=SYMLOG_PANELS[keys[0]])
                 ax.yaxis.get_major_locator().set_params(numticks=8)  # not one tick per decade

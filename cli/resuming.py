@@ -65,7 +65,9 @@ def check_env_kwargs(run_dir: Path, env_kwargs: dict[str, Any], state: dict[str,
     checkpoint's) while the file misdescribes the run."""
     if "env_kwargs" not in state:  # a checkpoint that does not record them: nothing to compare
         return
-    trained, given = _plain(state.get("env_kwargs") or {}), _plain(env_kwargs or {})
+    # config.toml cannot hold None: a setting left at None is the same as one not given
+    trained, given = ({k: v for k, v in _plain(table or {}).items() if v is not None}
+                      for table in (state.get("env_kwargs"), env_kwargs))
     for key in sorted(set(trained) | set(given), key=str):
         if trained.get(key, _UNSET) != given.get(key, _UNSET):
             now = f"{key}={given[key]!r}" if key in given else f"no {key}"

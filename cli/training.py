@@ -142,14 +142,8 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
     """The algorithm's config dataclass from the run config (bad values -> CLIError)."""
     from textgym.trainers import config_for
 
-    fields = {
-        **cfg.trainer,
-        "num_envs": cfg.num_envs,
-        "seed": cfg.seed,
-        "use_lora": cfg.lora,
-        "checkpoint_every": cfg.checkpoint_every,
-        **({"lr": cfg.lr} if cfg.lr is not None else {}),
-    }
+    given = {field: getattr(cfg, name) for name, field in run_config.TRAINER_SETTINGS.items()}
+    fields = {**cfg.trainer, **{field: value for field, value in given.items() if value is not None}}
     try:
         return config_for(cfg.algo, fields)
     except (TypeError, ValueError) as exc:
@@ -158,8 +152,9 @@ def _trainer_config(cfg: run_config.RunConfig) -> Any:
 
 def _fill_from_trainer(cfg: run_config.RunConfig, trainer_config: Any) -> None:
     """Write the algorithm's resolved settings into the run config (saved as config.toml)."""
-    cfg.lr = trainer_config.lr
-    top_level = {"num_envs", "seed", "use_lora", "checkpoint_every", "lr", "algorithm"}
+    for name, field in run_config.TRAINER_SETTINGS.items():  # lr: the algorithm's when not given
+        setattr(cfg, name, getattr(trainer_config, field))
+    top_level = {*run_config.TRAINER_SETTINGS.values(), "algorithm"}
     cfg.trainer = {k: v for k, v in trainer_config.to_dict().items()
                    if k not in top_level and v is not None}
 
@@ -437,6 +432,8 @@ def _new_trainer(cfg: run_config.RunConfig, trainer_config: Any, policy: Any, ru
         (run_dir / CONFIG_FILE).write_text(run_config.dumps(cfg), encoding="utf-8")
     if cfg.sft or cfg.sft_player:
         _warm_start(trainer, cfg, quiet)
+        if cfg.updates != 0:  # RL follows: keep its starting point (textgym benchmark's start_eval)
+            trainer.save_checkpoint(run_dir / run_folder.START)
     return trainer
 
 

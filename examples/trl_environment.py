@@ -1,11 +1,21 @@
 """Train on a textgym env with TRL's ``GRPOTrainer(environment_factory=...)``: the env's moves are tools.
 
 TRL's other way to use textgym envs (``examples/trl_grpo.py`` plays them through a
-``rollout_func``). Here TRL owns the loop: it makes one env per rollout
-(``textgym.trainers.trl.environment_factory``), appends ``reset()``'s text (the task and the first
-observation) to the prompt, lets the model call the ``act`` tool until it stops calling tools,
-and rewards the rollout with ``get_reward()`` (the episode's return). Any env id works, a served
-one too (``--env openenv:http://127.0.0.1:8000``, after ``textgym serve cartpole``).
+``rollout_func``). Here TRL owns the loop: it makes one env per rollout, appends ``reset()``'s
+text (the task) to the prompt, lets the model call the env's tools until it stops calling
+tools, and rewards the rollout with ``get_reward()``.
+
+Two kinds of env:
+
+* ``--env calculator`` (the default): ``textgym.envs.calculator.ArithmeticCalculator``, whose
+  methods ``add``, ``subtract``, ``multiply``, ``divide`` are the tools. The same class is
+  textgym's tool env ``textgym/Calculator-v0`` (``textgym.tool_env(ArithmeticCalculator)``):
+  one env definition for both trainers. Rewards: ``get_reward()`` (TRL's column named after the
+  class: the last calculator result is the item's answer) and ``final_answer`` (the answer in
+  the last message's ``<answer>`` tag is right), so a rollout earns reward with or without tools;
+* any other text env id (``textgym.trainers.trl.environment_factory``: one ``act`` tool that
+  makes a move; ``get_reward()`` the episode's return), a served one too
+  (``--env openenv:http://127.0.0.1:8000``, after ``textgym serve cartpole``).
 
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
@@ -28,7 +38,8 @@ from typing import Any
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="textgym model name, hub id or folder")
-    parser.add_argument("--env", default="cartpole", help="text env short name or id (openenv:URL too)")
+    parser.add_argument("--env", default="calculator",
+                        help="calculator (the tool env) or a text env short name or id (openenv:URL too)")
     parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps")
     parser.add_argument("--num-prompts", type=int, default=64, help="env starts (seeds) in the dataset")
     parser.add_argument("--num-generations", type=int, default=4, help="rollouts per start (a GRPO group)")
@@ -43,6 +54,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         args.model, args.max_steps, args.num_prompts, args.batch_size = "tiny", 1, 4, 4
         args.num_generations, args.max_completion_length, args.max_tool_calls, args.lr = 2, 16, 2, 1e-3
     return args
+
+
+def final_answer(completions: list[Any], environments: list[Any], **kwargs: Any) -> list[float]:
+    """The calculator's score of the answer in each rollout's last message (a TRL reward function)."""
+    rewards = []
+    for completion, environment in zip(completions, environments, strict=True):
+        last = completion[-1]["content"] if isinstance(completion, list) else completion
+        text = last if isinstance(last, str) else ""
+        rewards.append(environment.get_reward(text) if "<answer>" in text else 0.0)
+    return rewards
 
 
 def main(argv: Sequence[str] | None = None) -> Any:
@@ -68,12 +89,22 @@ def main(argv: Sequence[str] | None = None) -> Any:
                         num_generations=args.num_generations, learning_rate=args.lr,
                         max_completion_length=args.max_completion_length,
                         max_tool_calling_iterations=args.max_tool_calls)
-    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config,
-                          train_dataset=environment_dataset(args.env, args.num_prompts),
-                          environment_factory=environment_factory(args.env))
+    if args.env == "calculator":
+        from textgym.envs.calculator import ArithmeticCalculator, task_prompt
+
+        factory, rewards = ArithmeticCalculator, [final_answer]
+        dataset = environment_dataset("textgym/Calculator-v0", args.num_prompts, prompt=task_prompt())
+    else:
+        factory, rewards = environment_factory(args.env), []
+        dataset = environment_dataset(args.env, args.num_prompts)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=rewards or None,
+                          train_dataset=dataset, environment_factory=factory)
     trainer.train()
-    rewards = [h["reward"] for h in trainer.state.log_history if "reward" in h]
-    print(f"{args.env}: {trainer.state.global_step} steps; mean reward per step {[round(r, 3) for r in rewards]}")
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    print(f"{args.env}: {trainer.state.global_step} steps; per step: mean reward "
+          f"{[round(h['reward'], 3) for h in logged]}, reward std {[round(h.get('reward_std', 0), 3) for h in logged]}, "
+          f"tool calls per rollout {[round(h.get('tools/call_frequency', 0), 3) for h in logged]}, "
+          f"grad norm {[round(h.get('grad_norm', 0), 4) for h in logged]}")
     return trainer
 
 

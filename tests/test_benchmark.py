@@ -61,12 +61,20 @@ def test_smoke_suite_writes_the_table_and_json_with_references(smoke_out):
         assert run["eval"]["episodes"] == row.eval_episodes
         assert entry["trained"]["return_mean"] == run["eval"]["return_mean"]
         assert Path(run["run_dir"], "checkpoint").is_dir()  # a real textgym train run folder
-        # the table shows these numbers: trained, untrained, random, scripted, optimal (if any)
+        # its starting point (no warm start: the untrained model) on the same held-out episodes,
+        # and what RL changed
+        assert run["start"] == "untrained" and run["start_eval"] == references["untrained"]
+        assert run["gain"]["return"] == pytest.approx(run["eval"]["return_mean"] - run["start_eval"]["return_mean"])
+        assert entry["gain"]["return"] == pytest.approx(run["gain"]["return"])
+        # the table shows these numbers: trained, start, (the gain), untrained, random, scripted,
+        # optimal (if any)
         cells = line.strip("| ").split(" | ")
-        assert (cells[7] == "none") == ("optimal" not in references)
+        assert (cells[9] == "none") == ("optimal" not in references)
+        assert float(cells[5].split()[0]) == pytest.approx(run["gain"]["return"], abs=0.051 * max(1, abs(run["gain"]["return"])))
         shown_references = [references[name] for name in ("random", "scripted", "optimal") if name in references]
-        for cell, value in zip(cells[3:3 + 2 + len(shown_references)],
-                               (run["eval"], references["untrained"], *shown_references), strict=True):
+        for cell, value in zip([*cells[3:5], *cells[6:6 + 1 + len(shown_references)]],
+                               (run["eval"], run["start_eval"], references["untrained"], *shown_references),
+                               strict=True):
             shown = float(cell.split()[0])
             assert shown == pytest.approx(value["return_mean"], abs=0.051 * max(1, abs(value["return_mean"])))
     # the scripted players: the bandit's names the right animal every time
@@ -136,7 +144,7 @@ def test_rows_runs_some_rows_and_the_table_keeps_the_others_records(smoke_out, c
     assert [len(data["rows"][row.name]["runs"]) for row in SMOKE.rows] == [1, 0, 1]
     [cartpole] = [line for line in (part / "results.md").read_text().splitlines()
                   if line.startswith("| cartpole-numbers | ")]
-    assert cartpole.count("not run") == 5  # trained, untrained, random, scripted, optimal
+    assert cartpole.count("not run") == 6  # trained, start, untrained, random, scripted, optimal
 
 
 @pytest.mark.parametrize("args, exit_code, says", [

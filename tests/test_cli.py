@@ -570,6 +570,12 @@ def test_sft_player_warms_up_on_the_env_s_reference_player(cli, tmp_path, fast_c
                  "--sft-episodes", "8", "--sft-epochs", "2", "--out", tmp_path / "run")
     assert result.exit_code == 0, result.output
     assert "supervised warm-up on the scripted player's 8 episodes (mean return 1): 8 decisions" in result.stdout
+    # RL followed the warm start: its starting point is kept beside the last checkpoint
+    # (textgym benchmark's start_eval), as the warm start left it
+    from textgym.trainers import Trainer
+
+    start = Trainer.resume(tmp_path / "run" / "start", env="bandit")
+    assert start.update_count == 0 and Trainer.resume(tmp_path / "run" / "checkpoint", env="bandit").update_count == 1
     line = one_error_line(cli("train", "bandit", "--model", "tiny", "--sft-player", "oracle",
                               "--out", tmp_path / "r1"))
     assert line == ("textgym: error: --sft-player: textgym/Bandit-v0 has no reference player 'oracle'; "
@@ -596,6 +602,7 @@ def test_updates_0_keeps_the_warm_start_alone(cli, tmp_path, fast_config):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "complete" and summary["updates"] == 0
     assert summary["wall_time"] > 0  # the warm start's time
+    assert not (run / "start").exists()  # no RL after it: the checkpoint is the starting point
     # the checkpoint holds the warm-started policy: it plays the scripted player's answer greedily
     trainer = Trainer.resume(run / "checkpoint", env="bandit")
     assert trainer.update_count == 0

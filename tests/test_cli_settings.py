@@ -13,7 +13,9 @@ from test_cli_runs import no_model_load, one_error_line  # noqa: F401 - no_model
 from textgym.cli import config as run_config
 from textgym.cli.config import RunConfig
 
+from textgym.lora import LoraSettings
 from textgym.policy.config import PolicyConfig
+from textgym.selfplay import SelfPlayConfig
 from textgym.settings import setting_of
 from textgym.trainers import ALGORITHMS, Trainer, TrainConfig
 
@@ -112,6 +114,35 @@ def test_settings_passed_on_share_their_declaration():
     for name in ("num_envs", "lr", "seed"):
         mine, theirs = setting_of(fields[name]), setting_of(train[name])
         assert (mine.at_least, mine.at_most, mine.above) == (theirs.at_least, theirs.at_most, theirs.above)
+
+
+def test_the_trainer_settings_of_a_run_are_derived_from_their_declarations():
+    """A run's top-level trainer settings are the RunConfig fields declared like TrainConfig's (no
+    hand-kept map): --full reaches use_lora, an lr not given is the algorithm's and is written back."""
+    from textgym.cli import training
+    from textgym.cli.config import TRAINER_FLAGS, TRAINER_SETTINGS
+
+    assert TRAINER_SETTINGS == {"num_envs": "num_envs", "lr": "lr", "seed": "seed", "lora": "use_lora",
+                                "checkpoint_every": "checkpoint_every"}
+    assert TRAINER_FLAGS == tuple(f.name for f in dataclasses.fields(TrainConfig) if setting_of(f).flag)
+    cfg = RunConfig(env="textgym/Bandit-v0", algo="ppo", num_envs=4, lora=False, seed=3,
+                    trainer={"episodes_per_update": 8, "seed": 99})
+    trainer_config = training._trainer_config(cfg)
+    assert (trainer_config.use_lora, trainer_config.num_envs, trainer_config.seed) == (False, 4, 3)
+    assert trainer_config.lr == TrainConfig.lr  # PPO's own default
+    training._fill_from_trainer(cfg, trainer_config)
+    assert cfg.lr == trainer_config.lr and cfg.trainer["episodes_per_update"] == 8
+    assert not {"use_lora", "num_envs", "seed", "lr", "algorithm"} & set(cfg.trainer)
+
+
+@pytest.mark.parametrize(("cls", "given", "message"), [
+    (SelfPlayConfig, {"invalid": "ignore"}, "invalid must be one of penalty, default, retry, terminate, got 'ignore'"),
+    (SelfPlayConfig, {"eval_games": -1}, "eval_games must be an integer >= 0, got -1"),
+    (LoraSettings, {"dropout": 1.0}, "dropout must be a finite number in [0, 1), got 1.0"),
+], ids=["selfplay-invalid", "selfplay-eval-games", "lora-dropout"])
+def test_self_play_and_lora_settings_are_checked_as_declared(cls, given, message):
+    with pytest.raises(ValueError, match=re.escape(message)):
+        cls(**given)
 
 
 def test_every_flag_setting_is_a_train_option(cli):

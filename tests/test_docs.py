@@ -15,6 +15,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README_MAX_LINES = 250
+#: docs/results.md holds the current figures, one section per topic; history stays in git.
+RESULTS_MAX_LINES = 700
 
 FENCE = re.compile(r"^(```|~~~).*?^\1[ \t]*$", re.MULTILINE | re.DOTALL)
 INLINE_CODE = re.compile(r"`[^`\n]*`")
@@ -99,6 +101,13 @@ def test_markdown_files_are_found():
 def test_readme_is_short():
     lines = (ROOT / "README.md").read_text(encoding="utf-8").count("\n")
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines, at most {README_MAX_LINES}"
+
+
+def test_results_page_is_short():
+    lines = (ROOT / "docs" / "results.md").read_text(encoding="utf-8").count("\n")
+    assert lines <= RESULTS_MAX_LINES, (
+        f"docs/results.md has {lines} lines, at most {RESULTS_MAX_LINES}: replace a superseded "
+        "figure instead of adding beside it (git keeps the old one)")
 
 
 LAYOUT_ENTRY = re.compile(r"^( *)(\S+?/|\S+\.py)(?:\s|$)")

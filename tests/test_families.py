@@ -430,7 +430,7 @@ def test_textarena_game_needing_a_download_fails_with_one_line():
                             check=False)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.strip().splitlines()
-    assert len(lines) == 1 and "needs the NLTK resource" in lines[0], result.stdout
+    assert len(lines) == 1 and "unavailable offline: needs the NLTK data" in lines[0], result.stdout
     assert "nltk_data" not in result.stderr
 
 

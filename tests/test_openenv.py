@@ -201,6 +201,8 @@ def test_score_mode_on_a_server_without_listed_actions_stops_before_the_model_lo
     line = one_error_line(cli("train", f"openenv:{servers['echo'].url}", "--model", "tiny", "--updates", "1",
                               "--out", str(tmp_path / "run")))
     assert "--mode generate" in line and not (tmp_path / "run").exists()
+    line = one_error_line(cli("eval", f"openenv:{servers['echo'].url}", "--model", "tiny"))
+    assert "--mode generate" in line
 
 
 def test_an_mcp_server_is_a_tool_env(servers):
@@ -235,6 +237,20 @@ def test_an_mcp_server_dying_mid_episode_is_one_clear_error():
     finally:
         env.close()
         server.stop()
+
+
+def test_textgym_serve_names_its_step_format_to_a_client_sending_another(servers):
+    from openenv.core.generic_client import GenericEnvClient
+
+    client = GenericEnvClient(base_url=servers["cartpole"].url, message_timeout_s=30).sync()
+    client.connect()
+    try:
+        client.reset(seed=0)
+        with pytest.raises(RuntimeError, match=r'takes a step as \{"text": "<the answer>"\}; got the fields action'):
+            client.step({"action": "LEFT"})
+        assert client.step({"text": "LEFT"}).reward == 1.0   # the session goes on
+    finally:
+        client.close()
 
 
 def test_slow_server_times_out_naming_the_url(servers, monkeypatch):

@@ -480,3 +480,77 @@ def test_the_output_head_reads_contiguous_hidden_states(tiny_policy):
         assert contiguous_output_head(tiny_policy.model) is None  # installed once per head
     finally:
         probe.remove()
+
+
+def test_a_batch_decides_exactly_as_its_rows_one_by_one(tiny_model_and_tokenizer):
+    """Acting scores and samples every row in a few tensor operations: the same choices, log-probs
+    and records as the row-by-row definition (each row's candidate scores, then
+    ``sample_candidate`` on each row in order with the same generator), action sets of several
+    sizes and multi-token candidates in one batch, duplicates included."""
+    from textgym.policy.kv_cache import run_prompts, shared_prefix_length, unique_rows
+    from textgym.policy.sampling import sample_candidate
+    from textgym.policy.scoring import candidate_scores, score_candidates
+
+    model, tok = tiny_model_and_tokenizer
+    observations = OBSERVATIONS * 3 + [OBSERVATIONS[0]]
+    valid = [ACTIONS, ["LEFT", "RIGHT"], ["go north", "go north east", "look", "x"], ["LEFT", "RIGHT"]] * 2 \
+        + [ACTIONS, ["LEFT", "RIGHT"]]
+    for normalization, greedy, floor in [("sum", False, 0.0), ("token", False, 0.3), ("word", True, 0.0)]:
+        policy = Policy(model, tok, normalization=normalization, temperature=0.7, seed=3)
+        with policy.exploring(floor):
+            decisions = policy.act(observations, [SYSTEM] * 10, valid, greedy=greedy)
+        reference = Policy(model, tok, normalization=normalization, temperature=0.7, seed=3)
+        prompts = [reference.prompt_ids(SYSTEM, o) for o in observations]
+        candidates = [reference.candidate_set(v) for v in valid]
+        # as acting does: identical rows (same prompt and actions) run once, each sampled on its own
+        firsts, row_of = unique_rows([(tuple(p), tuple(v)) for p, v in zip(prompts, valid)])
+        with torch.inference_mode():
+            batch, _ = run_prompts(model, [prompts[i] for i in firsts],
+                                   shared_prefix_length(prompts, reference.prompts.system_prefix(SYSTEM)),
+                                   pad_id=reference.pad_id, device=reference.device,
+                                   counters=dict.fromkeys(reference.counters, 0))
+            per_unique = score_candidates(model, batch, [candidates[i] for i in firsts], pad_id=reference.pad_id,
+                                          chunk_bytes=2**28, counters=dict.fromkeys(reference.counters, 0))
+        per_row = [per_unique[u] for u in row_of]
+        for d, token_lps, actions, prompt in zip(decisions, per_row, valid, prompts):
+            scores = candidate_scores(token_lps, normalization, list(actions))
+            k, logp, behaviour = sample_candidate(scores, 0.7, greedy, reference.generator, floor=floor)
+            assert (d.action_index, d.text, d.prompt_ids) == (k, actions[k], prompt)
+            assert d.behaviour_logprobs == (None if behaviour is None else [behaviour])
+            assert d.logprob == float(logp[k]) and d.token_logprobs == token_lps[k].tolist()
+
+
+def test_prompts_are_rendered_once_per_system_prompt_exactly_as_the_template(tiny_model_and_tokenizer):
+    from textgym.policy.prompts import ChatPrompts
+
+    _, tok = tiny_model_and_tokenizer
+    prompts = ChatPrompts(tok)
+    odd = ["  leading and trailing spaces \n", "{{ not a template }} <b>&amp;</b>", ""]
+    for obs in odd:
+        messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": obs}]
+        rendered = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        assert prompts.prompt_text(SYSTEM, obs) == rendered
+    assert prompts.frame(SYSTEM) is not None
+    assert prompts.batch_prompt_ids([SYSTEM] * 3, odd) == [prompts.prompt_ids(SYSTEM, o) for o in odd]
+    # A template that trims its messages does not place them verbatim: every prompt is rendered.
+    trimming = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] | trim }}\n{% endfor %}"
+                "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+    trimmed = ChatPrompts(tok, chat_template=trimming)
+    assert trimmed.frame(SYSTEM) is None
+    assert trimmed.prompt_text(SYSTEM, odd[0]).endswith("<|user|>leading and trailing spaces\n<|assistant|>")
+
+
+def test_gpu_memory_is_checked_before_a_batch_too_large_for_it(tiny_model_and_tokenizer):
+    from textgym.policy.memory import acting_bytes_per_row, acting_memory_error
+
+    model, _ = tiny_model_and_tokenizer
+    per_row = acting_bytes_per_row(model.config, prompt_tokens=90, new_tokens=8, dtype_bytes=2)
+    longer = acting_bytes_per_row(model.config, prompt_tokens=180, new_tokens=8, dtype_bytes=2)
+    assert 0 < per_row < longer
+    fits = acting_memory_error(model.config, 1024, 90, 8, 2, free_bytes=2 * 1024 * per_row, device="cuda:0")
+    assert fits is None
+    message = acting_memory_error(model.config, 1024, 90, 8, 2, free_bytes=500 * per_row, device="cuda:0")
+    largest = int(500 * per_row * 0.8) // per_row
+    assert message.startswith("1024 envs side by side need about ")
+    assert message.endswith(f"free on cuda:0: the largest safe --num-envs is {largest}") and 390 < largest <= 400
+    assert "no room" in acting_memory_error(model.config, 8, 90, 8, 2, free_bytes=per_row // 2, device="cuda:0")

@@ -259,3 +259,14 @@ def test_a_rollout_reports_the_most_decisions_left(tiny_model_and_tokenizer):
     with watch(seen.append):  # the bandit has no step limit and none is given: no bound
         collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
     assert all(report.decisions_left is None for report in seen)
+
+
+def test_int8_acting_is_refused_on_a_gpu_with_the_reason(tiny_model_and_tokenizer):
+    from textgym.policy.precision import make_acting_copy
+
+    model, tok = tiny_model_and_tokenizer
+    reason = "int8 acting is unavailable on cuda: torch's dynamic int8 quantization runs on CPUs only"
+    with pytest.raises(ValueError, match=reason):  # refused before anything touches the device
+        Policy(model, tok, mode="score", act_dtype="int8", device="cuda")
+    with pytest.raises(ValueError, match="int8 acting is unavailable on meta"):
+        make_acting_copy(copy.deepcopy(model).to("meta"), "int8")

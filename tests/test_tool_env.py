@@ -75,7 +75,7 @@ def test_a_trl_style_class_is_a_tool_env_that_solves_with_tool_calls():
     env.reset(seed=0)
     env.step(call("increment", by=2))
     _, reward, terminated, _, info = env.step("2")
-    assert (reward, terminated, info["episode_stats"]) == (1.0, True, {"return": 1.0, "length": 2, "invalid_count": 0})
+    assert (reward, terminated, info["episode"]) == (1.0, True, {"return": 1.0, "length": 2, "invalid_count": 0})
 
 
 def test_plain_functions_with_reset_and_reward():
@@ -94,7 +94,7 @@ def test_plain_functions_with_reset_and_reward():
     assert env.step(call("add", a=4, b=3))[0] == "<tool_response>\n7\n</tool_response>"
     _, reward, terminated, _, info = env.step("7")
     assert (reward, terminated) == (1.0, True)
-    assert info["episode_stats"] == {"return": 1.0, "length": 2, "invalid_count": 0}
+    assert info["episode"] == {"return": 1.0, "length": 2, "invalid_count": 0}
 
 
 def test_a_function_without_types_or_docstring_is_refused_naming_it():
@@ -180,7 +180,7 @@ def test_the_tool_calls_per_episode_are_capped():
     env.reset(seed=0)
     assert not env.step(call("increment"))[3]
     _obs, _reward, terminated, truncated, info = env.step(call("increment"))
-    assert (terminated, truncated) == (False, True) and info["episode_stats"]["length"] == 2
+    assert (terminated, truncated) == (False, True) and info["episode"]["length"] == 2
 
 
 def test_parse_tool_call_reads_the_native_and_the_json_format():
@@ -189,3 +189,103 @@ def test_parse_tool_call_reads_the_native_and_the_json_format():
     assert parse_tool_call('{"answer": 3}') is None
     assert parse_tool_call("[" * 100_000) is None
     assert parse_tool_call("<tool_call>" + "[" * 100_000).error.startswith("the tool call is not JSON")
+
+
+def test_transcripts_show_the_tool_calls_and_their_results(tmp_path):
+    from textgym.rollout import collect
+    from textgym.transcripts import TranscriptWriter, read_transcripts
+    from textgym.vector import TextVectorEnv
+
+    class Scripted:
+        """Calls increment twice, then answers 2."""
+
+        def act(self, observations, system_prompts, valid_actions=None, greedy=False):
+            from textgym.policy import Decision
+
+            answers = [call("increment") if "<tool_response>\n2" not in obs else "2" for obs in observations]
+            return [Decision(text=a, prompt_ids=[], answer_ids=[], token_logprobs=[], logprob=0.0) for a in answers]
+
+    venv = TextVectorEnv([lambda: textgym.tool_env(Counter)], seed=0)
+    episodes = collect(Scripted(), venv, episodes=1, seed=0).episodes
+    TranscriptWriter(tmp_path, per_update=1).write(episodes, update=1, source="train")
+    steps = read_transcripts(tmp_path)[0]["steps"]
+    assert [s["parse"]["action"] for s in steps] == ["increment({})", "increment({})", "final answer"]
+    assert [s["observation"] for s in steps][1:] == ["<tool_response>\n1\n</tool_response>",
+                                                     "<tool_response>\n2\n</tool_response>"]
+    assert read_transcripts(tmp_path)[0]["return"] == 1.0
+
+
+def test_the_calculator_tool_env_trains_in_generate_mode(tiny_model_and_tokenizer, tmp_path):
+    import copy
+
+    import torch
+
+    from textgym.trainers import make_trainer
+
+    model, tokenizer = tiny_model_and_tokenizer
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="generate", max_new_tokens=8, seed=0)
+    before = [p.detach().clone() for p in policy.model.parameters() if p.requires_grad]
+    trainer = make_trainer("reinforce", policy, env="textgym/Calculator-v0", out_dir=tmp_path,
+                           config={"num_envs": 2, "episodes_per_update": 4, "minibatch_size": 8, "lr": 1e-2})
+    history = trainer.train(updates=1)
+    assert len(history) == 1 and history[0]["episodes"] >= 4
+    after = [p for p in policy.model.parameters() if p.requires_grad]
+    assert any(not torch.equal(a, b) for a, b in zip(after, before, strict=True))   # the update changed weights
+    envs = trainer.venv.envs
+    assert envs[0].get_wrapper_attr("tools")   # a tool env, played by the one rollout loop
+
+
+def test_the_calculator_passes_gymnasiums_env_checker():
+    import warnings
+
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import check_env
+
+    env = gym.make("textgym/Calculator-v0")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version.*")
+        check_env(env, skip_render_check=True)
+    obs, info = env.reset(seed=0)
+    assert obs == "Calculate -33 * -22 - -8." and [t["function"]["name"] for t in info["tools"]] == [
+        "add", "divide", "multiply", "subtract"]
+
+
+def test_one_calculator_class_serves_trl_and_tool_env():
+    from textgym.envs.calculator import ArithmeticCalculator
+
+    trl_style = ArithmeticCalculator()                   # what TRL's environment_factory makes
+    assert trl_style.reset(seed=0) == "Calculate -33 * -22 - -8."
+    trl_style.multiply(a=-33, b=-22)
+    assert trl_style.subtract(a=726, b=-8) == "734" and trl_style.get_reward() == 1.0   # TRL: the last result
+    env = textgym.tool_env(ArithmeticCalculator)
+    env.reset(seed=0)
+    assert env.step("<answer>734</answer>")[1] == 1.0     # textgym: the final answer
+
+
+def test_adversarial_answers_never_break_a_tool_env():
+    from tests.test_fuzz import EMPTY_NON_TEXT, GARBAGE_TEXT, OTHER_NON_TEXT
+
+    env = textgym.tool_env(Counter, invalid_policy="retry", max_tool_calls=3)
+    env.reset(seed=0)
+    tool_calls = [call("increment", by=10 ** 400), call("increment", by=float("nan")), call("flood", nul="yes"),
+                  "<tool_call>" + "{" * 50_000, '<tool_call>{"name": null}</tool_call>',
+                  '<tool_call>{"name": "increment", "arguments": {"by": 1, "by": 2}}</tool_call>',
+                  '{"name": "__init__", "arguments": {}}', '{"name": "reset", "arguments": {}}']
+    for answer in GARBAGE_TEXT + EMPTY_NON_TEXT + OTHER_NON_TEXT + tool_calls:
+        obs, reward, terminated, truncated, info = env.step(answer)
+        assert isinstance(obs, str) and isinstance(reward, float) and isinstance(info["parse"]["valid"], bool)
+        if terminated or truncated:
+            env.reset(seed=1)
+
+
+def test_the_calculators_scripted_reference_solves_every_item():
+    from textgym.baselines import evaluate_baseline
+
+    result = evaluate_baseline(textgym.make("textgym/Calculator-v0"), "scripted", episodes=50, seed=0)
+    assert result["return_mean"] == 1.0 and result["invalid_rate"] == 0.0
+
+
+def test_the_calculator_is_declared_free_text():
+    from textgym.registry import takes_free_text
+
+    assert takes_free_text("textgym/Calculator-v0")   # score mode refuses it before loading a model

@@ -243,3 +243,24 @@ def test_environment_factory_one_trl_step_with_the_tiny_model(tmp_path, monkeypa
     assert len(resets) == 4 and all(resets.count(s) == 2 for s in resets) and set(resets) <= {0, 1, 2, 3}
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 1 and "rewards/TextgymToolEnv/mean" in logged[0]
+
+
+def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("trl_environment_example",
+                                                  Path(__file__).parents[1] / "examples" / "trl_environment.py")
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    trainer = example.main(["--quick", "--env", "calculator", "--output-dir", str(tmp_path)])
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert trainer.state.global_step == 1 and len(logged) == 1
+    # TRL's column from get_reward() (the last calculator result) and the example's final-answer score
+    assert {"rewards/ArithmeticCalculator/mean", "rewards/final_answer/mean"} <= set(logged[0])
+    from textgym.envs.calculator import ArithmeticCalculator
+
+    calculator = ArithmeticCalculator()
+    calculator.reset(seed=0)
+    completion = [{"role": "assistant", "content": "<answer>734</answer>"}]
+    assert example.final_answer([completion, [{"role": "assistant", "content": "734"}]],
+                                [calculator, calculator]) == [1.0, 0.0]

@@ -14,6 +14,8 @@ suite   what                                                    cost
 smoke   the tiny random model, tiny budgets on 3 classic envs   about a minute on 2 cores (a test)
 quick   the default model, full's envs, short budgets           fits 30 minutes on 2 cores, 1 seed
 full    the default model, six envs' targets, 3 seeds           at most 30 minutes per run
+        (and the rl suite's rows)
+rl      RL on its own (issue 44): start_eval vs eval, 3 seeds   at most 60 minutes per run
 ======  ======================================================  =========================================
 
 The runner (``textgym.cli.benchmarking``) writes ``results.json`` and ``results.md`` (the table
@@ -24,7 +26,7 @@ Example:
     >>> suite.model, [row.name for row in suite.rows]
     ('tiny', ['bandit', 'cartpole-numbers', 'blackjack'])
     >>> print(markdown_table(suite, {"rows": {}}).splitlines()[2])
-    | bandit | bandit | 1 update of 8 episodes | not run | not run | not run | not run | not run | return >= 1 (the scripted player's) | - |
+    | bandit | bandit | 1 update of 8 episodes | not run | not run | - | not run | not run | not run | not run | return >= 1 (the scripted player's) | - |
 """
 
 from __future__ import annotations
@@ -36,8 +38,8 @@ from typing import Any
 
 from textgym.settings import check, setting
 
-__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "Target", "markdown_table", "number",
-           "result_cell", "seed_summary"]
+__all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "Target", "gain_cell", "gain_summary",
+           "markdown_table", "number", "result_cell", "rl_gain", "seed_summary"]
 
 
 def number(value: float) -> str:
@@ -73,6 +75,8 @@ class Target:
         win_rate_at_least: a game's win rate must reach this.
         loss_rate_at_most: a game's loss rate must stay at or under this.
         above_untrained: the return must beat the untrained model's on the same episodes.
+        exact_return_at_least: the greedy play's exact expected return (``exact_return``, where
+            the env has one: Blackjack) must reach this.
         note: what the numbers stand for, shown in parentheses.
     """
 
@@ -80,6 +84,7 @@ class Target:
     win_rate_at_least: float | None = None
     loss_rate_at_most: float | None = None
     above_untrained: bool = False
+    exact_return_at_least: float | None = None
     note: str = ""
 
     def __str__(self) -> str:
@@ -92,6 +97,8 @@ class Target:
             parts.append(f"losses <= {_percent(self.loss_rate_at_most)}")
         if self.above_untrained:
             parts.append("return above the untrained model's")
+        if self.exact_return_at_least is not None:
+            parts.append(f"exact return >= {number(self.exact_return_at_least)}")
         return ", ".join(parts) + (f" ({self.note})" if self.note else "")
 
     def __bool__(self) -> bool:
@@ -116,6 +123,10 @@ class Target:
             if not untrained or "return_mean" not in untrained:
                 return None
             checks.append(value > float(untrained["return_mean"]))
+        if self.exact_return_at_least is not None:
+            if "exact_return" not in trained:
+                return None
+            checks.append(float(trained["exact_return"]) >= self.exact_return_at_least)
         return all(checks)
 
 
@@ -150,6 +161,11 @@ class BenchmarkRow:
     eval_env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     target: Target = field(default_factory=Target)
     budget: str = ""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, Target):  # a target the table could not check
+            raise TypeError(f"row {self.name!r}: target must be a textgym.benchmark.Target "
+                            f"(e.g. Target(return_at_least=0.9)), got {self.target!r}")
 
 
 @dataclass(frozen=True)
@@ -250,6 +266,42 @@ _BABYAI = {"mode": "score", "sft_player": "scripted", "sft_episodes": 100, "sft_
            "trainer": {"sft_lr": 1e-3, "lora_layers": 8}}
 _BABYAI_TARGET = Target(return_at_least=0.84, note="90% of the BabyAI bot's 0.93")
 
+# --- RL on its own (issue 44): rows whose gain is RL's, each run's start_eval beside its eval ---
+#: RL's own mechanisms, for an env whose states recur: an exploration floor (every answer sampled
+#: in every state, the update importance-weighted back to the policy), GiGPO's same-state advantage
+#: (a hand's HIT compared with its STICK in the same state), no KL penalty (it pulled toward the
+#: untrained model) and no entropy bonus (the floor explores).
+_RL_CREDIT = {"explore_floor": 0.2, "state_credit": 1.0, "kl_coef": 0.0, "entropy_coef": 0.0}
+#: Blackjack from the untrained model, no warm start.
+_BLACKJACK_RL = {"sft_player": "none", "updates": 40, "num_envs": 32, "lr": 1e-3,
+                 "trainer": {**_RL_CREDIT, "episodes_per_update": 128, "metrics_window": 256}}
+#: CartPole with the numbers only, RL alone (the heading shaping credits each push).
+_CARTPOLE_NUMBERS_RL = {**_CARTPOLE_NUMBERS, "updates": 12}
+#: TicTacToe vs random: RL after the warm start on the optimal player (the clipped ratio and the
+#: fixed number of minibatches keep RL from undoing it in one update).
+_TICTACTOE_RL = {**_TICTACTOE_WARM, "updates": 8, "trainer": {"sft_lr": 1e-3, "kl_coef": 0.0}}
+#: BabyAI GoToRedBallNoDists, RL alone: the floor makes ``forward`` sampled.
+_BABYAI_RL = {"mode": "score", "sft_player": "none", "updates": 16,
+              "trainer": {"lora_layers": 8, "explore_floor": 0.2, "state_credit": 1.0}}
+
+RL_ROWS = (
+    BenchmarkRow("blackjack-rl", "blackjack", _BLACKJACK_RL, eval_episodes=2000,
+                 target=Target(exact_return_at_least=-0.060, note="basic strategy's exact -0.0466"),
+                 budget="REINFORCE from the untrained model, no warm start, 40 updates of 128 hands "
+                        "with the exploration floor and per-state credit"),
+    BenchmarkRow("cartpole-numbers-rl", "cartpole", _CARTPOLE_NUMBERS_RL, eval_episodes=50,
+                 eval_env_kwargs=_CARTPOLE_EVAL, target=_CARTPOLE_TARGET,
+                 budget="REINFORCE alone on the numbers (word none), up to 12 updates of 16 episodes; "
+                        "stops once a check passes"),
+    BenchmarkRow("tictactoe-rl", "tictactoe", _TICTACTOE_RL, eval_episodes=400,
+                 target=Target(win_rate_at_least=0.94, loss_rate_at_most=0.01,
+                               note="and above start_eval by 2 standard errors"),
+                 budget="the warm start on the optimal player's 800 games, then 8 REINFORCE updates"),
+    BenchmarkRow("babyai-gotoredball-rl", "minigrid/BabyAI-GoToRedBallNoDists-v0", _BABYAI_RL,
+                 eval_episodes=100, target=Target(return_at_least=0.80, note="the bot 0.934, random 0.110"),
+                 budget="16 REINFORCE updates from the untrained model with the exploration floor"),
+)
+
 SMOKE = Suite(
     "smoke", "The tiny random model, one small update per row: checks the machinery, not learning.",
     model="tiny", seeds=1,
@@ -329,11 +381,17 @@ FULL = Suite(
                      {**_BABYAI, "updates": 8}, eval_episodes=100, target=_BABYAI_TARGET,
                      budget="a warm start on 100 of the bot's missions (6 epochs: ~8.5 min at 1 thread), "
                             "then 8 updates of 16 episodes"),
+        *RL_ROWS,
     ),
 )
 
+RL = Suite(
+    "rl", "Reinforcement learning on its own: each run's greedy result beside its starting point's "
+    "on the same held-out episodes (start_eval), 3 seeds per row.",
+    model="smollm2-135m", seeds=3, rows=RL_ROWS)
+
 #: Every suite by name (``textgym benchmark --suite``).
-SUITES: dict[str, Suite] = {suite.name: suite for suite in (SMOKE, QUICK, FULL)}
+SUITES: dict[str, Suite] = {suite.name: suite for suite in (SMOKE, QUICK, FULL, RL)}
 
 
 @dataclass(frozen=True)
@@ -348,11 +406,11 @@ class BenchmarkConfig:
         >>> BenchmarkConfig("huge")
         Traceback (most recent call last):
         ...
-        ValueError: suite must be one of smoke, quick, full, got 'huge'
+        ValueError: suite must be one of smoke, quick, full, rl, got 'huge'
     """
 
     suite: str = setting(choices=tuple(SUITES), flag=True)
-    """The suite: smoke (tiny model, a test), quick (30 minutes) or full (the targets)."""
+    """The suite: smoke (tiny model, a test), quick (30 minutes), full (the targets) or rl (RL on its own)."""
     seeds: int | None = setting(None, at_least=1, flag=True, metavar="N",
                                 default_text="the suite's: smoke 1, quick 1, full 3")
     """Training seeds per row (seeds 0 to N-1)."""
@@ -406,11 +464,66 @@ def seed_summary(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         # exact arithmetic: equal returns spread by 0, not by float rounding (1e-16)
         "return_seed_std": statistics.pstdev(returns),
     }
-    for rate in ("win_rate", "draw_rate", "loss_rate"):
+    for rate in ("win_rate", "draw_rate", "loss_rate", "exact_return"):
         if all(rate in r for r in results):
             summary[rate] = sum(float(r[rate]) for r in results) / len(results)
     summary["seeds"] = len(results)
     return summary
+
+
+def rl_gain(result: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, float]:
+    """What RL changed: a run's greedy ``result`` minus its starting point's ``start`` on the same
+    held-out episodes (``return``; ``exact_return`` too where both have one), with the standard
+    error of the return's difference as if the two means were independent (``sqrt(se1^2 +
+    se2^2)``; the same episodes make them positively correlated, so it is an upper bound).
+
+    Example:
+        >>> rl_gain({"return_mean": 0.9, "return_stderr": 0.03}, {"return_mean": 0.5, "return_stderr": 0.04})
+        {'return': 0.4, 'return_stderr': 0.05}
+    """
+    gain = {"return": round(float(result["return_mean"]) - float(start["return_mean"]), 12),
+            "return_stderr": round((float(result.get("return_stderr") or 0.0) ** 2
+                                    + float(start.get("return_stderr") or 0.0) ** 2) ** 0.5, 12)}
+    if "exact_return" in result and "exact_return" in start:
+        gain["exact_return"] = float(result["exact_return"]) - float(start["exact_return"])
+    return gain
+
+
+def gain_summary(gains: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
+    """The mean RL gain over a row's runs (each a :func:`rl_gain`) and its standard error
+    (``sqrt(sum of se^2) / n``); empty when a run has none.
+
+    Example:
+        >>> gain_summary([{"return": 0.4, "return_stderr": 0.03}, {"return": 0.2, "return_stderr": 0.04}])
+        {'return': 0.3, 'return_stderr': 0.025, 'seeds': 2}
+    """
+    if not gains or any(g is None for g in gains):
+        return {}
+    n = len(gains)
+    summary: dict[str, Any] = {
+        "return": round(sum(float(g["return"]) for g in gains) / n, 12),
+        "return_stderr": round(sum(float(g["return_stderr"]) ** 2 for g in gains) ** 0.5 / n, 12)}
+    if all("exact_return" in g for g in gains):
+        summary["exact_return"] = sum(float(g["exact_return"]) for g in gains) / n
+    summary["seeds"] = n
+    return summary
+
+
+def gain_cell(gain: Mapping[str, Any] | None) -> str:
+    """A table cell for :func:`gain_summary`: the RL gain of the greedy return ± its standard error.
+
+    Example:
+        >>> gain_cell({"return": 0.3, "return_stderr": 0.025, "seeds": 2})
+        '+0.3 ± 0.025'
+        >>> gain_cell({})
+        '-'
+    """
+    if not gain:
+        return "-"
+    text = f"{'+' if float(gain['return']) >= 0 else ''}{number(gain['return'])} ± {number(gain['return_stderr'])}"
+    if "exact_return" in gain:
+        text += f" (exact {'+' if float(gain['exact_return']) >= 0 else ''}{number(gain['exact_return'])})"
+    return text
 
 
 def result_cell(result: Mapping[str, Any] | None) -> str:
@@ -433,6 +546,8 @@ def result_cell(result: Mapping[str, Any] | None) -> str:
     if "win_rate" in result:
         rates = "/".join(f"{100 * float(result[k]):.0f}" for k in ("win_rate", "draw_rate", "loss_rate"))
         text += f" (W/D/L {rates}%)"
+    if "exact_return" in result:
+        text += f" (exact {number(result['exact_return'])})"
     return text
 
 
@@ -463,14 +578,15 @@ def _met(met: bool | None) -> str:
 
 def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
     """The Markdown table of a suite's results (``results.json``'s content): one line per row,
-    the trained policy's greedy return (mean over seeds) beside the untrained model's and the
-    references', with the row's target and whether the trained policy met it (``-``: not run).
+    the trained policy's greedy return (mean over seeds) beside its starting point's on the same
+    episodes (``start_eval``: the warm start, else the untrained model) and the RL gain between
+    them, the untrained model's and the references', with the row's target and whether the trained policy met it (``-``: not run).
     A row not run yet says so. Every return has one format (:func:`number`)."""
     names = ["random", "scripted", "optimal"]  # "optimal": the best policy, where one is known
     lines = [
-        ("| run | env | budget per seed | trained (greedy) | untrained | random | scripted | optimal "
-         "| target | met |"),
-        "|---|---|---|---:|---:|---:|---:|---:|---|---|",
+        ("| run | env | budget per seed | trained (greedy) | start (greedy) | RL gain | untrained | random "
+         "| scripted | optimal | target | met |"),
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     rows = results.get("rows") or {}
     for declared in suite.rows:
@@ -478,7 +594,11 @@ def markdown_table(suite: Suite, results: Mapping[str, Any]) -> str:
         references = (row or {}).get("references") or {}
         trained = (row or {}).get("trained") or None
         env = (row or {}).get("env") or declared.env
+        runs = (row or {}).get("runs") or []
+        starts = [r["start_eval"] for r in runs if r.get("start_eval")]
+        start = seed_summary(starts) if runs and len(starts) == len(runs) else None
         cells = [declared.name, env.split("/")[-1], _budget(row, declared), result_cell(trained),
+                 result_cell(start), gain_cell((row or {}).get("gain")),
                  result_cell(references.get("untrained")),
                  *(result_cell(references.get(name)) if (not references or name in references)
                    else "none" for name in names),  # "none": the env has no such reference

@@ -21,32 +21,35 @@ import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
+from textgym.settings import check, setting
+
 __all__ = ["LoraSettings", "adapter_parameters", "adapter_settings", "add_lora", "differences", "is_peft_model"]
 
 
 @dataclass(frozen=True)
 class LoraSettings:
-    """What a LoRA adapter looks like (the trainer config's ``lora_*`` fields, in one object)."""
+    """What a LoRA adapter looks like (the trainer config's ``lora_*`` fields, in one object).
 
-    r: int = 16
+    Raises:
+        ValueError: a setting out of its range (``r must be an integer >= 1, got 0``).
+    """
+
+    r: int = setting(16, at_least=1)
     """Rank of the low-rank update."""
-    alpha: int = 32
+    alpha: int = setting(32, at_least=1)
     """Scaling numerator: the update is scaled by ``alpha / r``."""
-    dropout: float = 0.0
+    dropout: float = setting(0.0, at_least=0, below=1)
     """Dropout on the LoRA branch (0: acting and re-scoring see the same function)."""
     target_modules: tuple[str, ...] | None = None
     """Module names the adapter wraps. ``None``: the model registry's defaults for the model
     (those present in it), else every linear layer (``"all-linear"``)."""
-    layers: int | None = None
+    layers: int | None = setting(None, at_least=1)
     """Adapt only the top this many transformer layers (``None``: all)."""
 
     def __post_init__(self) -> None:
         if self.target_modules is not None:
             object.__setattr__(self, "target_modules", tuple(self.target_modules))
-        if self.r < 1:
-            raise ValueError(f"LoRA rank must be >= 1, got {self.r}")
-        if self.layers is not None and self.layers < 1:
-            raise ValueError(f"lora_layers must be >= 1 (or None for all layers), got {self.layers}")
+        check(self)  # every field's range, as declared above (TrainConfig's lora_* are declared like them)
 
 
 def is_peft_model(model: Any) -> bool:

@@ -51,6 +51,7 @@ __all__ = [
     "ReferencePolicy",
     "TrainingDefaults",
     "UnknownEnvError",
+    "exact_return",
     "family_ids",
     "held_out",
     "list_envs",
@@ -77,6 +78,12 @@ _GYM_REGISTER_KEYS = frozenset({
 
 class UnknownEnvError(gym.error.UnregisteredEnv):
     """No env is registered under this id or short name; the message names close matches."""
+
+
+class EnvUnavailableError(RuntimeError):
+    """The env is registered but cannot be made on this machine (a family's id whose package
+    downloads data at run time, missing offline: :attr:`EnvFamily.unavailable`); the message
+    says why and what fixes it."""
 
 
 class DuplicateEnvError(gym.error.RegistrationError):
@@ -152,6 +159,7 @@ _lock = threading.RLock()
 _INFOS: dict[str, EnvSpecInfo] = {}
 _ORIGINS: dict[str, str] = {}                   # id -> human-readable origin for error messages
 _REFERENCES: dict[str, dict[str, str | ReferencePolicy]] = {}   # id -> name -> policy or "module:attr"
+_EXACT_RETURNS: dict[str, str | Callable[..., float]] = {}  # id -> exact_return(policy, env_kwargs)
 #: The reference policy every env has: a uniformly random valid action at every step.
 RANDOM_POLICY = "textgym.baselines:random_policy"
 _loaded_entry_points: set[tuple[str, str, str]] = set()
@@ -177,6 +185,7 @@ def register(
     source: str | None = None,
     training_defaults: TrainingDefaults | None = None,
     reference_policies: Mapping[str, str | ReferencePolicy] | None = None,
+    exact_return: str | Callable[..., float] | None = None,
     free_text: bool | Callable[[dict[str, Any]], bool] = False,
     **kwargs: Any,
 ) -> None:
@@ -203,6 +212,9 @@ def register(
             "mypackage.envs:scripted_player"}``: each a :data:`ReferencePolicy` or its
             ``"module:attribute"`` (imported when first used). ``"random"`` (a uniformly random
             valid action) is always there unless given here.
+        exact_return: where a text policy's greedy play has an exact expected return (a small
+            MDP whose every state can be rendered): ``exact_return(policy, env_kwargs) -> float``
+            or its ``"module:attribute"`` (:func:`exact_return`).
         free_text: the env takes free-text answers, with no finite list of actions (score
             mode cannot play it: ``textgym train`` refuses it before loading a model); a callable
             ``(env_kwargs) -> bool`` when its make-time settings decide.
@@ -248,6 +260,10 @@ def register(
             source=source, short_name=_short_name(id), training_defaults=training_defaults,
             reference_policies=tuple(references), free_text=free_text)
         _REFERENCES[id] = references
+        if exact_return is not None:
+            _EXACT_RETURNS[id] = exact_return
+        else:
+            _EXACT_RETURNS.pop(id, None)
         _ORIGINS[id] = origin
 
 
@@ -391,6 +407,24 @@ def reference_policy(id: str, name: str = "scripted") -> ReferencePolicy | None:
     return policy
 
 
+def exact_return(id: str) -> Callable[..., float] | None:
+    """The env's exact expected return of a policy's greedy play, ``fn(policy, env_kwargs=None)
+    -> float`` (no sample of episodes, so no luck), or ``None`` when it registered none.
+
+    Example:
+        >>> import textgym
+        >>> textgym.registry.exact_return("blackjack").__name__, textgym.registry.exact_return("cartpole")
+        ('blackjack_exact_return', None)
+    """
+    env_id = resolve_id(id)
+    with _lock:
+        value = _EXACT_RETURNS.get(env_id)
+    if isinstance(value, str):
+        module, _, attribute = value.partition(":")
+        value = getattr(importlib.import_module(module), attribute)
+    return value
+
+
 def _pick(ids: list[str], name: str) -> str | None:
     """The one id that ``name`` means among ``ids``: the highest version, built-ins first."""
     if not ids:
@@ -436,6 +470,9 @@ class EnvFamily:
         free_text: whether its ids take free-text answers (as :func:`register`'s): a bool, a
             callable ``(name) -> bool | (env_kwargs) -> bool``, or the ``"module:attribute"`` of
             either.
+        unavailable: a callable ``(name) -> str | None`` (or its ``"module:attribute"``): why an
+            id cannot be made on this machine (data its package downloads at run time and that
+            is missing offline), shown by ``textgym envs --family PREFIX``; ``None``: all can.
     """
 
     prefix: str
@@ -448,6 +485,12 @@ class EnvFamily:
     source: str = "textgym"
     reference_policies: Any = None
     free_text: Any = False
+    unavailable: Any = None
+
+    def why_unavailable(self, name: str) -> str | None:
+        """Why ``prefix/name`` cannot be made here (``unavailable``), or ``None``."""
+        check = _load(self.unavailable) if isinstance(self.unavailable, str) else self.unavailable
+        return check(name) if callable(check) else None
 
     def ids(self) -> list[str]:
         """The package's ids (imports the package; a missing one raises :class:`UnknownEnvError`)."""
@@ -516,8 +559,13 @@ def family_ids(prefix: str, register_all: bool = False) -> list[str]:
 
 
 def make_family_env(family: str, name: str, **kwargs: Any) -> gym.Env:
-    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``."""
-    return _load(_FAMILIES[family.lower()].make)(name, **kwargs)
+    """The entry point of every ``family/name`` id: the family's ``make(name, **kwargs)``
+    (:class:`EnvUnavailableError` first when the family says the id cannot be made here)."""
+    found = _FAMILIES[family.lower()]
+    reason = found.why_unavailable(name)
+    if reason is not None:  # before the package's game module is imported (it would try to download)
+        raise EnvUnavailableError(f"{found.prefix}/{name} is {reason}")
+    return _load(found.make)(name, **kwargs)
 
 
 def _register_family_id(family: EnvFamily, name: str) -> str:

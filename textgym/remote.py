@@ -671,7 +671,7 @@ def serves_mcp(url: str, timeout: float = DEFAULT_STEP_TIMEOUT) -> bool:
     import requests
 
     try:
-        reply = requests.get(f"{url}/schema", timeout=timeout)
+        reply = requests.get(f"{url}/schema", timeout=timeout, headers=_auth_headers())
         reply.raise_for_status()
         return ActionModel.from_schema(reply.json()["action"]).is_mcp
     except Exception:  # noqa: BLE001 - unreachable or not OpenEnv: the text env reports it at reset

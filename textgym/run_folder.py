@@ -14,6 +14,9 @@ other documents link to.
         trainer_state.json   counters, the algorithm's config, RNG states, the env id
         policy.json, adapter/ (or model/), tokenizer/   the policy (textgym.policy.persistence)
         optimizer.safetensors, metrics.jsonl (the lines up to the checkpoint), ...
+    start/             a run with a warm start and RL updates: the checkpoint after the warm
+                       start, before the first update (its starting point, which ``textgym
+                       benchmark`` evaluates as ``start_eval``)
     .textgym.lock      held while a session uses the folder (cli/runlock.py)
 
 A checkpoint is replaced atomically: written as ``checkpoint.tmp``, the previous one kept as
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-__all__ = ["CHECKPOINT", "CONFIG", "CURVE", "LOCK", "METRICS", "RUN_FILES", "STATE", "SUMMARY",
+__all__ = ["CHECKPOINT", "CONFIG", "CURVE", "LOCK", "METRICS", "RUN_FILES", "START", "STATE", "SUMMARY",
            "TENSORBOARD", "previous", "temporary"]
 
 CONFIG = "config.toml"
@@ -38,11 +41,13 @@ TENSORBOARD = "tb"
 CURVE = "curve.png"
 SUMMARY = "summary.json"
 CHECKPOINT = "checkpoint"
+#: The checkpoint of a warm-started run's starting point (after the warm start, before any update).
+START = "start"
 #: Inside a checkpoint folder: the trainer's JSON state.
 STATE = "trainer_state.json"
 LOCK = ".textgym.lock"
 #: The files that make a folder a run folder (``--force`` replaces them).
-RUN_FILES = (CONFIG, METRICS, CHECKPOINT, CURVE, SUMMARY)
+RUN_FILES = (CONFIG, METRICS, CHECKPOINT, CURVE, SUMMARY, START)
 
 
 def temporary(path: Path) -> Path:

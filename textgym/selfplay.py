@@ -34,13 +34,16 @@ import numpy as np
 from textgym import seeds
 from textgym.policy import Decision
 from textgym.rollout import Episode, Request, Step, SupportsAct, collect, play
+from textgym.settings import check, like, setting
 from textgym.step_cap import StepCap
+from textgym.trainers.engine.train_config import TrainConfig
+from textgym.wrappers.invalid_answer import INVALID_POLICIES
 
 if TYPE_CHECKING:
     from pettingzoo import AECEnv
 
     from textgym.envs.games import Opponent
-    from textgym.trainers import TrainConfig, Trainer
+    from textgym.trainers import Trainer
 
 __all__ = ["GameRecord", "GameSlot", "SelfPlay", "SelfPlayConfig", "evaluate_vs", "play_selfplay_games"]
 
@@ -52,39 +55,34 @@ _GAME_IDS = {"tictactoe": "textgym/TicTacToe-v0", "connect_four": "textgym/Conne
 class SelfPlayConfig:
     """Settings of a self-play run (the learning algorithm's own settings go in its trainer config)."""
 
-    game: str = "tictactoe"
+    game: str = setting("tictactoe", choices=tuple(_GAME_IDS))
     """``"tictactoe"`` or ``"connect_four"``."""
-    num_games: int = 8
+    num_games: int = setting(8, at_least=1)
     """Games played at once (one ``policy.act`` call per turn across them)."""
-    games_per_update: int = 16
+    games_per_update: int = setting(16, at_least=1)
     """Games per update; each gives one episode per seat, so twice as many episodes."""
-    role_baseline: str = "mean"
+    role_baseline: str = setting("mean", choices=("mean", "ema", "none"))
     """Per-role baseline subtracted from each seat's return: ``"mean"`` (this batch's mean return of
     that role), ``"ema"`` (an exponential moving average per role) or ``"none"``."""
-    ema_decay: float = 0.9
+    ema_decay: float = setting(0.9, at_least=0, at_most=1)
     """Decay of the per-role EMA baseline."""
-    eval_games: int = 20
+    eval_games: int = setting(20, at_least=0)
     """Greedy games per opponent in each evaluation, half from each seat (0: no evaluation)."""
-    eval_every: int = 1
+    eval_every: int = setting(1, at_least=1)
     """Evaluate every this many updates (and after the last one)."""
     eval_opponents: tuple[str, ...] = ("random", "scripted")
     """Opponents of the evaluation."""
-    invalid: str = "penalty"
+    invalid: str = setting("penalty", choices=INVALID_POLICIES)
     """Invalid-answer policy of the games (see :func:`textgym.wrap_pettingzoo`)."""
-    penalty: float = -1.0
+    penalty: float = setting(-1.0)
     """Reward added to an invalid answer."""
-    seed: int = 0
+    seed: int = like(TrainConfig, "seed", 0)
     """Seed of the self-play games (update ``u`` plays :func:`textgym.seeds.rollout_seed` ``+ i``)."""
-    eval_seed: int = seeds.EVAL_BASE
+    eval_seed: int = like(TrainConfig, "eval_seed")
     """First seed of the evaluation games (the same every evaluation, so they compare)."""
 
     def __post_init__(self) -> None:
-        if self.game not in _GAME_IDS:
-            raise ValueError(f"game={self.game!r}: choose one of {', '.join(_GAME_IDS)}")
-        if self.role_baseline not in ("mean", "ema", "none"):
-            raise ValueError(f"role_baseline must be 'mean', 'ema' or 'none', got {self.role_baseline!r}")
-        if self.num_games < 1 or self.games_per_update < 1:
-            raise ValueError("num_games and games_per_update must be >= 1")
+        check(self)  # every field's range, as declared above
         self.eval_opponents = tuple(self.eval_opponents)
 
 

@@ -24,7 +24,7 @@ What travels (the text-env contract of ``docs/design.md`` §1, nothing lost):
 * the observation: :class:`TextObservation`, ``text`` (what the model reads), ``reward``,
   ``done`` (terminated or truncated), and in ``metadata`` the keys of :data:`METADATA_KEY`:
   ``terminated``, ``truncated``, ``info`` (the env's info made JSON-safe: ``system_prompt``,
-  ``valid_actions``, ``parse``, ``episode_stats``...) and, at reset, ``env`` (the env id,
+  ``valid_actions``, ``parse``, ``episode``...) and, at reset, ``env`` (the env id,
   action names and the ``History`` window) so that a client knows it talks to a textgym env.
 
 Example (no server: the adapter alone):
@@ -59,7 +59,7 @@ try:
     from openenv.core import Action, Environment, Observation, State
     from openenv.core.env_server.http_server import HTTPEnvServer
     from openenv.core.env_server.types import EnvironmentMetadata
-    from pydantic import Field
+    from pydantic import Field, model_validator
     from starlette.websockets import WebSocket
 except ImportError as _missing:  # pragma: no cover - depends on the installed extras
     raise ImportError("serving envs needs OpenEnv: pip install 'textgym[openenv]'") from _missing
@@ -93,10 +93,26 @@ class StepTimeout(RuntimeError):
     """A reset or step took longer than the server's step timeout; its session is closed."""
 
 
+class WrongStepFormat(TypeError):
+    """A step that is not ``{"text": ...}``; a TypeError so that OpenEnv's server sends its message
+    to the client (a ValueError would become its generic "Invalid message")."""
+
+
 class TextAction(Action):
-    """What a client sends: the model's raw answer text, parsed by the served env."""
+    """What a client sends: the model's raw answer text, parsed by the served env. A step is
+    ``{"type": "step", "data": {"text": "LEFT"}}`` on the WebSocket (OpenEnv's ``GenericEnvClient``:
+    ``client.step({"text": "LEFT"})``)."""
 
     text: str = Field(description="The answer text, parsed by the env like a model's answer")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _names_the_field(cls, data: Any) -> Any:
+        fields = sorted(data) if isinstance(data, dict) else None
+        if fields is None or "text" not in data or not isinstance(data["text"], str):
+            got = f"the fields {', '.join(map(str, fields))}" if fields else type(data).__name__
+            raise WrongStepFormat(f'a textgym server takes a step as {{"text": "<the answer>"}}; got {got}')
+        return data
 
 
 class TextObservation(Observation):

@@ -53,7 +53,8 @@ from dataclasses import MISSING
 from functools import cache
 from typing import Any
 
-__all__ = ["Setting", "check", "check_value", "field_docs", "like", "setting", "setting_of", "short_help"]
+__all__ = ["Setting", "check", "check_value", "field_docs", "like", "passed_on", "setting", "setting_of",
+           "short_help"]
 
 _KEY = "textgym"  # the key of a field's metadata that holds its Setting
 
@@ -87,6 +88,9 @@ class Setting:
     default_text: str | None = None
     docs_from: tuple[type, str] | None = dataclasses.field(default=None, compare=False)
     """The dataclass and field whose docstring documents this one (see :func:`like`)."""
+    like_of: tuple[type, str] | None = dataclasses.field(default=None, compare=False)
+    """The dataclass and field this one is declared like (:func:`like`): the setting it passes on
+    (``RunConfig.lora`` is ``TrainConfig.use_lora``'s; see :func:`passed_on`)."""
 
     def describe(self, kind: str) -> str:
         """The allowed values in words: ``an integer >= 1``, ``a finite number in (0, 1]``."""
@@ -146,10 +150,34 @@ def like(cls: type, name: str, default: Any = MISSING, **changes: Any) -> Any:
     once."""
     source = {f.name: f for f in dataclasses.fields(cls)}[name]
     rule = dataclasses.replace(setting_of(source), docs_from=setting_of(source).docs_from or (cls, name),
-                               **changes)
+                               like_of=(cls, name), **changes)
     if default is MISSING:
         default = source.default
     return dataclasses.field(default=default, metadata={_KEY: rule})
+
+
+def passed_on(cls: type, to: type) -> dict[str, str]:
+    """The fields of dataclass ``cls`` declared :func:`like` a field of ``to`` (or of a base class
+    of ``to``): ``{field of cls: field of to}``, the settings ``cls`` passes on to a ``to``.
+
+    Example:
+        >>> from dataclasses import dataclass
+        >>> @dataclass
+        ... class Inner:
+        ...     use_lora: bool = setting(True)
+        >>> @dataclass
+        ... class Outer:
+        ...     lora: bool = like(Inner, "use_lora")
+        ...     name: str = "x"
+        >>> passed_on(Outer, Inner)
+        {'lora': 'use_lora'}
+    """
+    out = {}
+    for field in dataclasses.fields(cls):
+        source = setting_of(field).like_of
+        if source is not None and issubclass(to, source[0]):
+            out[field.name] = source[1]
+    return out
 
 
 def setting_of(field: dataclasses.Field) -> Setting:

@@ -398,6 +398,8 @@ class ToolEnv(gym.Env):
         super().reset(seed=seed)
         self._answers.reset()
         self._calls = 0
+        if seed is None:  # the next of the env's seeded stream, as gymnasium's check_env expects
+            seed = int(self.np_random.integers(2**31 - 1))
         self._last = _clean(self.toolbox.reset(seed, options), self.max_result_chars)
         return self._last, self._info()
 

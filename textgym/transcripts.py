@@ -71,6 +71,18 @@ def _number(value: Any) -> Any:
     return value if math.isfinite(value) else str(value)
 
 
+def _action_shown(parse: dict[str, Any]) -> str | None:
+    """The parse record's action name; a tool env's call as ``name({arguments})`` (its result is
+    the next step's observation) and its final answer as ``final answer``."""
+    action = parse.get("action")
+    if parse.get("valid") and isinstance(action, dict):
+        if isinstance(action.get("name"), str) and isinstance(action.get("arguments"), dict):
+            return _cut(f"{action['name']}({json.dumps(action['arguments'], ensure_ascii=False, default=str)})")
+        if parse.get("parser") == "final":
+            return "final answer"
+    return parse.get("action_name")
+
+
 def step_record(step: Step) -> dict[str, Any]:
     """One step of a transcript line."""
     parse = step.parse or {}
@@ -78,7 +90,7 @@ def step_record(step: Step) -> dict[str, Any]:
         "observation": _cut(step.observation),
         "answer": _cut(step.decision.text),
         "parse": {"parser": parse.get("parser"), "valid": bool(parse.get("valid", True)),
-                  "action": parse.get("action_name")} if step.parse is not None else None,
+                  "action": _action_shown(parse)} if step.parse is not None else None,
         "reward": _number(step.reward),
         "reward_terms": ({str(k): _number(v) for k, v in step.reward_terms.items()}
                          if step.reward_terms else None),

@@ -41,13 +41,23 @@ for _name, (_function, _description) in _CLASSIC.items():
              action_names=classic.ACTION_NAMES[_name], source="textgym",
              kwargs={"max_episode_steps": None},
              training_defaults=classic.TRAINING_DEFAULTS.get(_name),
-             reference_policies=classic.REFERENCE_POLICIES[_name])
+             reference_policies=classic.REFERENCE_POLICIES[_name],
+             exact_return=classic.EXACT_RETURNS.get(_name))
 
 register("textgym/Bandit-v0", "textgym.envs.bandit:make_bandit",
          description="Name the right animal for a color (one-step contextual bandit)",
          action_names=bandit.ANIMALS[:2], source="textgym", kwargs={"max_episode_steps": None},
          training_defaults=bandit.TRAINING_DEFAULTS,
          reference_policies={"scripted": "textgym.envs.bandit:scripted_bandit"})
+
+# A tool env: reasoning-gym's arithmetic with a calculator (reasoning_gym is imported on make).
+from textgym.envs import calculator as _calculator
+
+register("textgym/Calculator-v0", "textgym.envs.calculator:make_calculator",
+         description="Arithmetic with calculator tools (tool calls; reasoning-gym's basic_arithmetic)",
+         source="textgym", kwargs={"max_episode_steps": None}, free_text=True,
+         training_defaults=_calculator.TRAINING_DEFAULTS,
+         reference_policies={"scripted": "textgym.envs.calculator:scripted_calculator"})
 
 # PettingZoo board games as single-agent text envs (PettingZoo itself is imported on make).
 from textgym.envs import games as _games

@@ -33,6 +33,8 @@ from textgym.wrappers.text_observation import Renderer
 
 __all__ = [
     "ACTION_NAMES",
+    "BLACKJACK_STATES",
+    "EXACT_RETURNS",
     "REFERENCE_POLICIES",
     "TRAINING_DEFAULTS",
     "AcrobotText",
@@ -42,6 +44,8 @@ __all__ = [
     "MountainCarText",
     "TaxiText",
     "basic_strategy_hits",
+    "blackjack_exact_return",
+    "blackjack_greedy_table",
     "blackjack_value",
     "hit_bust_chance",
     "make_acrobot",
@@ -617,6 +621,48 @@ def blackjack_value(hits: Callable[[int, int, bool], bool] | None = None) -> flo
                for showing in BLACKJACK_DECK) / n ** 3
 
 
+#: Every state a Blackjack hand can reach before its last decision, as the text env shows it
+#: (total, dealer's card, usable ace): hard totals 4-21, soft totals 12-21.
+BLACKJACK_STATES: tuple[tuple[int, int, bool], ...] = tuple(
+    (total, dealer, usable) for usable in (False, True) for total in range(12 if usable else 4, 22)
+    for dealer in range(1, 11))
+
+
+def blackjack_greedy_table(policy: Any, env_kwargs: dict[str, Any] | None = None) -> dict[tuple[int, int, bool], bool]:
+    """Whether ``policy``'s greedy answer is HIT in each of :data:`BLACKJACK_STATES`, read as the
+    text env (made with ``env_kwargs``) renders it: one batch, acting as evaluation does
+    (``Policy.evaluating``)."""
+    import textgym
+    from textgym.wrappers.text_observation import TextObservation
+
+    env = textgym.make("textgym/Blackjack-v1", **(env_kwargs or {}))
+    try:
+        wrapper = env
+        while not isinstance(wrapper, TextObservation):
+            wrapper = wrapper.env
+        texts = [wrapper.observation((total, dealer, int(usable))) for total, dealer, usable in BLACKJACK_STATES]
+        system = env.get_wrapper_attr("system_prompt")
+        _, info = env.reset(seed=0)
+        valid = list(info["valid_actions"])
+    finally:
+        env.close()
+    with policy.evaluating():
+        decisions = policy.act(texts, [system] * len(texts), [valid] * len(texts), greedy=True)
+    return {state: decision.text.strip().upper() == "HIT" for state, decision in zip(BLACKJACK_STATES, decisions)}
+
+
+def blackjack_exact_return(policy: Any, env_kwargs: dict[str, Any] | None = None) -> float:
+    """The exact expected return per hand of ``policy``'s greedy play on ``textgym/Blackjack-v1``
+    (:func:`blackjack_value` of :func:`blackjack_greedy_table`): what a mean over sampled hands
+    estimates, without the luck of the deal (2,000 hands have a standard error of about 0.021)."""
+    table = blackjack_greedy_table(policy, env_kwargs)
+    return blackjack_value(lambda total, dealer, usable: table[(total, dealer, usable)])
+
+
+#: The envs whose greedy play has an exact expected return (``textgym.registry.exact_return``).
+EXACT_RETURNS: dict[str, str] = {"Blackjack-v1": "textgym.envs.classic:blackjack_exact_return"}
+
+
 def scripted_mountaincar(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
     """Push in the direction of motion: builds momentum until the car climbs out (~120 steps)."""
     left, _, right = ACTION_NAMES["MountainCar-v0"]
@@ -698,7 +744,8 @@ TRAINING_DEFAULTS: dict[str, TrainingDefaults] = {
         updates=12, until=195.0, check_every=1, check_episodes=8, check_max_steps=200,
         num_envs=8, lr=2e-4,
         trainer={
-            "episodes_per_update": 16, "minibatch_size": 32,
+            # one optimizer step per 32 decisions, as measured (not a fixed number per update)
+            "episodes_per_update": 16, "minibatch_size": 32, "minibatches": None,
             # credit a push for the next few steps only: with the shaping, that is what makes the
             # advantage follow the right push
             "gamma": 0.3,

@@ -28,7 +28,8 @@ def register_families() -> None:
                     reference_policies="textgym.envs.minigrid_text:reference_policies")
     register_family("textarena", "textgym.envs.textarena_games:make", "textgym.envs.textarena_games:list_ids",
                     description="TextArena game (textarena package)", install="textgym[textarena]", package="textarena",
-                    source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults")
+                    source="textarena", training_defaults="textgym.envs.textarena_games:training_defaults",
+                    unavailable="textgym.envs.textarena_games:unavailable")
     register_family("reasoning_gym", "textgym.envs.reasoning:make", "textgym.envs.reasoning:list_ids",
                     description="reasoning-gym task, one item per episode (reasoning-gym package)",
                     install="textgym[reasoning]", package="reasoning_gym", source="reasoning-gym",

@@ -20,8 +20,22 @@ it lists them (:func:`listed_moves`), or the game's finite set of moves where te
 (free text, generate mode). An
 answer is counted invalid when the game answers it with its "invalid move" message.
 
-A game that needs data downloaded at run time (NLTK corpora for ``Wordle-v0``...) fails at
-``reset`` with one line naming the resource. ``textarena`` is imported when an env is made
+**The return.** Every step but the last is rewarded 0; the last is the game's own final reward
+for the learner's seat, unchanged, so the episode's return is that reward. Two-player games give
++1 for a win, -1 for a loss (an invalid move past the game's allowance forfeits) and 0 for a
+draw. Single-player games give 1 for a win and often partial credit otherwise: GuessTheNumber
+gives a game lost at the turn limit, or by an invalid move, the closeness of the last guess to
+the target (``1 - |guess - target| / range``: a lost game can return 0.47 or 0.95), Wordle-like
+games the share of the word found. ``info["outcome"]`` says ``win``, ``draw`` or ``loss`` (a
+single-player win is the full reward of 1), and evaluations count it (win rates);
+``info["end_reason"]`` is the game's reason, and the last observation ends with ``[GAME] The
+game is over: you lost (reward 0.474). <the reason>``.
+
+A game that needs data downloaded at run time (NLTK's ``words`` and its part-of-speech tagger
+for ``Wordle-v0``, ``Hangman-v0``, ``SpellingBee-v0``... : :func:`nltk_downloads`) cannot be
+played offline without that data: ``textgym envs --family textarena`` marks it ``unavailable
+offline`` with the reason, and making it raises :class:`textgym.registry.EnvUnavailableError`
+at once, naming the resources (no package on the registry ships NLTK's tagger model). ``textarena`` is imported when an env is made
 (``pip install 'textgym[textarena]'``).
 
 Example:
@@ -42,6 +56,7 @@ import io
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -51,7 +66,8 @@ from textgym.registry import TrainingDefaults
 from textgym.spaces import TextSpace
 from textgym.wrappers.invalid_answer import ParseRecord, as_answer_text
 
-__all__ = ["MOVES", "SCRIPTED", "TextArenaEnv", "list_ids", "listed_moves", "make", "training_defaults"]
+__all__ = ["MOVES", "SCRIPTED", "TextArenaEnv", "list_ids", "listed_moves", "make", "nltk_downloads",
+           "training_defaults", "unavailable"]
 
 SYSTEM_PROMPT = "You are playing a text game. Follow the game's instructions and answer with your move."
 
@@ -277,13 +293,15 @@ class TextArenaEnv(gym.Env):
         before = self._obs
         self._done, _ = self.env.step(raw)
         self._advance()
-        reward, ended_invalid, outcome = 0.0, False, None
+        reward, ended_invalid, outcome, reason = 0.0, False, None, None
         if self._done:
             rewards, game_info = self.env.close()
             reward = float((rewards or {}).get(self._learner, 0.0))
             outcome = _outcome(reward, [float(r) for p, r in (rewards or {}).items() if p != self._learner])
+            mine = (game_info or {}).get(self._learner) or {}
             # a game ended by the learner's invalid move shows no new message: its info says so
-            ended_invalid = bool(((game_info or {}).get(self._learner) or {}).get("invalid_move"))
+            ended_invalid = bool(mine.get("invalid_move"))
+            reason = str(mine.get("reason") or "").strip() or None
         new = self._obs.removeprefix(before)
         valid = "invalid move" not in new.lower() and not ended_invalid
         self._invalid += not valid
@@ -291,12 +309,25 @@ class TextArenaEnv(gym.Env):
         info["parse"] = ParseRecord(raw=raw, action=raw, action_name=raw.strip() if valid else None,
                                     parser="text", valid=valid, invalid_count=self._invalid,
                                     policy=None if valid else "game").to_dict()
-        if outcome is not None:
-            info["outcome"] = outcome
+        if outcome is not None:  # the game is over: the last observation says so, and why
+            info["outcome"], info["end_reason"] = outcome, reason
+            self._obs = self._text(self._obs + "\n" + game_over_line(outcome, reward, reason))
         return self._obs, reward, self._done, False, info
 
     def render(self) -> str | None:
         return self._obs if self.render_mode == "ansi" else None
+
+
+def game_over_line(outcome: str, reward: float, reason: str | None) -> str:
+    """The line a finished game's last observation ends with: the outcome, the game's reward
+    (the episode's return) and the game's own reason.
+
+    Example:
+        >>> game_over_line("loss", 0.47, "The turn limit has been reached. Guess: 10, Target: 19")
+        '[GAME] The game is over: you lost (reward 0.47). The turn limit has been reached. Guess: 10, Target: 19'
+    """
+    said = {"win": "you won", "loss": "you lost", "draw": "a draw"}[outcome]
+    return f"[GAME] The game is over: {said} (reward {reward:.3g})." + (f" {reason}" if reason else "")
 
 
 def _outcome(reward: float, others: list[float]) -> str:
@@ -307,6 +338,59 @@ def _outcome(reward: float, others: list[float]) -> str:
         return "win" if reward >= 1.0 else "loss"
     best_other = max(others)
     return "win" if reward > best_other else "loss" if reward < best_other else "draw"
+
+
+#: Where ``nltk.data.find`` looks for a resource a game downloads by name (``"words"`` is
+#: ``corpora/words``, ``"averaged_perceptron_tagger_eng"`` is ``taggers/...``).
+_NLTK_FOLDERS = ("corpora", "taggers", "tokenizers", "chunkers", "models", "grammars", "misc", "sentiment",
+                 "stemmers", "help")
+_NLTK_DOWNLOAD = re.compile(r"nltk\.download\(\s*(\[[^\]]*\]|[^,)]*)")
+
+
+def nltk_downloads(name: str) -> list[str]:
+    """The NLTK data TextArena game ``name`` downloads at run time (``["words"]`` for Hangman,
+    ``["averaged_perceptron_tagger_eng", "words"]`` for Wordle), read from the source of the
+    game's folder: importing it would start the downloads. ``[]``: it needs none."""
+    import textarena
+
+    spec = textarena.envs.registration.ENV_REGISTRY.get(name)
+    entry = getattr(spec, "entry_point", None)
+    if not isinstance(entry, str):
+        return []
+    root = Path(textarena.__file__).parent
+    folder = root.joinpath(*entry.split(":")[0].split(".")[1:]).parent
+    needed: set[str] = set()
+    for file in sorted(folder.rglob("*.py")) if folder != root and folder.is_dir() else []:
+        source = file.read_text(encoding="utf-8", errors="replace")
+        for call in _NLTK_DOWNLOAD.finditer(source):
+            needed.update(re.findall(r"['\"]([\w.-]+)['\"]", call.group(1)))
+        if "EnglishDictionary" in source or "corpus import words" in source:  # TextArena's word lists
+            needed.add("words")
+    return sorted(needed)
+
+
+def _nltk_has(resource: str) -> bool:
+    import nltk
+
+    for folder in _NLTK_FOLDERS:
+        try:
+            nltk.data.find(f"{folder}/{resource}")
+            return True
+        except LookupError:
+            continue
+    return False
+
+
+def unavailable(name: str) -> str | None:
+    """Why TextArena game ``name`` cannot be played on this machine, or ``None``: the NLTK data
+    it downloads at run time and that is not here (TextArena's download needs the network).
+    ``textgym envs --family textarena`` shows it beside the id, and making it raises
+    :class:`textgym.registry.EnvUnavailableError` with it at once."""
+    missing = [resource for resource in nltk_downloads(name) if not _nltk_has(resource)]
+    if not missing:
+        return None
+    return (f"unavailable offline: needs the NLTK data {', '.join(missing)}, which TextArena downloads "
+            f"at run time (on a machine with the network: python -m nltk.downloader {' '.join(missing)})")
 
 
 def list_ids() -> list[str]:

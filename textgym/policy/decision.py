@@ -45,6 +45,12 @@ class Decision:
     """Score mode: token ids of every valid action (as scored); ``None`` in generate mode."""
     action_index: int | None = None
     """Score mode: index of the chosen action in ``candidates``; ``None`` in generate mode."""
+    behaviour_logprobs: list[float] | None = None
+    """Per unit (score mode: one, the chosen candidate; generate: one per answer token), its
+    log-prob under the distribution that actually drew it, where that is not the policy's own:
+    an exploration floor (:meth:`Policy.exploring <textgym.policy.Policy.exploring>`) or a top-p
+    cut. The update weighs each unit by the truncated ratio of the policy's probability to this
+    one (``TrainConfig.importance_cap``). ``None``: drawn from the policy itself (``logprob``)."""
     trunk: TrunkRecord | None = field(default=None, compare=False, repr=False)
     """Set while training with an adapter on the top layers only: the frozen layers' output for
     the prompt (re-scoring then runs the top layers alone). ``None`` otherwise."""

@@ -14,12 +14,14 @@ the same column, so next-token logits, candidates and sampled tokens line up acr
 from __future__ import annotations
 
 import functools
+import itertools
 import weakref
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import torch
 
 from textgym.policy.prompts import common_prefix_length
@@ -302,33 +304,37 @@ def run_prompts(model: torch.nn.Module, prompts: list[list[int]], prefix_length:
     elif prefix:
         counters["prompt_tokens"] += len(prefix)
         kv = _run_prefix(model, prefix, device, counters)
-    suffixes = [p[prefix_length:] for p in prompts]
-    width = max(len(s) for s in suffixes)
+    suffix_lengths = np.array([len(p) - prefix_length for p in prompts], dtype=np.int64)
     answers = answers or [[] for _ in prompts]
-    answer_width = max(len(a) for a in answers)
+    answer_lengths = np.array([len(a) for a in answers], dtype=np.int64)
+    width = int(suffix_lengths.max())
+    answer_width = int(answer_lengths.max())
     total = width + answer_width
-    ids, mask, positions = [], [], []
-    for suffix, answer in zip(suffixes, answers):
-        start = width - len(suffix)
-        tokens = suffix + answer
-        after = total - start - len(tokens)
-        ids.append([pad_id] * start + tokens + [pad_id] * after)
-        mask.append([1] * prefix_length + [0] * start + [1] * len(tokens) + [0] * after)
-        positions.append([prefix_length] * start + list(range(prefix_length, prefix_length + len(tokens)))
-                         + [prefix_length] * after)
-    real = sum(len(s) + len(a) for s, a in zip(suffixes, answers))
-    counters["prompt_tokens"] += sum(len(s) for s in suffixes)
+    # Row i: padding, its suffix and answer (ending in the same column as every row's), padding;
+    # built as arrays (one copy to the device each), not token by token.
+    starts = width - suffix_lengths
+    lengths = suffix_lengths + answer_lengths
+    columns = np.arange(total)[None, :]
+    inside = (columns >= starts[:, None]) & (columns < (starts + lengths)[:, None])
+    ids = np.full((rows, total), pad_id, dtype=np.int64)
+    ids[inside] = np.fromiter(itertools.chain.from_iterable(
+        itertools.chain(itertools.islice(p, prefix_length, None), a) for p, a in zip(prompts, answers)),
+        dtype=np.int64, count=int(lengths.sum()))
+    positions = np.where(inside, prefix_length + columns - starts[:, None], prefix_length)
+    mask = np.concatenate([np.ones((rows, prefix_length), dtype=np.int64), inside.astype(np.int64)], axis=1)
+    real = int(lengths.sum())
+    counters["prompt_tokens"] += int(suffix_lengths.sum())
     counters["model_tokens"] += real
     counters["padded_tokens"] += rows * total - real
-    attention_mask = torch.tensor(mask, dtype=torch.long, device=device)
-    out = model(input_ids=torch.tensor(ids, dtype=torch.long, device=device), attention_mask=attention_mask,
-                position_ids=torch.tensor(positions, dtype=torch.long, device=device),
+    attention_mask = torch.from_numpy(mask).to(device)
+    out = model(input_ids=torch.from_numpy(ids).to(device), attention_mask=attention_mask,
+                position_ids=torch.from_numpy(positions).to(device),
                 cache=_new_cache(model, kv, rows), use_cache=True,
                 logits_to_keep=answer_width + 1, output_hidden_states=want_hidden)
     logits = out.logits.float()
     hidden = out.hidden_states[-1][:, width - 1] if want_hidden else None
     batch = BatchState(cache=out.cache, attention_mask=attention_mask,
-                       next_position=torch.tensor([prefix_length + len(s) for s in suffixes], device=device),
+                       next_position=torch.from_numpy(prefix_length + suffix_lengths).to(device),
                        last_logits=logits[:, 0], hidden=hidden)
     return batch, (logits[:, :answer_width] if answer_width else None)
 

@@ -42,7 +42,13 @@ from textgym.policy.kv_cache import (
     unique_rows,
     weights_version,
 )
-from textgym.policy.precision import ActingCopy, PrecisionChoice, choose_act_dtype
+from textgym.policy.memory import check_acting_memory
+from textgym.policy.precision import (
+    ActingCopy,
+    PrecisionChoice,
+    check_acting_device,
+    choose_act_dtype,
+)
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
 from textgym.policy.rescoring import (
@@ -54,8 +60,8 @@ from textgym.policy.rescoring import (
     rescore_tokens,
     same_evaluation,
 )
-from textgym.policy.sampling import StopStrings, generate, sample_candidate
-from textgym.policy.scoring import CandidateTokens, candidate_scores, score_candidates
+from textgym.policy.sampling import StopStrings, generate, sample_candidates
+from textgym.policy.scoring import CandidateTokens, score_batch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -104,6 +110,9 @@ class Policy:
         self.prefill_ids: list[int] = (tokenizer(settings.prefill, add_special_tokens=False)["input_ids"]
                                        if settings.prefill else [])
         self.stop_strings = StopStrings(tokenizer, settings.stop)
+        for dtype in (settings.act_dtype, settings.eval_act_dtype):
+            check_acting_device(dtype, self.device)
+        self._memory_checked_rows = 0  # the largest batch checked against the GPU's free memory
         self.generator = torch.Generator(device=self.device)  # sampling draws stay on the model's device
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
@@ -113,6 +122,7 @@ class Policy:
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
         self._eval_acting: ActingCopy | None = None  # within evaluating(); may be _acting itself
         self._evaluating = False
+        self._explore_floor = 0.0  # within exploring()
         #: What ``"auto"`` measured, for act_dtype or eval_act_dtype (``None`` until then, or unused).
         self.precision_choice: PrecisionChoice | None = None
         #: Running totals: decisions, prompt_tokens (new prompt tokens run through the model, after
@@ -259,6 +269,29 @@ class Policy:
         finally:
             self._evaluating = before
 
+    @contextlib.contextmanager
+    def exploring(self, floor: float) -> Iterator[None]:
+        """Within the block, score-mode sampling (not greedy play) draws from ``(1 - floor) *
+        policy + floor * uniform`` over each env's valid actions, and records that mixture's
+        log-prob of every sampled action in ``Decision.behaviour_logprobs`` (the trainers' rollouts,
+        ``TrainConfig.explore_floor``; the update corrects for it). ``floor`` 0: the policy itself.
+
+        Example:
+            >>> policy = Policy(*models.load("tiny"), mode="score")
+            >>> with policy.exploring(1.0):
+            ...     d = policy.act(["obs"], ["sys"], [["A", "B", "C", "D"]])[0]
+            >>> import math
+            >>> round(math.exp(d.behaviour_logprobs[0]), 4)   # uniform over the 4 actions
+            0.25
+        """
+        if not 0.0 <= floor <= 1.0:
+            raise ValueError(f"exploration floor must be in [0, 1], got {floor}")
+        before, self._explore_floor = self._explore_floor, float(floor)
+        try:
+            yield
+        finally:
+            self._explore_floor = before
+
     def acting_model(self) -> torch.nn.Module:
         """The model :meth:`act` runs: the weights themselves in float32, else their copy in
         :attr:`act_precision` (:attr:`eval_precision` within :meth:`evaluating`), rebuilt when the
@@ -326,9 +359,10 @@ class Policy:
         if self.model.training:
             self.model.eval()
         model = self.acting_model()
-        prompts = [self.prompt_ids(s, o) for s, o in zip(system_prompts, observations)]
+        prompts = self.prompts.batch_prompt_ids(system_prompts, observations)
         if not score and self.prefill_ids:  # the answer's opening, written for the model
             prompts = [p + self.prefill_ids for p in prompts]
+        self._check_memory(model, prompts)
         # One system prompt for the whole batch: cache exactly its prefix, so the key is stable.
         same_system = all(s == system_prompts[0] for s in system_prompts)
         prefix_length = shared_prefix_length(
@@ -377,6 +411,7 @@ class Policy:
         every = list(range(len(contexts)))  # every conversation keeps its own row
         with torch.inference_mode():
             model = self.acting_model()
+            self._check_memory(model, contexts)
             batch = self.conversation_cache.run(model, conversations, contexts, prefix,
                                                 version=self._acting_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
@@ -392,22 +427,42 @@ class Policy:
         self.counters["act_seconds"] += time.perf_counter() - started
         return decisions
 
+    def _check_memory(self, model: torch.nn.Module, prompts: Sequence[Sequence[int]]) -> None:
+        """On a GPU, before the first batch of this many rows runs: a ``MemoryError`` naming the
+        largest number of envs that fits, when these rows would not (:mod:`.memory`)."""
+        if self.device.type != "cuda" or len(prompts) <= self._memory_checked_rows:
+            return
+        new_tokens = self._config.max_new_tokens if self._config.mode == "generate" else 8
+        check_acting_memory(model, self.device, len(prompts), max(len(p) for p in prompts), new_tokens)
+        self._memory_checked_rows = len(prompts)
+
     def _act_score(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
         c = self._config
         candidates = [self.candidate_set(actions) for actions in valid_actions]
-        per_unique = score_candidates(model, batch, [candidates[i] for i in firsts], pad_id=self.pad_id,
-                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters)
-        unique_scores = [candidate_scores(token_lps, c.normalization, list(valid_actions[i]))
-                         for i, token_lps in zip(firsts, per_unique)]
+        texts = [list(valid_actions[i]) for i in firsts] if c.normalization == "word" else None
+        scored = score_batch(model, batch, [candidates[i] for i in firsts], c.normalization, texts,
+                             pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        # Every row samples on its own (duplicates too), in row order, all rows in one go.
+        index = None if len(firsts) == len(row_of) else torch.tensor(row_of, device=scored.scores.device)
+        scores = scored.scores if index is None else scored.scores.index_select(0, index)
+        chosen, logp, behaviour = sample_candidates(scores, [scored.counts[u] for u in row_of], c.temperature,
+                                                    greedy, self.generator, floor=self._explore_floor)
+        unique = torch.arange(len(row_of), device=chosen.device) if index is None else index
+        chosen_tokens = scored.token_logprobs[unique, chosen]  # [rows, longest candidate]
+        # What the decisions record crosses to the host in one copy per tensor.
+        ks = chosen.tolist()
+        logps = logp.gather(1, chosen[:, None])[:, 0].tolist()
+        token_rows = chosen_tokens.tolist()
+        behaviours = None if behaviour is None else behaviour.tolist()
         decisions = []
         for i, actions in enumerate(valid_actions):
-            token_lps, scores = per_unique[row_of[i]], unique_scores[row_of[i]]
-            k, logp = sample_candidate(scores, c.temperature, greedy, self.generator)
+            k = ks[i]
             decisions.append(Decision(
                 text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
-                token_logprobs=token_lps[k].tolist(), logprob=float(logp[k]),
-                candidates=[list(cand) for cand in candidates[i]], action_index=k))
+                token_logprobs=token_rows[i][:scored.lengths[row_of[i]][k]], logprob=logps[i],
+                candidates=[list(cand) for cand in candidates[i]], action_index=k,
+                behaviour_logprobs=None if behaviours is None else [behaviours[i]]))
         return decisions
 
     def _act_generate(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]],
@@ -416,9 +471,10 @@ class Policy:
         answers = generate(model, batch, max_new_tokens=c.max_new_tokens, temperature=c.temperature,
                            top_p=c.top_p, greedy=greedy, generator=self.generator, end_ids=self.end_ids,
                            stop=self.stop_strings, tokenizer=self.tokenizer, counters=self.counters)
-        return [Decision(text=c.prefill + self.tokenizer.decode(answer, skip_special_tokens=True), prompt_ids=prompt,
-                         answer_ids=answer, token_logprobs=logprobs, logprob=float(sum(logprobs)))
-                for prompt, (answer, logprobs) in zip(prompts, answers)]
+        texts = self.tokenizer.batch_decode([answer for answer, _, _ in answers], skip_special_tokens=True)
+        return [Decision(text=c.prefill + text, prompt_ids=prompt, answer_ids=answer, token_logprobs=logprobs,
+                         logprob=float(sum(logprobs)), behaviour_logprobs=drawn)
+                for prompt, text, (answer, logprobs, drawn) in zip(prompts, texts, answers)]
 
     # ------------------------------------------------------------------ training
     def evaluate(self, decisions: Sequence[Decision]) -> Evaluation:

@@ -42,7 +42,7 @@ import torch
 from textgym.policy.config import ACT_DTYPES
 
 __all__ = ["ACT_DTYPES", "AUTO_MIN_PARAMETERS", "ActingCopy", "PrecisionChoice", "check_act_dtype",
-           "choose_act_dtype", "make_acting_copy"]
+           "check_acting_device", "choose_act_dtype", "make_acting_copy"]
 
 #: The precisions ``auto`` tries, in this order (ties go to the earlier one).
 _CANDIDATES = ("float32", "bfloat16", "int8")
@@ -63,9 +63,21 @@ def check_act_dtype(name: str) -> str:
     return name
 
 
+def check_acting_device(dtype: str, device: torch.device | str) -> None:
+    """Refuse int8 acting on anything but a CPU: torch's dynamic int8 quantization
+    (``torch.ao.quantization.quantize_dynamic``) has CPU kernels only; on a GPU its layers raise
+    ``NotImplementedError`` at the first forward pass."""
+    device = torch.device(device)
+    if dtype == "int8" and device.type != "cpu":
+        raise ValueError(f"int8 acting is unavailable on {device}: torch's dynamic int8 quantization runs on "
+                         "CPUs only; act in bfloat16 or float32 there (act_dtype, --act-dtype)")
+
+
 def make_acting_copy(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
     """A frozen copy of ``model`` (its LoRA adapter merged) in ``dtype`` (``"bfloat16"`` or ``"int8"``)."""
     from textgym.lora import is_peft_model
+
+    check_acting_device(dtype, next(model.parameters()).device)
 
     acting = copy.deepcopy(model)
     for p in acting.parameters():

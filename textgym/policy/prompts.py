@@ -34,6 +34,8 @@ __all__ = ["ChatPrompts", "check_chat_template", "common_prefix_length", "end_to
 # observation or answer contains them); only the template text after the answer is kept.
 _PLACEHOLDER = "\ue000"
 _ANSWER_MARK = "\ue001"
+# An observation that a template which trims, escapes or otherwise rewrites its messages changes.
+_PROBE = " \n\t<b>'x' & \"{{ y }}\"</b> \n "
 
 
 def check_chat_template(template: str) -> None:
@@ -84,6 +86,8 @@ def check_chat_template(template: str) -> None:
 def common_prefix_length(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` share."""
     n = min(len(a), len(b))
+    if a[:n] == b[:n]:  # the usual case (a prompt and its system prefix), compared in C
+        return n
     i = 0
     while i < n and a[i] == b[i]:
         i += 1
@@ -118,6 +122,7 @@ class ChatPrompts:
         self.system_role = system_role
         self.cache_size = cache_size
         self._system_prefixes: OrderedDict[str, list[int]] = OrderedDict()
+        self._frames: OrderedDict[str, tuple[str, str] | None] = OrderedDict()
 
     def messages(self, system_prompt: str, observation: str) -> list[dict[str, str]]:
         """The chat messages of one turn."""
@@ -138,7 +143,38 @@ class ChatPrompts:
 
     def prompt_ids(self, system_prompt: str, observation: str) -> list[int]:
         """Token ids of the chat-formatted prompt: system prompt, user observation, assistant header."""
-        return self.tokenizer(self._render_after(system_prompt, observation), add_special_tokens=False)["input_ids"]
+        return self.tokenizer(self.prompt_text(system_prompt, observation), add_special_tokens=False)["input_ids"]
+
+    def batch_prompt_ids(self, system_prompts: Sequence[str], observations: Sequence[str]) -> list[list[int]]:
+        """:meth:`prompt_ids` of every (system prompt, observation) pair, tokenized in one call (a
+        fast tokenizer encodes the batch in Rust, without a Python round trip per prompt)."""
+        texts = [self.prompt_text(s, o) for s, o in zip(system_prompts, observations)]
+        return self.tokenizer(texts, add_special_tokens=False)["input_ids"] if texts else []
+
+    def prompt_text(self, system_prompt: str, observation: str) -> str:
+        """The chat-formatted prompt text: the template's text around the observation, rendered
+        once per system prompt (:meth:`frame`), else the whole template rendered."""
+        frame = self.frame(system_prompt)
+        if frame is None:
+            return self._render_after(system_prompt, observation)
+        return frame[0] + observation + frame[1]
+
+    def frame(self, system_prompt: str) -> tuple[str, str] | None:
+        """``(before, after)``: the prompt text is ``before + observation + after`` for every
+        observation, or ``None`` when the template does not place the observation verbatim (it
+        trims or escapes it, say): then every prompt is rendered. Checked once per system prompt
+        on two probes, one with whitespace and markup at both ends."""
+        if system_prompt in self._frames:
+            self._frames.move_to_end(system_prompt)
+            return self._frames[system_prompt]
+        pieces = self._render_after(system_prompt, _PLACEHOLDER).split(_PLACEHOLDER)
+        frame = (pieces[0], pieces[1]) if len(pieces) == 2 else None
+        if frame is not None and self._render_after(system_prompt, _PROBE) != frame[0] + _PROBE + frame[1]:
+            frame = None
+        self._frames[system_prompt] = frame
+        while len(self._frames) > self.cache_size:
+            self._frames.popitem(last=False)
+        return frame
 
     def _render_after(self, system_prompt: str, observation: str,
                       later: list[dict[str, str]] | None = None) -> str:

@@ -18,7 +18,8 @@ Example:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
@@ -28,7 +29,8 @@ from textgym.policy.kv_cache import BatchState, Counters, alias_cache
 if TYPE_CHECKING:
     from transformers import DynamicCache, PreTrainedTokenizerBase
 
-__all__ = ["CandidateTokens", "CandidateTrie", "candidate_scores", "score_candidates", "score_points"]
+__all__ = ["CandidateTokens", "CandidateTrie", "ScoredBatch", "candidate_scores", "score_batch", "score_candidates",
+           "score_points"]
 
 
 class CandidateTrie:
@@ -81,6 +83,7 @@ class CandidateTokens:
         self.score_end = score_end
         self.cache_size = cache_size
         self._ids: OrderedDict[str, list[int]] = OrderedDict()
+        self._sets: OrderedDict[tuple[str, ...], list[list[int]]] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._ids)
@@ -105,7 +108,20 @@ class CandidateTokens:
         return list(ids)
 
     def candidate_set(self, actions: Sequence[str]) -> list[list[int]]:
-        """Token ids of one env's valid actions, as scored (see ``score_end``)."""
+        """Token ids of one env's valid actions, as scored (see ``score_end``). Kept per action
+        set (envs of a task mostly offer the same few), so a batch builds each set once: the
+        lists returned are shared, never to be changed in place."""
+        key = tuple(actions)
+        ids = self._sets.get(key)
+        if ids is not None:
+            self._sets.move_to_end(key)
+            return ids
+        ids = self._sets[key] = self._build_set(actions)
+        while len(self._sets) > self.cache_size:
+            self._sets.popitem(last=False)
+        return ids
+
+    def _build_set(self, actions: Sequence[str]) -> list[list[int]]:
         if self.score_end != "auto":
             return [self.ids(a) for a in actions]
         bare = [self.ids(a, end=False) if a else [] for a in actions]
@@ -162,15 +178,36 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
     """
     token_logprobs = [[first_logprobs[p, cand[0]].reshape(1) for cand in cands]
                       for p, cands in enumerate(candidates)]
-    tries = [CandidateTrie(cands) for cands in candidates]
+    for rest, pieces in _later_tokens(model, cache, attention_mask, rows, limits, positions, candidates,
+                                      pad_id=pad_id, chunk_bytes=chunk_bytes, counters=counters,
+                                      vocab=first_logprobs.shape[-1]):
+        for (p, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
+            token_logprobs[p][k] = torch.cat([token_logprobs[p][k], part])
+    return token_logprobs
+
+
+def _tries(candidates: Sequence[Sequence[Sequence[int]]]) -> list[CandidateTrie]:
+    """A trie per point; points given the same candidate list (a shared action set) share one."""
+    built: dict[int, CandidateTrie] = {}
+    return [built.get(id(cands)) or built.setdefault(id(cands), CandidateTrie(cands)) for cands in candidates]
+
+
+def _later_tokens(model: torch.nn.Module, cache: DynamicCache, attention_mask: torch.Tensor, rows: Sequence[int],
+                  limits: Sequence[int | None], positions: torch.Tensor,
+                  candidates: Sequence[Sequence[Sequence[int]]], *, pad_id: int, chunk_bytes: int,
+                  counters: Counters, vocab: int) -> Iterator[tuple[torch.Tensor, list[tuple[int, int, int]]]]:
+    """The log-probs of every candidate's tokens after its first (see :func:`score_points`), a
+    chunk of cache rows at a time: ``(values, pieces)``, where ``values`` holds, piece after
+    piece, the ``n`` later tokens' log-probs of candidate ``k`` of point ``p`` for each piece
+    ``(p, k, n)``. The inputs of a chunk are built on the host and cross to the device at once."""
+    tries = _tries(candidates)
     by_row: dict[int, list[int]] = {}
     for p, trie in enumerate(tries):
         if trie.tokens:
             by_row.setdefault(rows[p], []).append(p)
     if not by_row:
-        return token_logprobs
-    device = first_logprobs.device
-    vocab = first_logprobs.shape[-1]
+        return
+    device = positions.device
     widths = {r: sum(len(tries[p].tokens) for p in points) for r, points in by_row.items()}
     per_chunk = max(1, chunk_bytes // (max(widths.values()) * vocab * 4 * 2))
     past = attention_mask.shape[1]
@@ -183,23 +220,24 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
         w = max(widths[r] for r in chunk)
         ids = torch.full((len(chunk), w), pad_id, dtype=torch.long)
         depth_positions = torch.zeros((len(chunk), w), dtype=torch.long)
-        allowed = torch.zeros((len(chunk), 1, w, past + w), dtype=torch.bool, device=device)
+        point_of_column = torch.zeros((len(chunk), w), dtype=torch.long)
+        real = torch.zeros((len(chunk), w), dtype=torch.bool)  # padding columns attend to nothing
+        limit = torch.full((len(chunk), w), past, dtype=torch.long)
+        ancestry = torch.zeros((len(chunk), w, w), dtype=torch.bool)
         where: list[tuple[int, int, int]] = []  # (row in chunk, column, target token)
         pieces: list[tuple[int, int, int]] = []  # (point, candidate, how many tokens)
-        point_columns: list[tuple[int, int, int]] = []  # (row in chunk, first column, point)
         for r, row in enumerate(chunk):
             offset = 0
             for p in by_row[row]:
                 trie, n = tries[p], len(tries[p].tokens)
-                ids[r, offset:offset + n] = torch.tensor(trie.tokens)
-                depth_positions[r, offset:offset + n] = torch.tensor(trie.depths)
-                seen = attention_mask[row].bool()
+                span = slice(offset, offset + n)
+                ids[r, span] = torch.tensor(trie.tokens)
+                depth_positions[r, span] = torch.tensor(trie.depths)
+                point_of_column[r, span] = p
+                real[r, span] = True
                 if limits[p] is not None:
-                    seen = seen.clone()
-                    seen[limits[p]:] = False
-                allowed[r, 0, offset:offset + n, :past] = seen
-                allowed[r, 0, offset:offset + n, past + offset:past + offset + n] = trie.ancestry().to(device)
-                point_columns.append((r, offset, p))
+                    limit[r, span] = limits[p]
+                ancestry[r, span, span] = trie.ancestry()
                 for k, cand in enumerate(candidates[p]):
                     if len(cand) < 2:
                         continue
@@ -207,18 +245,21 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
                     where.extend(zip([r] * (len(cand) - 1), columns, cand[1:]))
                     pieces.append((p, k, len(cand) - 1))
                 offset += n
-        # Each point's tokens sit at its position plus their depth in its trie (padding: unused).
-        point_positions = torch.zeros((len(chunk), w), dtype=torch.long, device=device)
-        for r, offset, p in point_columns:
-            n = len(tries[p].tokens)
-            point_positions[r, offset:offset + n] = positions[p]
-        real = sum(widths[r] for r in chunk)
-        counters["model_tokens"] += real
-        counters["padded_tokens"] += len(chunk) * w - real
+        n_real = sum(widths[r] for r in chunk)
+        counters["model_tokens"] += n_real
+        counters["padded_tokens"] += len(chunk) * w - n_real
+        index = torch.tensor(chunk, device=device)
+        real, limit = real.to(device), limit.to(device)
+        # A column sees the real cache columns of its row before its point's limit, and its own
+        # trie's ancestors; each point's tokens sit at its position plus their depth in its trie.
+        seen = attention_mask.index_select(0, index).bool()[:, None, :] & real[:, :, None] \
+            & (torch.arange(past, device=device)[None, None, :] < limit[:, :, None])
+        allowed = torch.cat([seen, ancestry.to(device)], dim=-1)[:, None]
+        point_positions = torch.where(real, positions.index_select(0, point_of_column.to(device).flatten())
+                                      .view(len(chunk), w), 0)
         mask = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill_(~allowed, blocked)
         kv = tuple((layer.keys, layer.values) for layer in cache.layers)
         if chunk != list(range(cache_rows)):  # a subset of the rows: copy them
-            index = torch.tensor(chunk, device=device)
             kv = tuple((k.index_select(0, index), v.index_select(0, index)) for k, v in kv)
         out = model(input_ids=ids.to(device), attention_mask=mask,
                     position_ids=point_positions + depth_positions.to(device),
@@ -227,10 +268,72 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
         normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
         # Gather every candidate's later tokens of the chunk at once (one host -> device copy).
         r_index, columns, targets = torch.tensor(where, dtype=torch.long, device=device).unbind(1)
-        rest = logits[r_index, columns, targets] - normaliser[r_index, columns]
-        for (p, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
-            token_logprobs[p][k] = torch.cat([token_logprobs[p][k], part])
-    return token_logprobs
+        yield logits[r_index, columns, targets] - normaliser[r_index, columns], pieces
+
+
+@dataclass
+class ScoredBatch:
+    """Every row's candidates scored at once (:func:`score_batch`), padded to the widest row."""
+
+    scores: torch.Tensor
+    """``[R, K]``: each candidate's score (``-inf`` past a row's own candidates)."""
+    token_logprobs: torch.Tensor
+    """``[R, K, L]``: each candidate's token log-probs (0 past its own tokens)."""
+    counts: list[int]
+    """Per row, how many candidates it has."""
+    lengths: list[list[int]]
+    """Per row, per candidate, how many tokens it has."""
+
+
+def score_batch(model: torch.nn.Module, batch: BatchState, candidates: list[list[list[int]]],
+                normalization: str, texts: Sequence[Sequence[str]] | None = None, *, pad_id: int,
+                chunk_bytes: int, counters: Counters) -> ScoredBatch:
+    """:func:`score_candidates` and :func:`candidate_scores` for a whole batch in a few tensor
+    operations: the same numbers, without small device operations per row and candidate.
+
+    Args:
+        model, batch, candidates, pad_id, chunk_bytes, counters: as :func:`score_candidates`.
+        normalization: as :func:`candidate_scores`.
+        texts: per row, its candidates' texts (``"word"`` normalization only).
+    """
+    device = batch.last_logits.device
+    first_logprobs = torch.log_softmax(batch.last_logits, dim=-1)
+    counts = [len(cands) for cands in candidates]
+    lengths = [[len(cand) for cand in cands] for cands in candidates]
+    width = max(counts)
+    longest = max(max(row) for row in lengths)
+    # Where every candidate's first token goes, and what it is: one gather from the logits.
+    rows, ks, firsts = [], [], []
+    for r, cands in enumerate(candidates):
+        rows.extend([r] * len(cands))
+        ks.extend(range(len(cands)))
+        firsts.extend(cand[0] for cand in cands)
+    rows_t, ks_t = torch.tensor(rows, device=device), torch.tensor(ks, device=device)
+    token_logprobs = first_logprobs.new_zeros((len(candidates), width, longest))
+    token_logprobs[rows_t, ks_t, 0] = first_logprobs[rows_t, torch.tensor(firsts, device=device)]
+    every = list(range(len(candidates)))
+    for rest, pieces in _later_tokens(model, batch.cache, batch.attention_mask, every, [None] * len(every),
+                                      batch.next_position, candidates, pad_id=pad_id, chunk_bytes=chunk_bytes,
+                                      counters=counters, vocab=first_logprobs.shape[-1]):
+        at = [(p, k, j) for p, k, n in pieces for j in range(1, n + 1)]
+        p_index, k_index, j_index = torch.tensor(at, device=device).unbind(1)
+        token_logprobs[p_index, k_index, j_index] = rest
+    sums = token_logprobs.sum(dim=-1)
+    if normalization == "token":
+        sums = sums / _padded(lengths, width, device)
+    elif normalization == "word":
+        if texts is None:
+            raise ValueError("word normalization needs the candidate texts")
+        words = [[max(1, len(t.split())) for t in row] for row in texts]
+        sums = sums / _padded(words, width, device).to(sums.dtype)
+    real = torch.arange(width, device=device)[None, :] < torch.tensor(counts, device=device)[:, None]
+    scores = sums.masked_fill(~real, float("-inf"))
+    return ScoredBatch(scores=scores, token_logprobs=token_logprobs, counts=counts, lengths=lengths)
+
+
+def _padded(values: list[list[int]], width: int, device: torch.device) -> torch.Tensor:
+    """``[R, width]`` long: each row's values, padded with 1 (a harmless divisor)."""
+    return torch.tensor([row + [1] * (width - len(row)) for row in values], device=device)
 
 
 def candidate_scores(token_logprobs: Sequence[torch.Tensor], normalization: str,

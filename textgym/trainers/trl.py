@@ -109,9 +109,10 @@ class PolicySampler:
                                    version=weights_version(p.model))
             if len(firsts) < len(contexts):  # each copy samples on its own KV row
                 batch = batch.select_rows(row_of)
-            return generate(p.model, batch, max_new_tokens=max_new_tokens, temperature=p.temperature,
-                            top_p=p.top_p, greedy=False, generator=p.generator, end_ids=p.end_ids, stop=(),
-                            tokenizer=p.tokenizer, counters=p.counters)
+            answers = generate(p.model, batch, max_new_tokens=max_new_tokens, temperature=p.temperature,
+                               top_p=p.top_p, greedy=False, generator=p.generator, end_ids=p.end_ids, stop=(),
+                               tokenizer=p.tokenizer, counters=p.counters)
+            return [(ids, logprobs) for ids, logprobs, _ in answers]
 
 
 class VLLMSampler:

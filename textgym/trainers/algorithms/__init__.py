@@ -1,5 +1,5 @@
 """The algorithms: REINFORCE, GRPO and PPO, each a :class:`~textgym.trainers.engine.trainer.Trainer`
-whose ``_update`` reads top to bottom and calls down into :mod:`textgym.trainers.engine`, with its
+whose ``update`` reads top to bottom and calls down into :mod:`textgym.trainers.engine`, with its
 config beside it (``<algo>_config.py``).
 
 This module is the algorithm registry, torch-free (``textgym --help`` reads it): each algorithm's

@@ -22,18 +22,21 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, Rollout, collect, conversation_runs, decisions_of
 from textgym.trainers.algorithms.grpo_config import GRPOConfig
+from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
 from textgym.trainers.engine.losses import (
     all_finite,
     clipped_surrogate,
     group_advantages,
+    normalize,
     returns_to_go,
     turn_group_advantages,
 )
@@ -80,8 +83,9 @@ class GRPOTrainer(Trainer):
         rounds = -(-groups // per_round)
         schedule = [[seeds[r * per_round + i // G] for r in range(rounds) if r * per_round + i // G < groups]
                     for i in range(n)]
-        rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop,
-                          max_episode_steps=self.config.max_train_episode_steps)
+        with self.policy.exploring(self.config.explore_floor):
+            rollout = collect(self.policy, self.venv, schedule=schedule, stop=stop,
+                              max_episode_steps=self.config.max_train_episode_steps)
         if len(rollout.episodes) < len(shard):  # cut short: the trainer drops it
             return rollout
         by_env: dict[int, list[Episode]] = {}
@@ -91,7 +95,11 @@ class GRPOTrainer(Trainer):
                     if r * per_round + b < groups for j in range(G)]
         return Rollout(episodes=episodes, stats=rollout.stats)
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
+        """One GRPO update from completed ``episodes`` in whole groups (see :meth:`Trainer.update`)."""
+        # 0. Every update starts in the engine: the learning rate of this update (the schedule).
+        episodes, started = self.begin_update(episodes)
         cfg = self.config
         G = cfg.group_size
         if len(episodes) % G:
@@ -101,18 +109,21 @@ class GRPOTrainer(Trainer):
         # 1. Advantage per episode: its return relative to the other members of its group.
         returns = torch.tensor([float(ep.return_) for ep in episodes], dtype=torch.float32)
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
-            return skipped_update("rewards")
+            return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
         decisions = decisions_of(episodes)
+        to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma) for ep in episodes]
         if cfg.credit == "episode":
             # 2. Every decision of an episode carries the episode's advantage.
             episode_adv = group_advantages(returns.view(-1, G), scale=cfg.scale_rewards).view(-1)
             advantages = torch.cat([episode_adv[i].repeat(len(ep.steps)) for i, ep in enumerate(episodes)])
         else:
             # 2'. Each decision: its return-to-go relative to the group's at the same turn.
-            to_go = [returns_to_go(torch.tensor([float(s.reward) for s in ep.steps]), cfg.gamma)
-                     for ep in episodes]
             advantages = torch.cat([adv for g in range(0, len(episodes), G)
                                     for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
+        # 2''. Per-state credit (GiGPO's step level): the same state's other decisions as baseline.
+        if cfg.state_credit:
+            all_to_go, mine = self.global_batch(torch.cat(to_go))
+            advantages = self.with_state_credit(decisions, normalize(all_to_go), self.global_batch(advantages)[0])[mine]
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
@@ -131,7 +142,8 @@ class GRPOTrainer(Trainer):
         with_signal = int((returns.view(-1, G).std(dim=1) > 0).sum())  # groups never span processes
         metrics.update(step.metrics)
         metrics["groups_with_signal"] = int(self.process.reduce_sum([with_signal])[0])
-        return metrics
+        # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
+        return self.finish_update(episodes, metrics, started, stats, check)
 
 
 __all__ = ["GRPOConfig", "GRPOTrainer"]

@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ from textgym.policy import Decision, Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.algorithms.ppo_config import PPOConfig
 from textgym.trainers.algorithms.value_head import ValueHead
+from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
 from textgym.trainers.engine.losses import (
     all_finite,
@@ -65,7 +67,11 @@ class PPOTrainer(Trainer):
             return torch.cat([self.value_head(self.policy.evaluate(decisions[i:i + size]).hidden).float().cpu()
                               for i in range(0, len(decisions), size)])
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
+        """One PPO update from completed ``episodes`` (see :meth:`Trainer.update`)."""
+        # 0. Every update starts in the engine: the learning rate of this update (the schedule).
+        episodes, started = self.begin_update(episodes)
         cfg = self.config
         decisions = decisions_of(episodes)
 
@@ -94,7 +100,8 @@ class PPOTrainer(Trainer):
             start += T
         advantages, returns = torch.cat(advantages), torch.cat(returns)
         if self.process.agree_to_stop(not all_finite(advantages, returns)):  # every process skips, or none
-            return skipped_update("rewards or advantages")
+            skipped = skipped_update("rewards or advantages")
+            return self.finish_update(episodes, skipped, started, stats, check)
         # Batch statistics over every process's decisions (`mine`: this process's part).
         all_advantages, mine = self.global_batch(advantages)
         if cfg.normalize_advantages and len(all_advantages) > 1:
@@ -125,7 +132,8 @@ class PPOTrainer(Trainer):
         metrics["value_mean"] = float(all_values.mean())
         metrics["explained_variance"] = float(
             1 - (all_returns - all_values).var(correction=0) / all_returns.var(correction=0).clamp(min=1e-8))
-        return metrics
+        # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
+        return self.finish_update(episodes, metrics, started, stats, check)
 
 
 __all__ = ["PPOConfig", "PPOTrainer"]

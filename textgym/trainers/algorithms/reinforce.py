@@ -2,8 +2,11 @@
 
 Each decision (a prompt and the answer the policy gave) is credited with the discounted return
 from its step to the end of its episode. Returns become advantages by batch normalisation or an
-EMA baseline; the loss is ``-A * log pi(answer | prompt)`` over the answer's tokens (or, in
-score mode, the chosen candidate's log-softmax), plus the optional KL penalty and entropy bonus.
+EMA baseline (``baseline="batch"``, the default, is GEM's return batch normalisation, ReBN),
+plus, with ``state_credit``, GiGPO's same-state advantage; the loss is ``-A * log pi(answer |
+prompt)`` over the answer's tokens (or, in score mode, the chosen candidate's log-softmax), its
+ratio to the rollout's log-probs clipped as PPO's (``clip_eps``, the default trust region), plus
+the optional KL penalty and entropy bonus.
 
 Example:
     >>> import textgym
@@ -19,6 +22,7 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -26,8 +30,15 @@ import torch
 from textgym.policy import Evaluation
 from textgym.rollout import Episode, conversation_runs, decisions_of
 from textgym.trainers.algorithms.reinforce_config import ReinforceConfig
+from textgym.trainers.engine.early_stop import EarlyStop
 from textgym.trainers.engine.loss_step import LossStep, skipped_update
-from textgym.trainers.engine.losses import EMABaseline, all_finite, normalize, returns_to_go
+from textgym.trainers.engine.losses import (
+    EMABaseline,
+    all_finite,
+    clipped_surrogate,
+    normalize,
+    returns_to_go,
+)
 from textgym.trainers.engine.trainer import Trainer
 
 
@@ -40,7 +51,11 @@ class ReinforceTrainer(Trainer):
     def _init_algorithm(self) -> None:
         self.baseline = EMABaseline(self.config.ema_decay)
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
+    def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
+               check: EarlyStop | None = None) -> dict[str, Any]:
+        """One REINFORCE update from completed ``episodes`` (see :meth:`Trainer.update`)."""
+        # 0. Every update starts in the engine: the learning rate of this update (the schedule).
+        episodes, started = self.begin_update(episodes)
         cfg = self.config
         decisions = decisions_of(episodes)
 
@@ -50,7 +65,7 @@ class ReinforceTrainer(Trainer):
             for ep in episodes
         ])
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
-            return skipped_update("rewards")
+            return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
 
         # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns
         #    (batch statistics over every process's decisions; `mine` is this process's part).
@@ -61,25 +76,34 @@ class ReinforceTrainer(Trainer):
             all_advantages = self.baseline.advantages(all_returns)
         else:
             all_advantages = all_returns
+        # 2'. Per-state credit (GiGPO's step level): the same state's other decisions as baseline.
+        all_advantages = self.with_state_credit(decisions, normalize(all_returns), all_advantages)
         advantages = all_advantages[mine]
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
         step = LossStep.prepare(self.policy, decisions, cfg)
 
-        # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting).
+        # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting),
+        #    its ratio to the rollout's clipped as PPO's when clip_eps is set (the trust region).
         def objective(ev: Evaluation, weights: torch.Tensor | None,
                       idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
+            adv = advantages[idx].to(ev.logprobs.device)
+            if cfg.clip_eps is not None:
+                policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask,
+                                                           cfg.clip_eps, weights, sum_units=True)
+                return policy_loss, {"policy_loss": policy_loss.item(), "clip_frac": clip_frac.item()}
             units = ev.logprobs * ev.mask if weights is None else ev.logprobs * weights
             logprob = units.sum(dim=1)  # log pi of the whole answer
-            policy_loss = -(advantages[idx].to(logprob.device) * logprob).mean()
+            policy_loss = -(adv * logprob).mean()
             return policy_loss, {"policy_loss": policy_loss.item()}
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
         metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
         metrics.update(step.metrics)
-        return metrics
+        # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
+        return self.finish_update(episodes, metrics, started, stats, check)
 
     def _algorithm_state(self) -> dict[str, Any]:
         return {"ema_baseline": self.baseline.value}

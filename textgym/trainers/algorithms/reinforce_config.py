@@ -19,6 +19,10 @@ class ReinforceConfig(TrainConfig):
     ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``."""
     ema_decay: float = setting(0.9, at_least=0, at_most=1)
     """Decay of the EMA baseline (``baseline="ema"``): new = decay * old + (1 - decay) * batch mean."""
+    clip_eps: float | None = setting(0.2, above=0)
+    """Trust region: PPO's clipped ratio against the rollout's log-probs (the first minibatch's
+    gradient is REINFORCE's; later ones stop pushing a decision whose probability already moved
+    by more than this factor). ``None``: the plain ``-A log pi`` loss."""
 
     algorithm = "reinforce"
     trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"

@@ -39,13 +39,14 @@ import torch
 from textgym.policy import Decision, Evaluation, Policy
 from textgym.trainers.engine.centering import evaluate_minibatch
 from textgym.trainers.engine.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.engine.losses import masked_mean, truncated_importance_weights
 from textgym.trainers.engine.optimization import LossFn
 from textgym.trainers.engine.precision import ActingCorrection
 
 if TYPE_CHECKING:
     from textgym.trainers.engine.train_config import TrainConfig
 
-__all__ = ["LossStep", "Objective", "skipped_update"]
+__all__ = ["LossStep", "Objective", "behaviour_logprobs", "skipped_update"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -60,6 +61,30 @@ def skipped_update(what: str) -> dict[str, Any]:
     not finite: the weights are left as they were."""
     logger.warning("non-finite %s: update skipped", what)
     return {"nonfinite": True, "epochs": 0}
+
+
+def behaviour_logprobs(decisions: Sequence[Decision], acting: torch.Tensor,
+                       mask: torch.Tensor) -> torch.Tensor | None:
+    """``[B, T]``: each unit's log-prob under the distribution that drew it
+    (``Decision.behaviour_logprobs``; the acting log-prob ``acting`` for a decision drawn from the
+    policy itself), or ``None`` when every decision was drawn from the policy itself.
+
+    Example:
+        >>> from types import SimpleNamespace as D
+        >>> behaviour_logprobs([D(behaviour_logprobs=[-0.7]), D(behaviour_logprobs=None)],
+        ...                    torch.tensor([[-0.1], [-0.2]]), torch.ones(2, 1, dtype=torch.bool))
+        tensor([[-0.7000],
+                [-0.2000]])
+    """
+    if all(d.behaviour_logprobs is None for d in decisions):
+        return None
+    out = acting.detach().float().clone()
+    for row, decision in enumerate(decisions):
+        if decision.behaviour_logprobs is not None:
+            units = int(mask[row].sum())
+            out[row, mask[row]] = torch.tensor(decision.behaviour_logprobs[:units], dtype=out.dtype,
+                                               device=out.device)
+    return out
 
 
 @dataclass
@@ -91,10 +116,16 @@ class LossStep:
 
         def loss_fn(idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             ev = evaluate_minibatch(self.policy, self.decisions, idx, cfg.state_centering)
+            drawn = behaviour_logprobs([self.decisions[i] for i in idx.tolist()], ev.old_logprobs, ev.mask)
             weights = None
             if self.correction is not None:
                 ev, weights = self.correction.apply(ev, idx)
+            extra: dict[str, float] = {}
+            if drawn is not None:  # drawn from another distribution than the policy: pi_old / mu
+                weights = truncated_importance_weights(ev.old_logprobs, drawn, ev.mask, cfg.importance_cap)
+                extra["importance_weight"] = float(masked_mean(weights, ev.mask))
             loss, stats = objective(ev, weights, idx)
+            stats = {**stats, **extra}
             entropy = ev.entropy.mean()
             loss = loss - cfg.entropy_coef * entropy
             stats = {**stats, "entropy": entropy.item(), "kl": rollout_kl(ev)}

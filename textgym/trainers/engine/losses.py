@@ -103,6 +103,32 @@ def turn_group_advantages(group: list[torch.Tensor], scale: bool = True, eps: fl
     return [centred[i, : len(r)] for i, r in enumerate(group)]
 
 
+def same_state_advantages(keys: list, values: torch.Tensor) -> torch.Tensor:
+    """GiGPO's step-level advantage (arXiv 2505.10978, "anchor states"): each value minus the mean
+    of the values of the decisions taken in the same state (equal ``keys``); a state visited once
+    gets 0, so adding this to an episode-level advantage falls back to the latter there.
+
+    Args:
+        keys: per decision, a hashable identity of its state (its prompt and valid actions).
+        values: ``Tensor[N]``, per decision, its return-to-go (normalised over the batch).
+
+    Example:
+        >>> same_state_advantages(["s", "t", "s", "s"], torch.tensor([1.0, 5.0, -1.0, 0.0]))
+        tensor([ 1.,  0., -1.,  0.])
+    """
+    if len(keys) != values.shape[0]:
+        raise ValueError(f"{len(keys)} keys for {values.shape[0]} values")
+    groups: dict = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    out = torch.zeros_like(values, dtype=torch.float32)
+    for rows in groups.values():
+        if len(rows) > 1:
+            index = torch.tensor(rows)
+            out[index] = values[index].float() - values[index].float().mean()
+    return out
+
+
 def gae(rewards: torch.Tensor, values: torch.Tensor, last_value: float, gamma: float,
         lam: float) -> tuple[torch.Tensor, torch.Tensor]:
     """Generalised advantage estimation over one episode (Schulman et al., 2016).
@@ -140,7 +166,8 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 
 def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                       mask: torch.Tensor, clip_eps: float,
-                      weights: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+                      weights: torch.Tensor | None = None,
+                      sum_units: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate loss over units (answer tokens or whole candidates).
 
     Each unit's ratio ``exp(logprob - old_logprob)`` is multiplied by its decision's advantage;
@@ -155,6 +182,8 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         clip_eps: the clip range.
         weights: ``Tensor[B, T]`` per-unit weights of the loss terms (the truncated importance
             ratios of :func:`truncated_importance_weights`); ``None``: 1.
+        sum_units: add up each decision's units instead of averaging them (REINFORCE's
+            ``-A log pi(answer)``: at ratio 1 the gradient is exactly REINFORCE's).
 
     Returns:
         ``(loss, clip_fraction)``: the scalar loss and the fraction of real units whose ratio was clipped.
@@ -166,7 +195,10 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     per_unit = -torch.min(unclipped, clipped)
     if weights is not None:
         per_unit = per_unit * weights
-    loss = masked_mean(per_unit, mask, dim=1).mean()
+    if sum_units:
+        loss = (per_unit * mask.to(per_unit.dtype)).sum(dim=1).mean()
+    else:
+        loss = masked_mean(per_unit, mask, dim=1).mean()
     clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
     return loss, clip_frac.detach()
 
@@ -238,5 +270,6 @@ __all__ = [
     "normalize",
     "precision_mismatch",
     "returns_to_go",
+    "same_state_advantages",
     "truncated_importance_weights",
 ]

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from textgym.trainers.engine.train_config import TrainConfig
+
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
@@ -205,7 +207,7 @@ class MinibatchPlan:
 
 def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_fn: LossFn, *, epochs: int,
                     minibatch_size: int, gradient_accumulation_steps: int = 1,
-                    max_grad_norm: float | None = 1.0, target_kl: float | None = None,
+                    max_grad_norm: float | None = TrainConfig.max_grad_norm, target_kl: float | None = None,
                     process: ProcessContext | None = None,
                     groups: Sequence[Sequence[int]] | None = None,
                     token_counts: Sequence[float] | None = None,

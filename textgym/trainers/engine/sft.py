@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from textgym import jsonl
+from textgym import jsonl, seeds
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
 from textgym.trainers.engine.optimization import optimizer_step
@@ -130,7 +130,8 @@ _ACT_CHUNK = 32
 
 
 def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
-                     batch_size: int = 16, epochs: int = 1, max_grad_norm: float | None = 1.0,
+                     batch_size: int = SFTConfig.batch_size, epochs: int = 1,
+                     max_grad_norm: float | None = SFTConfig.max_grad_norm,
                      seed: int | None = None, process: ProcessContext | None = None) -> float:
     """Maximise the log-likelihood of ``decisions``' answers; returns the mean loss of the last epoch.
 
@@ -319,6 +320,7 @@ class OnlineSFT:
         decisions = decisions_of(best)
         loss = sft_on_decisions(policy, decisions, self.make_optimizer(parameters),
                                 batch_size=cfg.minibatch_size, epochs=1, max_grad_norm=cfg.max_grad_norm,
+                                seed=seeds.rollout_seed(cfg.seed, update_count),  # reruns, resumes: the same order
                                 process=self.process)
         if self.process is not None and self.process.is_distributed:
             return {"sft_loss": loss, "sft_decisions": int(self.process.reduce_sum([len(decisions)])[0])}

@@ -21,6 +21,8 @@ from textgym.lora import LoraSettings
 from textgym.settings import check, like, setting
 from textgym.training_defaults import MAX_ENVS, TrainingDefaults
 
+#: The ``textgym train --help`` panel of the trainer's own flags (the fields declared ``flag=True``).
+RUN_FOLDER_PANEL = "Run folder"
 #: The largest seed (NumPy's legacy seeding limit, 2**32 - 1).
 MAX_SEED = 2**32 - 1
 
@@ -46,7 +48,14 @@ class TrainConfig:
     epochs: int = setting(1, at_least=1, at_most=1000)
     """Passes over each batch of decisions per update."""
     minibatch_size: int = setting(64, at_least=1)
-    """Decisions per optimizer step. A batch of decisions is shuffled and cut into minibatches."""
+    """Decisions per optimizer step when ``minibatches`` is ``None`` (and per no-grad batch of the
+    update's once-per-update scoring). A batch of decisions is shuffled and cut into minibatches."""
+    minibatches: int | None = setting(8, at_least=1)
+    """Optimizer steps per epoch: each epoch's shuffled batch is cut into this many minibatches,
+    whatever its number of decisions, so an update does not grow with episode length (an env whose
+    episodes lengthen as it learns would otherwise take ever more steps per update). Long
+    minibatches are still split into chunks for memory (``max_chunk_tokens``). ``None``:
+    minibatches of ``minibatch_size`` decisions."""
     gradient_accumulation_steps: int = setting(1, at_least=1)
     """Forward/backward chunks per minibatch (gradients accumulate over them): trades speed for memory."""
     max_chunk_answer_tokens: int | None = setting(2048, at_least=1)
@@ -75,6 +84,29 @@ class TrainConfig:
     Evaluation and greedy checks still play the env's own limit. PPO bootstraps a cut episode
     from its value at the state it reached; REINFORCE and GRPO score it by the rewards it got,
     which matters little when ``gamma`` is well below 1. ``None``: the env's own limit."""
+
+    # --- exploration --------------------------------------------------------------------
+    explore_floor: float = setting(0.0, at_least=0, at_most=1)
+    """Score mode: the rollout samples from ``(1 - explore_floor) * policy + explore_floor *
+    uniform`` over each env's valid actions, so every action keeps at least ``explore_floor / K``
+    of the draws and a state's actions can be compared (``state_credit``). Each draw's probability
+    is recorded and the update weighs the sampled action by the truncated importance ratio
+    ``min(pi / mu, importance_cap)``, so the gradient stays that of the policy being trained.
+    Greedy play (evaluation, checks) is unaffected. 0: sample the policy itself."""
+    importance_cap: float = setting(1.0, above=0)
+    """Truncation of the importance ratio ``pi / mu`` of units drawn from another distribution than
+    the policy's (``explore_floor``; generate mode's ``top_p`` cut): it bounds the variance of
+    the off-policy correction (1: V-trace's and IMPALA's choice)."""
+
+    # --- per-state credit -----------------------------------------------------------------
+    state_credit: float = setting(0.0, at_least=0)
+    """Weight of the step-level advantage of GiGPO (Feng et al., 2025, arXiv 2505.10978): the
+    decisions of a batch taken in the identical state (same prompt, same valid actions) form a
+    group, and each one's return-to-go (normalised over the batch) minus its group's mean is added,
+    times this weight, to its episode-level advantage. A state visited once adds 0: the
+    episode-level advantage alone (REINFORCE: the batch-normalised returns-to-go, GEM's ReBN;
+    GRPO: the group's). Helps where states recur (Blackjack's 280 hands, grid worlds); ignored by
+    PPO, whose value head compares with the state's value already. 0: off."""
 
     # --- regularisation -----------------------------------------------------------------
     kl_coef: float = setting(0.0, at_least=0)
@@ -109,16 +141,16 @@ class TrainConfig:
     use_lora: bool = setting(True)
     """Train a LoRA adapter (peft) or all weights.
     ``False`` fine-tunes every weight of the model."""
-    lora_r: int = setting(16, at_least=1)
+    lora_r: int = like(LoraSettings, "r")
     """LoRA rank."""
-    lora_alpha: int = setting(32, at_least=1)
+    lora_alpha: int = like(LoraSettings, "alpha")
     """LoRA scaling numerator (the update is scaled by ``lora_alpha / lora_r``)."""
-    lora_dropout: float = setting(0.0, at_least=0, below=1)
+    lora_dropout: float = like(LoraSettings, "dropout")
     """Dropout on the LoRA branch."""
     lora_target_modules: list[str] | None = None
     """Module names LoRA wraps. ``None``: the model registry's defaults for the loaded model,
     else every attention and MLP projection (``"all-linear"``)."""
-    lora_layers: int | None = setting(None, at_least=1)
+    lora_layers: int | None = like(LoraSettings, "layers")
     """Adapt only the top this many transformer layers (``None``: all). The backward pass then
     stops below them, so an update costs much less (SmolLM2-135M, top 8 of 30 layers: about
     1.5x the decisions/s of a full-depth adapter on CartPole)."""
@@ -147,13 +179,13 @@ class TrainConfig:
     """(prompt, answer, reward) samples written with each update's metrics."""
     checkpoint_every: int = setting(0, at_least=0)
     """Write ``<out_dir>/checkpoint`` every this many updates (0: only when asked)."""
-    transcripts: int = setting(4, at_least=0, at_most=10_000)
+    transcripts: int = setting(4, at_least=0, at_most=10_000, flag=True, panel=RUN_FOLDER_PANEL)
     """Episodes per update to transcripts.
     The episodes of each update, greedy check and evaluation written whole to
     ``<out_dir>/transcripts.jsonl`` (:mod:`~textgym.transcripts`; 0: none)."""
     transcripts_max_mb: float = setting(50.0, above=0)
     """Size cap of ``transcripts.jsonl`` in MB: nothing more is written once it is reached."""
-    report_to: str = setting("tensorboard", metavar="LIST")
+    report_to: str = setting("tensorboard", metavar="LIST", flag=True, panel=RUN_FOLDER_PANEL)
     """tensorboard, trackio, wandb or none.
     The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
     installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.reporting.trackers`), or ``none``."""
@@ -219,15 +251,15 @@ class TrainConfig:
 class SFTConfig:
     """Supervised fine-tuning on demonstrations (warm start before RL)."""
 
-    lr: float = like(TrainConfig, "lr", 1e-4)
+    lr: float = like(TrainConfig, "sft_lr")
     """Learning rate of AdamW."""
     epochs: int = like(TrainConfig, "epochs", 3)
     """Passes over the demonstrations."""
     batch_size: int = setting(16, at_least=1)
     """Examples per optimizer step."""
-    max_grad_norm: float | None = like(TrainConfig, "max_grad_norm", 1.0)
+    max_grad_norm: float | None = like(TrainConfig, "max_grad_norm")
     """Gradient-norm clip (``None``: none)."""
-    seed: int = like(TrainConfig, "seed", 0)
+    seed: int = like(TrainConfig, "seed")
     """Shuffling seed."""
 
     def __post_init__(self) -> None:

@@ -1,10 +1,13 @@
 """The Trainer: collect, update, train; the state of a run between updates.
 
-An algorithm (``reinforce.py``, ``grpo.py``, ``ppo.py``) subclasses :class:`Trainer` and writes
-``_update(episodes) -> dict``, readable top to bottom: its advantages (:mod:`~textgym.trainers.engine.losses`),
-its objective inside the loss step all algorithms share (:mod:`~textgym.trainers.engine.loss_step`), and
-:meth:`Trainer.optimize` (:mod:`~textgym.trainers.engine.optimization`, where every optimizer step
-happens). The rest has one module per concern: :mod:`~textgym.trainers.engine.preparation` (seeds, LoRA,
+An algorithm (``algorithms/reinforce.py``, ``grpo.py``, ``ppo.py``) subclasses :class:`Trainer`
+and writes :meth:`Trainer.update`, readable top to bottom and calling down into this engine:
+:meth:`Trainer.begin_update` (the learning rate), its advantages
+(:mod:`~textgym.trainers.engine.losses`), its objective inside the loss step all algorithms share
+(:mod:`~textgym.trainers.engine.loss_step`), :meth:`Trainer.optimize`
+(:mod:`~textgym.trainers.engine.optimization`, where every optimizer step happens) and
+:meth:`Trainer.finish_update` (counters, online SFT, the metrics line). The engine never imports
+an algorithm. The rest has one module per concern: :mod:`~textgym.trainers.engine.preparation` (seeds, LoRA,
 envs), :mod:`~textgym.trainers.engine.loop` (budgets and stops of :meth:`Trainer.train`),
 :mod:`~textgym.trainers.reporting.update_metrics` (the pieces of the metrics line :meth:`Trainer.update`
 assembles), :mod:`~textgym.trainers.engine.evaluation` (held-out play, the greedy check),
@@ -33,6 +36,7 @@ from textgym.trainers.engine import loop
 from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.engine.evaluation import HeldOut
 from textgym.trainers.engine.loop import StopReason
+from textgym.trainers.engine.losses import same_state_advantages
 from textgym.trainers.engine.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
 from textgym.trainers.engine.preparation import (
     make_envs,
@@ -50,6 +54,12 @@ from textgym.trainers.state import trainer_state
 from textgym.transcripts import Source, TranscriptWriter
 
 logger = logging.getLogger("textgym.trainers")
+
+
+def state_key(decision: Decision) -> int:
+    """The identity of the state a decision was taken in: its exact prompt tokens and valid
+    actions (a hash of them: the same in every process)."""
+    return hash((tuple(decision.prompt_ids), tuple(map(tuple, decision.candidates or ()))))
 
 
 class Trainer:
@@ -135,9 +145,6 @@ class Trainer:
         """Optimizer parameter groups besides the policy's (e.g. the value head)."""
         return []
 
-    def _update(self, episodes: list[Episode]) -> dict[str, float]:
-        raise NotImplementedError
-
     def _algorithm_state(self) -> dict[str, Any]:
         """JSON-able algorithm state for checkpoints."""
         return {}
@@ -185,9 +192,10 @@ class Trainer:
         asked before each vector step, ends the rollout early when ``True`` (the time cap)."""
         self._need_env("collect")
         shard = self.episode_shard()
-        return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
-                       stop=stop, max_episode_steps=self.config.max_train_episode_steps,
-                       bootstrap=self.bootstraps_truncated)
+        with self.policy.exploring(self.config.explore_floor):
+            return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
+                           stop=stop, max_episode_steps=self.config.max_train_episode_steps,
+                           bootstrap=self.bootstraps_truncated)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:
@@ -216,21 +224,40 @@ class Trainer:
 
     def update(self, episodes: Sequence[Episode], stats: dict[str, Any] | None = None, *,
                check: EarlyStop | None = None) -> dict[str, Any]:
-        """One update of the policy from completed ``episodes``; returns (and logs) its metrics, the
-        one place they are assembled: the algorithm's losses, the window of recent episodes, the
-        rollout's throughput (from its ``stats``), the update's answers, the greedy check ``check``
-        if given and the collapse alarms raised (``alarms``, empty when none). With several
-        processes, every one calls this with its own episodes; the metrics are over all of them."""
+        """One update of the policy from completed ``episodes``; returns (and logs) its metrics: the
+        algorithm's losses, the window of recent episodes, the rollout's throughput (from its
+        ``stats``), the update's answers, the greedy check ``check`` if given and the collapse
+        alarms raised (``alarms``, empty when none). With several processes, every one calls this
+        with its own episodes; the metrics are over all of them.
+
+        Each algorithm writes it, top to bottom, calling down: :meth:`begin_update`, its advantages
+        and objective (:class:`~textgym.trainers.engine.loss_step.LossStep`), :meth:`optimize`,
+        :meth:`finish_update`."""
+        raise NotImplementedError(f"{type(self).__name__} has no update(): an algorithm writes it")
+
+    def begin_update(self, episodes: Sequence[Episode]) -> tuple[list[Episode], float]:
+        """Every update's first step: ``episodes`` as a list and the update's start time (for
+        :meth:`finish_update`); the learning rate of every parameter group set by the schedule.
+
+        Raises:
+            ValueError: no episodes.
+        """
         episodes = list(episodes)
         if not episodes:
             raise ValueError("update() needs at least one episode")
-        t0 = time.monotonic()
+        started = time.monotonic()
         factor = lr_factor(self.update_count, self.config.warmup_updates, self.schedule_total,
                            self.config.lr_schedule)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * factor
+        return episodes, started
 
-        losses = self._update(episodes)
+    def finish_update(self, episodes: list[Episode], losses: dict[str, Any], started: float,
+                      stats: dict[str, Any] | None = None, check: EarlyStop | None = None) -> dict[str, Any]:
+        """Every update's last step, once the algorithm optimized (``losses``: its metrics, or
+        :func:`~textgym.trainers.engine.loss_step.skipped_update`'s): the counters and the window
+        of recent episodes, online SFT, the greedy ``check``, the collapse alarms; the update's
+        metrics line, the one place it is assembled, written and returned."""
         for decision in decisions_of(episodes) + [ep.bootstrap for ep in episodes if ep.bootstrap is not None]:
             decision.trunk = None  # the frozen layers' records served this update: kept, they would pile up
 
@@ -244,7 +271,7 @@ class Trainer:
         self.recent.extend(records)
         sft_metrics = self.online_sft.after_update(self.policy, episodes, self.update_count,
                                                    self.trainable_parameters())
-        update_seconds = time.monotonic() - t0
+        update_seconds = time.monotonic() - started
         steps = [step for episode in episodes for step in episode.steps]
         metrics: dict[str, Any] = {
             "update": self.update_count,
@@ -255,9 +282,7 @@ class Trainer:
             **losses,
             **sft_metrics,
             "lr": self.optimizer.param_groups[0]["lr"],
-            # collective, in this order on every process:
-            **update_metrics.throughput_metrics(stats, update_seconds, len(steps), self.process),
-            **update_metrics.answer_metrics(steps, self.process, offered=update_metrics.action_count(self.venv)),
+            **update_metrics.rollout_metrics(steps, stats, update_seconds, self.process, self.venv),
         }
         if check is not None:
             metrics["check"] = self.greedy_check(check).to_dict()
@@ -286,12 +311,33 @@ class Trainer:
         cfg = self.config
         costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
                                                                     cfg.max_chunk_tokens)
-        return run_minibatches(self.optimizer, decisions if isinstance(decisions, int) else len(decisions), loss_fn,
+        count = decisions if isinstance(decisions, int) else len(decisions)
+        return run_minibatches(self.optimizer, count, loss_fn,
                                epochs=cfg.epochs if epochs is None else epochs,
-                               minibatch_size=cfg.minibatch_size,
+                               minibatch_size=self.minibatch_size(count),
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                                max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
                                groups=groups, token_counts=costs, max_chunk_tokens=None if costs is None else 1.0)
+
+    def minibatch_size(self, decisions: int) -> int:
+        """Decisions per minibatch of an update of this process's ``decisions``: the global batch
+        cut into ``config.minibatches`` (else ``config.minibatch_size``)."""
+        cfg = self.config
+        if cfg.minibatches is None:
+            return cfg.minibatch_size
+        total = int(self.process.reduce_sum([decisions])[0]) if self.process.is_distributed else decisions
+        return max(1, -(-total // cfg.minibatches))
+
+    def with_state_credit(self, decisions: Sequence[Decision], values: torch.Tensor,
+                          advantages: torch.Tensor) -> torch.Tensor:
+        """``advantages`` plus ``config.state_credit`` times GiGPO's step-level advantage of
+        ``values`` (per decision, over every process's batch: :func:`~textgym.trainers.losses.
+        same_state_advantages`), the state being the decision's prompt and valid actions;
+        ``advantages`` unchanged when ``state_credit`` is 0."""
+        if not self.config.state_credit:
+            return advantages
+        keys = self.process.gather([state_key(d) for d in decisions])
+        return advantages + self.config.state_credit * same_state_advantages(keys, values)
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this

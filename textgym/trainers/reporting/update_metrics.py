@@ -1,4 +1,4 @@
-"""The pieces of an update's metrics line, each from what it is about (``Trainer.update`` joins them).
+"""The pieces of an update's metrics line, each from what it is about (``Trainer.finish_update`` joins them).
 
 * :func:`episode_record` / :func:`window_metrics`: what the metrics window keeps of an episode
   and the means over the window (``return_mean``, ``length_mean``, ``invalid_rate``, outcome rates);
@@ -6,10 +6,11 @@
   processes summed over them (time: the slowest one's);
 * :func:`answer_metrics`: the most common answer and its share of every process's decisions (what
   the ``one_answer`` alarm reads);
+* :func:`rollout_metrics`: the two above, in the order every process calls them;
 * :func:`sample_records`: a few prompts and answers for the log.
 
 Data parallelism: :func:`throughput_metrics` and :func:`answer_metrics` are collective (every
-process calls them, in this order), so the line is the same on every process.
+process calls them, in this order: :func:`rollout_metrics`), so the line is the same on every process.
 
 Example:
     >>> window = [(1.0, 3, 0, "win"), (0.0, 1, 1, "loss")]     # (return, length, invalid, outcome)
@@ -32,7 +33,7 @@ from textgym.trainers.reporting import alarms
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
-__all__ = ["EpisodeRecord", "action_count", "answer_metrics", "answer_of", "episode_record", "sample_records",
+__all__ = ["EpisodeRecord", "action_count", "answer_metrics", "answer_of", "episode_record", "rollout_metrics", "sample_records",
            "throughput_metrics", "window_metrics"]
 
 EpisodeRecord = tuple[float, int, int, "str | None"]
@@ -125,6 +126,15 @@ def answer_metrics(steps: Sequence[Step], process: ProcessContext, offered: int)
         return {}
     top, share = alarms.answer_statistics(answer for answers, _ in gathered for answer in answers)
     return {"top_answer": top, "top_answer_share": share, "answer_choices": choices} if top is not None else {}
+
+
+def rollout_metrics(steps: Sequence[Step], stats: dict[str, Any] | None, update_seconds: float,
+                    process: ProcessContext, envs: Envs | None) -> dict[str, Any]:
+    """What an update's metrics say of its rollout: the throughput (:func:`throughput_metrics`)
+    and the answers (:func:`answer_metrics`, against the actions ``envs`` offers). Collective
+    with several processes: every process calls it, in the same place of its update."""
+    return {**throughput_metrics(stats, update_seconds, len(steps), process),
+            **answer_metrics(steps, process, offered=action_count(envs))}
 
 
 def sample_records(steps: Sequence[Step], count: int) -> list[dict[str, Any]]:

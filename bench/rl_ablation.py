@@ -1,0 +1,93 @@
+"""Ablation of RL's own mechanisms on Blackjack from the untrained model: exact expected returns.
+
+Each variant trains REINFORCE from the untrained SmolLM2-135M (no warm start), with the same seed
+and budget, and differs from the others in one setting (``explore_floor``, ``state_credit``...).
+Before training and after every ``--every`` updates, the greedy table of the policy is read in all
+280 states and its exact expected return computed (:func:`textgym.envs.classic.blackjack_exact_return`,
+reached through ``textgym.registry.exact_return``): no sample of hands, so two variants are
+compared without the luck of the deal. Variants run one after the other in this process.
+
+Usage:
+    OMP_NUM_THREADS=2 python bench/rl_ablation.py --updates 8 --json bench/results/rl_blackjack_ablation.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
+
+import textgym
+from textgym import registry
+from textgym.trainers import make_trainer
+
+ENV_ID = "textgym/Blackjack-v1"
+#: What every variant shares (TrainConfig fields): no KL penalty to the untrained model, no
+#: entropy bonus, the registered Blackjack batch of 64 hands twice over.
+BASE = {"num_envs": 32, "episodes_per_update": 128, "lr": 1e-3, "gamma": 1.0, "kl_coef": 0.0,
+        "entropy_coef": 0.0, "lora_layers": 8, "metrics_window": 256}
+#: The variants: each one's settings over BASE.
+VARIANTS = {
+    "floor+credit": {"explore_floor": 0.2, "state_credit": 1.0},
+    "floor": {"explore_floor": 0.2, "state_credit": 0.0},
+    "credit": {"explore_floor": 0.0, "state_credit": 1.0},
+    "plain": {"explore_floor": 0.0, "state_credit": 0.0},
+}
+
+
+def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str) -> dict:
+    exact = registry.exact_return(ENV_ID)
+    policy = textgym.Policy.from_pretrained(model, mode="score")
+    trainer = make_trainer("reinforce", policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
+    curve = [{"update": 0, "exact_return": exact(trainer.policy), "seconds": 0.0}]
+    started = time.monotonic()
+    print(f"{name}: start {curve[0]['exact_return']:+.4f}", flush=True)
+    for k in range(updates):
+        metrics = trainer.train(updates=1)[-1]
+        if (k + 1) % every == 0 or k + 1 == updates:
+            point = {"update": k + 1, "exact_return": exact(trainer.policy),
+                     "sampled_return": metrics.get("return_mean"),
+                     "importance_weight": metrics.get("importance_weight"),
+                     "optimizer_steps": metrics.get("optimizer_steps"), "kl": metrics.get("kl"),
+                     "entropy": metrics.get("entropy"), "seconds": round(time.monotonic() - started, 1)}
+            curve.append(point)
+            print(f"{name}: update {k + 1} exact {point['exact_return']:+.4f} sampled "
+                  f"{point['sampled_return']:+.3f} entropy {point['entropy']:.3f} ({point['seconds']:.0f} s)",
+                  flush=True)
+    return {"settings": {**BASE, **settings, "seed": seed}, "curve": curve,
+            "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
+            "train_seconds": round(time.monotonic() - started, 1)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--variants", default="floor+credit,floor", help="comma-separated names of VARIANTS")
+    parser.add_argument("--updates", type=int, default=8)
+    parser.add_argument("--every", type=int, default=2, help="exact return every this many updates")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    args = parser.parse_args()
+    commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
+                            check=False, cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    from textgym.envs.classic import blackjack_value
+
+    results = {"command": "python " + " ".join(sys.argv), "commit": commit, "env": ENV_ID,
+               "optimum": blackjack_value(), "variants": {}}
+    for name in args.variants.split(","):
+        results["variants"][name] = run_variant(name, VARIANTS[name], args.updates, args.every, args.seed,
+                                                args.model)
+        if args.json is not None:  # after each variant: a long ablation keeps what it finished
+            args.json.write_text(json.dumps(results, indent=1) + "\n")
+    for name, result in results["variants"].items():
+        print(f"{name:14s} exact {result['start_exact_return']:+.4f} -> {result['exact_return']:+.4f} "
+              f"({result['train_seconds'] / 60:.1f} min)")
+
+
+if __name__ == "__main__":
+    main()

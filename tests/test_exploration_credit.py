@@ -1,0 +1,246 @@
+"""Exploration with an importance-weighted update, per-state credit and a fixed-size trust region
+(the RL mechanisms of the trainers), on cases whose answers are known."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from textgym.policy.sampling import sample_candidate, sample_next
+from textgym.trainers import ReinforceConfig, make_trainer
+from textgym.trainers.engine.loss_step import behaviour_logprobs
+from textgym.trainers.engine.losses import (
+    normalize,
+    same_state_advantages,
+    truncated_importance_weights,
+)
+
+SMALL = {"num_envs": 4, "episodes_per_update": 8, "lr": 1e-3}
+
+
+def _weights(trainer):
+    return {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+
+
+# --- 1. exploration: the behaviour distribution and its correction --------------------------------
+
+
+def test_a_floor_of_one_samples_the_uniform_over_the_valid_actions():
+    scores = torch.tensor([0.0, -30.0, -30.0, -30.0])  # the policy: the first action, surely
+    generator = torch.Generator().manual_seed(0)
+    counts = [0] * 4
+    for _ in range(4000):
+        k, logp, behaviour = sample_candidate(scores, 1.0, False, generator, floor=1.0)
+        counts[k] += 1
+        assert behaviour == pytest.approx(math.log(0.25), abs=1e-6)
+    assert all(900 <= c <= 1100 for c in counts)  # 1000 expected each
+    assert float(logp[0]) == pytest.approx(0.0, abs=1e-6)  # the policy itself is unchanged
+
+
+def test_the_behaviour_probability_of_a_partial_floor_by_hand():
+    scores = torch.tensor([1.0, 0.0, -1.0])
+    pi = torch.softmax(scores, -1)
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(20):
+        k, logp, behaviour = sample_candidate(scores, 1.0, False, generator, floor=0.3)
+        assert math.exp(behaviour) == pytest.approx(0.7 * float(pi[k]) + 0.3 / 3, rel=1e-6)
+        assert torch.allclose(logp.exp(), pi)
+    # greedy play and a floor of 0 draw from the policy itself: no behaviour recorded
+    assert sample_candidate(scores, 1.0, True, generator, floor=0.3)[::2] == (0, None)
+    assert sample_candidate(scores, 1.0, False, generator, floor=0.0)[2] is None
+
+
+def test_the_importance_weight_is_pi_over_mu_truncated():
+    pi = torch.tensor([[math.log(0.8)], [math.log(0.05)]])
+    mu = torch.tensor([[math.log(0.5)], [math.log(0.25)]])
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    assert torch.allclose(truncated_importance_weights(pi, mu, mask, cap=10.0), torch.tensor([[1.6], [0.2]]))
+    assert torch.allclose(truncated_importance_weights(pi, mu, mask, cap=1.0), torch.tensor([[1.0], [0.2]]))
+
+
+def test_top_p_records_the_log_probs_of_the_truncated_draw():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]]))
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(30):
+        token, logp, drawn = sample_next(logits, 1.0, 0.8, False, generator)
+        t = int(token)
+        assert t in (0, 1)  # 0.5 + 0.3 reaches top_p: the rest is never drawn
+        assert float(logp) == pytest.approx(math.log([0.5, 0.3][t]), rel=1e-5)  # the policy's
+        assert float(drawn) == pytest.approx(math.log([0.5, 0.3][t] / 0.8), rel=1e-5)  # the draw's
+    assert sample_next(logits, 1.0, 1.0, False, generator)[2] is None
+
+
+def test_generate_mode_decisions_record_the_top_p_draw(tiny_model_and_tokenizer):
+    from textgym.policy import Policy
+
+    model, tokenizer = tiny_model_and_tokenizer
+    plain = Policy(model, tokenizer, mode="generate", seed=0, max_new_tokens=4).act(["hi"], ["sys"])[0]
+    assert plain.behaviour_logprobs is None
+    cut = Policy(model, tokenizer, mode="generate", seed=0, max_new_tokens=4, top_p=0.5).act(["hi"], ["sys"])[0]
+    assert len(cut.behaviour_logprobs) == len(cut.token_logprobs)
+    # the draw renormalises the kept mass (<= 1): each token is at least as likely under it
+    assert all(b >= t - 1e-6 for b, t in zip(cut.behaviour_logprobs, cut.token_logprobs))
+
+
+def test_policy_exploring_records_the_draw_and_leaves_greedy_play_alone(tiny_policy):
+    actions = [["A", "B", "C", "D"]] * 6
+    with tiny_policy.exploring(1.0):
+        sampled = tiny_policy.act(["obs"] * 6, ["sys"] * 6, actions)
+        greedy = tiny_policy.act(["obs"] * 6, ["sys"] * 6, actions, greedy=True)
+    assert all(d.behaviour_logprobs == [pytest.approx(math.log(0.25))] for d in sampled)
+    assert all(d.behaviour_logprobs is None for d in greedy)
+    assert len({d.action_index for d in greedy}) == 1
+    assert tiny_policy.act(["obs"], ["sys"], actions[:1])[0].behaviour_logprobs is None  # the block ended
+    with pytest.raises(ValueError, match="floor"), tiny_policy.exploring(1.5):
+        pass
+
+
+def test_a_floor_of_zero_leaves_the_update_unchanged_bit_for_bit(tiny_policy):
+    """Without a floor nothing is recorded; and a behaviour equal to the policy weighs each unit by
+    exactly 1: the same weights, bit for bit, as the uncorrected update."""
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    episodes = trainer.collect().episodes
+    assert all(d.behaviour_logprobs is None for ep in episodes for d in ep.decisions)
+    twin = make_trainer("reinforce", copy.deepcopy(tiny_policy), env="textgym/Bandit-v0", config=SMALL)
+    twin.model.load_state_dict(trainer.model.state_dict())
+    relabelled = copy.deepcopy(episodes)
+    for ep in relabelled:
+        for d in ep.decisions:
+            d.behaviour_logprobs = [d.logprob]
+    torch.manual_seed(3)
+    trainer.update(episodes)
+    torch.manual_seed(3)
+    metrics = twin.update(relabelled)
+    assert metrics["importance_weight"] == 1.0
+    assert all(torch.equal(a, b) for a, b in zip(_weights(trainer).values(), _weights(twin).values()))
+
+
+def test_behaviour_log_probs_fall_back_to_the_acting_ones():
+    from types import SimpleNamespace as D
+
+    acting = torch.tensor([[-0.1, -0.2], [-0.3, 0.0]])
+    mask = torch.tensor([[True, True], [True, False]])
+    assert behaviour_logprobs([D(behaviour_logprobs=None)] * 2, acting, mask) is None
+    out = behaviour_logprobs([D(behaviour_logprobs=None), D(behaviour_logprobs=[-1.5])], acting, mask)
+    assert torch.equal(out, torch.tensor([[-0.1, -0.2], [-1.5, 0.0]]))
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_an_exploring_rollout_trains_with_importance_weights_at_most_the_cap(algorithm, tiny_policy):
+    config = {**SMALL, "explore_floor": 0.5, "importance_cap": 0.9}
+    if algorithm == "grpo":
+        config["group_size"] = 2
+    trainer = make_trainer(algorithm, tiny_policy, env="textgym/Bandit-v0", config=config)
+    rollout = trainer.collect()
+    assert all(d.behaviour_logprobs is not None for ep in rollout.episodes for d in ep.decisions)
+    metrics = trainer.update(rollout.episodes, rollout.stats)
+    assert 0.0 < metrics["importance_weight"] <= 0.9 and math.isfinite(metrics["loss"])
+
+
+# --- 2. per-state credit ------------------------------------------------------------------------
+
+
+def test_same_state_advantages_by_hand():
+    values = torch.tensor([1.0, 0.0, -1.0, 4.0, 2.0])
+    out = same_state_advantages(["a", "b", "a", "c", "a"], values)
+    assert torch.allclose(out, torch.tensor([1.0 - 2 / 3, 0.0, -1.0 - 2 / 3, 0.0, 2.0 - 2 / 3]))
+    with pytest.raises(ValueError, match="keys"):
+        same_state_advantages(["a"], values)
+
+
+def test_reinforce_adds_the_same_state_advantage_to_the_batch_normalised_return(
+        tiny_policy, countdown_env_cls, monkeypatch):
+    """Countdown's states ("N steps left.") recur across episodes: each decision's advantage is its
+    normalised return-to-go plus state_credit x (that minus the mean over its state's decisions)."""
+    import textgym.trainers.algorithms.reinforce as reinforce_module
+    from textgym.vector import TextVectorEnv
+
+    seen = {}
+    original = reinforce_module.clipped_surrogate
+
+    def spy(logprobs, old, advantages, *args, **kwargs):
+        seen.setdefault("advantages", []).append(advantages.detach().clone())
+        return original(logprobs, old, advantages, *args, **kwargs)
+
+    monkeypatch.setattr(reinforce_module, "clipped_surrogate", spy)
+    venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
+    trainer = make_trainer("reinforce", tiny_policy, env=venv,
+                           config=ReinforceConfig(**SMALL, state_credit=0.5, minibatches=1))
+    rollout = trainer.collect()
+    trainer.update(rollout.episodes, rollout.stats)
+    returns = []
+    for ep in rollout.episodes:  # returns-to-go by hand (gamma 1)
+        running, to_go = 0.0, []
+        for step in reversed(ep.steps):
+            running += float(step.reward)
+            to_go.insert(0, running)
+        returns += to_go
+    keys = [tuple(d.prompt_ids) for ep in rollout.episodes for d in ep.decisions]
+    norm = normalize(torch.tensor(returns))
+    by_state = {k: norm[[i for i, key in enumerate(keys) if key == k]].mean() for k in set(keys)}
+    expected = norm + 0.5 * (norm - torch.stack([by_state[k] for k in keys]))
+    assert len(set(keys)) < len(keys)  # some states recur
+    (advantages,) = seen["advantages"]  # one minibatch: every decision, in the update's shuffled order
+    assert torch.allclose(advantages.sort().values, expected.sort().values, atol=1e-5)
+
+
+def test_state_credit_off_leaves_the_advantages_unchanged(tiny_policy):
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    advantages = torch.tensor([0.3, -0.3])
+    assert trainer.with_state_credit([], torch.zeros(2), advantages) is advantages
+
+
+# --- 3. the trust region: steps per update, KL stop --------------------------------------------
+
+
+@pytest.mark.parametrize("max_length", [2, 12])
+def test_an_update_takes_the_configured_number_of_steps_whatever_the_episode_length(
+        max_length, tiny_policy, countdown_env_cls):
+    from textgym.vector import TextVectorEnv
+
+    venv = TextVectorEnv([countdown_env_cls(max_length=max_length) for _ in range(4)])
+    trainer = make_trainer("reinforce", tiny_policy, env=venv,
+                           config=ReinforceConfig(**SMALL, minibatches=3, epochs=2))
+    rollout = trainer.collect()
+    metrics = trainer.update(rollout.episodes, rollout.stats)
+    assert metrics["decisions"] >= 6
+    assert metrics["optimizer_steps"] == 6 and metrics["epochs"] == 2
+
+
+def test_target_kl_stops_the_epochs_of_an_update_that_exceeds_it(tiny_policy):
+    config = ReinforceConfig(**{**SMALL, "lr": 0.5}, minibatches=4, epochs=5, target_kl=1e-4)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config)
+    metrics = trainer.train(updates=1)[0]
+    assert metrics["optimizer_steps"] < 20 and metrics["epochs"] < 5
+
+
+def test_reinforce_clips_its_ratio_by_default():
+    assert ReinforceConfig().clip_eps == 0.2
+    assert ReinforceConfig(clip_eps=None).clip_eps is None
+
+
+# --- 4. the benchmark's exact return, through the registry ---------------------------------------
+
+
+def test_blackjack_exact_return_of_a_policy_that_reads_its_total():
+    """A policy that hits below 17, reading the total from the text the env renders, has the exact
+    expected return of "stick at 17+"; the registry hands the function out by env id."""
+    import contextlib
+    import re
+    from types import SimpleNamespace
+
+    from textgym import registry
+    from textgym.envs.classic import blackjack_value
+
+    class StickAt17:
+        evaluating = staticmethod(contextlib.nullcontext)
+
+        def act(self, texts, systems, valid, greedy=False):
+            assert greedy
+            totals = [int(re.search(r"total (\d+)", text).group(1)) for text in texts]
+            return [SimpleNamespace(text="HIT" if total < 17 else "STICK") for total in totals]
+
+    exact = registry.exact_return("textgym/Blackjack-v1")
+    assert exact(StickAt17()) == pytest.approx(blackjack_value(lambda total, dealer, ace: total < 17))
+    assert registry.exact_return("cartpole") is None

@@ -1,0 +1,188 @@
+"""textgym/Calculator-v0: reasoning-gym's ``basic_arithmetic`` with a calculator, a tool env.
+
+One class, :class:`ArithmeticCalculator`, serves both ways of training on tool calls: it is a
+TRL ``environment_factory`` (``GRPOTrainer(environment_factory=ArithmeticCalculator)``: its
+public methods ``add``, ``subtract``, ``multiply`` and ``divide`` are the tools, ``reset``
+returns the question, ``get_reward`` the score) and textgym's tool env
+(``textgym.tool_env(ArithmeticCalculator)``, registered as ``textgym/Calculator-v0``).
+
+``reset(seed=s)`` asks item ``s`` of reasoning-gym's ``basic_arithmetic`` (as
+``reasoning_gym/basic_arithmetic`` does, so the held-out seeds are the same items); the answer is
+scored by the dataset's own ``score_answer``. The final answer is the text the model gives
+without a tool call (an ``<answer>`` tag is read if there is one); TRL, which does not hand the
+final answer to the env, scores the last calculator result.
+
+Example:
+    >>> import textgym
+    >>> env = textgym.make("textgym/Calculator-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> obs
+    'Calculate -33 * -22 - -8.'
+    >>> _ = env.step('<tool_call>{"name": "multiply", "arguments": {"a": -33, "b": -22}}</tool_call>')
+    >>> obs, *_ = env.step('<tool_call>{"name": "subtract", "arguments": {"a": 726, "b": -8}}</tool_call>')
+    >>> obs.splitlines()[-2]
+    '734'
+    >>> env.step("<answer>734</answer>")[1:3]
+    (1.0, True)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textgym.registry import TrainingDefaults
+
+__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator", "task_prompt"]
+
+#: basic_arithmetic's settings: two or three terms of up to two digits, + - * only, integers.
+#: Parentheses stay allowed: without them reasoning-gym 0.1.25 answers "75 + 19 * 74" with
+#: 6956, (75 + 19) * 74 (9 of 200 items), so a correct answer would score 0.
+DEFAULT_CONFIG = {"min_terms": 2, "max_terms": 3, "min_digits": 1, "max_digits": 2,
+                  "operators": ("+", "-", "*"), "allow_parentheses": True, "allow_negation": False}
+
+_DESCRIPTION = ("Solve the arithmetic task with the calculator tools, one call at a time, then give "
+                "the final result alone in <answer></answer> tags, without a tool call.")
+
+
+def task_prompt() -> str:
+    """What the model is asked to do (the tool env's description), as TRL's prompt: TRL appends
+    ``reset()``'s question to it directly, hence the blank line."""
+    return _DESCRIPTION + "\n\n"
+
+
+def _number(x: float) -> int | float:
+    """An integral result as an int (``60``, not ``60.0``): what basic_arithmetic's answers look like."""
+    return int(x) if float(x).is_integer() and abs(x) < 2**53 else x
+
+
+class ArithmeticCalculator:
+    """A calculator for reasoning-gym's ``basic_arithmetic`` items (see the module docstring).
+
+    Args:
+        **config: fields of basic_arithmetic's config (default :data:`DEFAULT_CONFIG`).
+    """
+
+    def __init__(self, **config: Any):
+        self.config = {**DEFAULT_CONFIG, **config}
+        self._data: Any = None
+        self._entry: dict[str, Any] | None = None
+        self.last_result: str = ""
+
+    def reset(self, seed: int | None = None, **kwargs: Any) -> str:
+        import random
+
+        import reasoning_gym
+
+        item_seed = int(seed) if seed is not None else random.randrange(2**31 - 1)
+        self._data = reasoning_gym.create_dataset("basic_arithmetic", **self.config, seed=item_seed, size=1)
+        self._entry = self._data[0]
+        self.last_result = ""
+        return str(self._entry["question"]).split("\n")[0]
+
+    def _result(self, value: float) -> str:
+        self.last_result = str(_number(round(value, 6)))
+        return self.last_result
+
+    def add(self, a: float, b: float) -> str:
+        """Add two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return self._result(a + b)
+
+    def subtract(self, a: float, b: float) -> str:
+        """Subtract b from a.
+
+        Args:
+            a: the number to subtract from
+            b: the number to subtract
+        """
+        return self._result(a - b)
+
+    def multiply(self, a: float, b: float) -> str:
+        """Multiply two numbers.
+
+        Args:
+            a: the first number
+            b: the second number
+        """
+        return self._result(a * b)
+
+    def divide(self, a: float, b: float) -> str:
+        """Divide a by b.
+
+        Args:
+            a: the dividend
+            b: the divisor
+        """
+        return self._result(a / b)
+
+    def get_reward(self, answer: str | None = None) -> float:
+        """The dataset's score of the final answer (``None``: of the last calculator result)."""
+        if self._entry is None:
+            return 0.0
+        text = self.last_result if answer is None else answer
+        if "<answer>" in text:
+            text = text.rsplit("<answer>", 1)[1].split("</answer>", 1)[0]
+        try:
+            return float(self._data.score_answer(text.strip(), self._entry))
+        except Exception:  # noqa: BLE001 - a scorer that chokes on garbage: the answer is wrong
+            return 0.0
+
+
+def make_calculator(max_episode_steps: int | None = None, history: int = 8, max_tool_calls: int = 4,
+                    **kwargs: Any):
+    """``textgym/Calculator-v0``: :class:`ArithmeticCalculator` as a tool env (the model sees its
+    last ``history`` turns: its calls and their results; ``max_episode_steps`` caps the tool
+    calls too). ``kwargs``: the calculator's config fields, or :class:`textgym.tools.ToolEnv`'s
+    settings."""
+    import inspect
+
+    from textgym.tools import ToolEnv, tool_env
+
+    env_settings = set(inspect.signature(ToolEnv).parameters) - {"toolbox", "description"}
+    settings = {k: v for k, v in kwargs.items() if k in env_settings}
+    config = {k: v for k, v in kwargs.items() if k not in env_settings}
+    if max_episode_steps is not None:
+        max_tool_calls = min(max_tool_calls, int(max_episode_steps))
+    return tool_env(ArithmeticCalculator(**config), history=history, description=_DESCRIPTION,
+                    max_tool_calls=max_tool_calls, **settings)
+
+
+def _evaluate(expression: str) -> int | float:
+    """An arithmetic expression of numbers, + - * / and parentheses, evaluated without ``eval``."""
+    import ast
+    import operator
+
+    operations = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
+
+    def value(node: ast.AST) -> float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+            return -value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in operations:
+            return operations[type(node.op)](value(node.left), value(node.right))
+        raise ValueError(f"not arithmetic: {ast.dump(node)}")
+
+    return _number(value(ast.parse(expression, mode="eval").body))
+
+
+def scripted_calculator(env: Any, seed: int | None = None):
+    """The reference player: works the question out itself and answers it (no tool call), the
+    score a model reaches by solving every item."""
+    calculator = env.unwrapped.toolbox.environment
+
+    def player(info: dict[str, Any]) -> str:
+        question = str(calculator._entry["question"]).split("\n")[0]
+        expression = question.removeprefix("Calculate").strip().rstrip(".").replace("=", "").strip()
+        return f"<answer>{_evaluate(expression)}</answer>"
+
+    return player
+
+
+#: Generate mode: a tool call or a final answer is short; one episode is a few turns.
+TRAINING_DEFAULTS = TrainingDefaults(updates=16, num_envs=8, trainer={"episodes_per_update": 32, "gamma": 1.0},
+                                     modes={"generate": {"policy": {"max_new_tokens": 48}}})
