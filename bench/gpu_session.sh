@@ -21,7 +21,11 @@ for round in 1 2; do
 done
 PYTHONPATH=/tmp/site timeout 100 python3 bench/host_profile.py --device cuda --model smollm2-135m \
   --envs 64 256 1024 --steps 10 2>&1 | tee "$OUT/host_profile.txt"
-PYTHONPATH=/tmp/site timeout 90 python3 -m pytest -m gpu -q tests 2>&1 | tail -25 | tee "$OUT/pytest_gpu.txt"
+# The tests import textgym.cli, which only an install has (cli/ installs as textgym.cli), and the
+# root conftest puts the checkout first: run them on a copy with cli/ in place.
+rm -rf /tmp/full && mkdir -p /tmp/full && cp -r . /tmp/full/ && rm -rf /tmp/full/.gpu && cp -r cli /tmp/full/textgym/cli
+(cd /tmp/full && PYTHONPATH=/tmp/site timeout 90 python3 -m pytest -m gpu -q -p no:cacheprovider tests/test_gpu.py) 2>&1 \
+  | tail -25 | tee "$OUT/pytest_gpu.txt"
 python3 - "$OUT" <<'PY'
 import json, sys, pathlib
 out = pathlib.Path(sys.argv[1])

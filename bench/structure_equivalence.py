@@ -1,8 +1,8 @@
 """Same metrics before and after a refactor: each algorithm's first updates on the tiny model.
 
-Runs REINFORCE, GRPO and PPO (plus PPO with the KL penalty, entropy bonus and state centering,
-so the shared loss terms are exercised) for 2 updates on the tiny model at fixed seeds and dumps
-each run's ``metrics.jsonl`` lines to one JSON file; ``compare`` checks two dumps key by key and
+Runs REINFORCE, GRPO and PPO (plus PPO with the KL penalty, entropy bonus, state centering and
+online SFT, so the shared loss terms are exercised) for 2 updates on the tiny model at fixed seeds
+and dumps each run's ``metrics.jsonl`` lines to one JSON file; ``compare`` checks two dumps key by key and
 lists every difference (timings excepted: they differ from run to run).
 
     python bench/structure_equivalence.py dump before.json      # on the unchanged tree
@@ -28,7 +28,7 @@ RUNS = [
      {"num_envs": 4, "episodes_per_update": 4, "max_train_episode_steps": 6, "minibatch_size": 8}),
     ("ppo_terms", "ppo", "textgym/CartPole-v1",
      {"num_envs": 4, "episodes_per_update": 4, "max_train_episode_steps": 6, "minibatch_size": 8,
-      "kl_coef": 0.05, "entropy_coef": 0.01, "state_centering": 0.5}),
+      "kl_coef": 0.05, "entropy_coef": 0.01, "state_centering": 0.5, "sft_every": 1}),
     ("reinforce_ema", "reinforce", "textgym/CartPole-v1",
      {"num_envs": 4, "episodes_per_update": 4, "max_train_episode_steps": 5, "baseline": "ema",
       "lr_schedule": "linear", "warmup_updates": 1}),

@@ -170,7 +170,8 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
     if overrides or given_policy:  # bad values fail here, before any model loads
         policy_config(None, mode, None, {**given_policy, **overrides})
     env_id = resolve_env(env)
-    check_env_kwargs(env_id, given_kwargs)
+    # a bare model plays in score mode unless told otherwise: a served env must list actions for it
+    check_env_kwargs(env_id, given_kwargs, (mode or "score") if model is not None and not checkpoint else None)
     if model is not None and not checkpoint:  # a bare model plays in the mode given (a checkpoint: its own)
         from textgym.registry import training_defaults
 

@@ -116,7 +116,7 @@ def test_crash_mid_write_leaves_previous_checkpoint(tmp_path, monkeypatch):
         ckpt.read_state(tmp_path / "nothing")
 
 
-@pytest.mark.parametrize("algorithm", ["reinforce", "ppo"])
+@pytest.mark.parametrize("algorithm", ["reinforce", "ppo", "grpo"])
 def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_path):
     import copy
 
@@ -125,29 +125,68 @@ def test_resume_continues_the_same_run(algorithm, tiny_model_and_tokenizer, tmp_
     from textgym.trainers.reporting.metrics import read_metrics
 
     model, tokenizer = tiny_model_and_tokenizer
-    config = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 4, "lr": 3e-3, "epochs": 2}
+    # seed 1: GRPO's third update has groups of unequal returns (at seed 0 every group is tied:
+    # no advantage, no change, nothing to compare)
+    config = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 4, "lr": 3e-3, "epochs": 2,
+              "seed": 1}
     policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
     trainer = make_trainer(algorithm, policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path / "run")
     trainer.train(updates=2)
     trainer.save_checkpoint()
+    saved = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
     third = trainer.train(updates=1)[0]
     weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert any(not torch.equal(saved[n], weights[n]) for n in saved)  # the update to compare moved them
 
     fresh = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=123)
     resumed = Trainer.resume(tmp_path / "run" / "checkpoint", policy=fresh)
     assert resumed.algorithm == algorithm and resumed.update_count == 2 and resumed.episodes_seen == 16
     again = resumed.train(updates=1)[0]
     for key in ("update", "episodes", "return_mean", "loss", "policy_loss", "kl"):
-        assert again[key] == pytest.approx(third[key], rel=1e-4, abs=1e-6), key
+        assert again[key] == third[key], key  # bit for bit: the same answers, the same arithmetic
     assert again["wall_time"] >= third["wall_time"] - 60
     for name, p in resumed.model.named_parameters():
         if p.requires_grad:
-            assert torch.allclose(p, weights[name], atol=1e-5), name
+            assert torch.equal(p, weights[name]), name
     # The run folder's metrics continue: the first session's update 3 (after the checkpoint) was
     # dropped on resume and redone, so each update has one line.
     metrics = read_metrics(tmp_path / "run")
     assert [m["update"] for m in metrics] == [1, 2, 3]
     assert metrics[2]["return_mean"] == pytest.approx(again["return_mean"])
+
+
+@pytest.mark.parametrize("use_lora", [True, False], ids=["lora", "full-fine-tune"])
+def test_a_warm_started_run_resumes_with_its_kl_reference(use_lora, tiny_model_and_tokenizer, tmp_path):
+    # Warm start, then RL with a KL penalty to the warm-started policy: the reference is neither
+    # the base model nor the trained weights, so a resume must read it from reference.safetensors.
+    import copy
+
+    import textgym
+    from textgym.trainers import SFTConfig, Trainer, make_trainer
+    from textgym.trainers.engine.sft import player_demonstrations
+
+    model, tokenizer = tiny_model_and_tokenizer
+    config = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 4, "lr": 3e-3, "epochs": 2,
+              "kl_coef": 0.5, "use_lora": use_lora}
+    policy = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=0)
+    trainer = make_trainer("ppo", policy, env="textgym/Bandit-v0", config=config, out_dir=tmp_path / "run")
+    demos, _ = player_demonstrations("bandit", "scripted", episodes=16, seed=3)
+    trainer.warm_start(demos, SFTConfig(lr=1e-2, epochs=3, batch_size=16))
+    trainer.train(updates=1)
+    checkpoint = trainer.save_checkpoint()
+    assert (checkpoint / ckpt.REFERENCE_FILE).is_file()
+    second = trainer.train(updates=1)[0]
+    weights = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert second["ref_kl"] > 1e-4  # the policy has moved away from its reference: the KL counts
+
+    fresh = textgym.Policy(copy.deepcopy(model), tokenizer, mode="score", seed=123)
+    resumed = Trainer.resume(checkpoint, policy=fresh)
+    again = resumed.train(updates=1)[0]
+    for key in ("return_mean", "loss", "policy_loss", "ref_kl"):
+        assert again[key] == second[key], key  # bit for bit
+    for name, p in resumed.model.named_parameters():
+        if p.requires_grad:
+            assert torch.equal(p, weights[name]), name
 
 
 def test_resume_without_a_policy_rebuilds_it_from_the_checkpoint(tmp_path):

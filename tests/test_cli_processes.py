@@ -25,6 +25,7 @@ minibatch_size = 32
 """
 
 
+@pytest.mark.slow  # trains to a target in 2 processes
 def test_two_processes_learn_the_bandit_and_the_run_resumes_in_one(cli, tmp_path):  # noqa: F811
     config, run = tmp_path / "learn.toml", tmp_path / "run"
     config.write_text(LEARN)

@@ -229,6 +229,7 @@ def trainer_reports(tmp_path_factory):
     return out, reports
 
 
+@pytest.mark.slow  # every trainer trains in 2 processes (the module's trainer_reports)
 def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer_reports):
     _, (rank0, rank1) = trainer_reports
     for algorithm in ("reinforce", "ppo", "grpo"):
@@ -264,6 +265,7 @@ def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer
         assert a["world_size_metric"] == 2
 
 
+@pytest.mark.slow
 def test_training_in_two_processes_stops_together_and_writes_once(trainer_reports):
     tmp_path, reports = trainer_reports
     rank0, rank1 = (report["train_loop"] for report in reports)

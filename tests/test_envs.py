@@ -21,12 +21,13 @@ from textgym.envs.classic import (
     TaxiText,
     hit_bust_chance,
 )
+from textgym.registry import takes_free_text
 
 # TextWorld generates a game per seed (~10 s for the checker's resets): tests/test_textworld.py
-# runs check_env on it with a cached game. Calculator-v0 answers in tool calls, not action names:
-# tests/test_tool_env.py checks it.
+# runs check_env on it with a cached game. A free-text env (a tool env: Calculator-v0) names no
+# actions: tests/test_tool_env.py checks it.
 ALL_IDS = [info.id for info in textgym.list_envs()
-           if info.source == "textgym" and info.id not in ("textgym/TextWorld-v0", "textgym/Calculator-v0")]
+           if info.source == "textgym" and info.id != "textgym/TextWorld-v0" and not takes_free_text(info.id)]
 CLASSIC = ["textgym/CartPole-v1", "textgym/MountainCar-v0", "textgym/Acrobot-v1",
            "textgym/Blackjack-v1", "textgym/FrozenLake-v1", "textgym/Taxi-v4",
            "textgym/CliffWalking-v1", "textgym/Bandit-v0"]

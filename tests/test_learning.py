@@ -14,6 +14,8 @@ import textgym
 from textgym.seeds import EVAL_BASE
 from textgym.trainers import make_trainer
 
+pytestmark = pytest.mark.slow  # each trains the tiny model to a target, up to BUDGET_UPDATES updates
+
 BUDGET_UPDATES = 60  # 32 episodes each; every algorithm got there in 20-40 updates over seeds 0-4
 CONFIGS = {
     "reinforce": {"lr": 3e-3},

@@ -201,6 +201,8 @@ def test_score_mode_on_a_server_without_listed_actions_stops_before_the_model_lo
     line = one_error_line(cli("train", f"openenv:{servers['echo'].url}", "--model", "tiny", "--updates", "1",
                               "--out", str(tmp_path / "run")))
     assert "--mode generate" in line and not (tmp_path / "run").exists()
+    line = one_error_line(cli("eval", f"openenv:{servers['echo'].url}", "--model", "tiny"))
+    assert "--mode generate" in line
 
 
 def test_an_mcp_server_is_a_tool_env(servers):

@@ -175,6 +175,74 @@ def test_a_bf16_training_run_records_the_mismatch(tiny_model_and_tokenizer):
     assert policy._acting.syncs == 1
 
 
+def _update_gradients(model, tok, act_correction: bool, monkeypatch) -> dict:
+    """One REINFORCE update of a policy acting in bf16: the gradient the optimizer was handed
+    (before clipping), and two computed by hand from the same rollout at the same weights, each
+    decision's -A/N * d log pi(answer) summed with the importance weight
+    min(pi_train / pi_act, cap) (``weighted``) and without (``plain``)."""
+    from textgym.trainers import ReinforceConfig, make_trainer
+    from textgym.trainers.engine import optimization
+    from textgym.trainers.engine.loss_step import LossStep
+
+    policy = Policy(copy.deepcopy(model), tok, mode="score", act_dtype="bfloat16", seed=0)
+    config = ReinforceConfig(num_envs=4, episodes_per_update=8, minibatches=1, epochs=1,
+                             baseline="none", act_correction=act_correction, act_correction_cap=1.02,
+                             seed=0)
+    trainer = make_trainer("reinforce", policy, env="textgym/Bandit-v0", config=config)
+    seen: dict = {}
+    update, prepare, optimizer_step = trainer.update, LossStep.prepare.__func__, optimization.optimizer_step
+
+    def recording_update(episodes, *args, **kwargs):
+        seen["episodes"] = list(episodes)
+        return update(episodes, *args, **kwargs)
+
+    def recording_prepare(cls, policy, decisions, config):
+        seen["decisions"] = decisions
+        return prepare(cls, policy, decisions, config)
+
+    def recording_step(optimizer, *args, **kwargs):
+        assert "applied" not in seen, "one optimizer step: the whole batch, one epoch"
+        params = [p for group in optimizer.param_groups for p in group["params"]]
+        seen["applied"] = torch.cat([p.grad.flatten() for p in params])
+        # by hand, at the weights the update starts from
+        returns = [sum(s.reward for s in episode.steps[k:])
+                   for episode in seen["episodes"] for k in range(len(episode.steps))]
+        decisions = seen["decisions"]
+        plain, weighted = torch.zeros_like(seen["applied"]), torch.zeros_like(seen["applied"])
+        for advantage, decision in zip(returns, decisions):
+            logprob = policy.evaluate([decision]).logprobs[0].sum()  # the fp32 weights' log pi
+            ratio = torch.exp(logprob.detach() - decision.logprob)  # pi_train / pi_act (bf16)
+            gradient = torch.cat([g.flatten() for g in torch.autograd.grad(logprob, params)])
+            plain -= advantage * gradient / len(decisions)
+            weighted -= advantage * torch.clamp(ratio, max=1.02) * gradient / len(decisions)
+        seen["plain"], seen["weighted"] = plain, weighted
+        return optimizer_step(optimizer, *args, **kwargs)
+
+    monkeypatch.setattr(trainer, "update", recording_update)
+    monkeypatch.setattr(LossStep, "prepare", classmethod(recording_prepare))
+    monkeypatch.setattr(optimization, "optimizer_step", recording_step)
+    [metrics] = trainer.train(updates=1)
+    assert metrics["act_mismatch_abs"] > 0 and all(len(d.token_logprobs) == 1 for d in seen["decisions"])
+    return seen
+
+
+def test_a_bf16_training_run_weights_its_update_by_the_capped_ratio(tiny_model_and_tokenizer, monkeypatch):
+    # The cap (1.02) is low enough that bf16's own small mismatch reaches it in some decisions:
+    # the corrected update differs from the plain one by more than the comparison's tolerance.
+    model, tok = tiny_model_and_tokenizer
+    corrected = _update_gradients(model, tok, True, monkeypatch)
+    monkeypatch.undo()
+    uncorrected = _update_gradients(model, tok, False, monkeypatch)
+    assert [d.text for d in corrected["decisions"]] == [d.text for d in uncorrected["decisions"]]
+
+    def same(a, b):
+        return torch.allclose(a, b, rtol=1e-4, atol=1e-7)
+
+    assert same(corrected["applied"], corrected["weighted"])
+    assert not same(corrected["applied"], corrected["plain"])  # the correction changed the update
+    assert same(uncorrected["applied"], uncorrected["plain"])  # and without it, the plain gradient
+
+
 def test_cli_act_dtype(cli):
     bad = cli("eval", "bandit", "--model", "tiny", "--act-dtype", "fp16")
     assert bad.exit_code != 0 and "Traceback" not in bad.output

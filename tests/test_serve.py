@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -68,7 +69,7 @@ def servers(tmp_path_factory):
         "hangs": ("faultenvs:fault/Slow-v0", "--config", str(slow(10**6)), "--step-timeout", "2",
                   "--max-sessions", "1"),
         # a step that ends well within the server's timeout, after its client left
-        "slow": ("faultenvs:fault/Slow-v0", "--config", str(slow(2)), "--max-sessions", "1"),
+        "slow": ("faultenvs:fault/Slow-v0", "--config", str(slow(8)), "--max-sessions", "1"),
     }
     started = {}
     try:
@@ -118,13 +119,13 @@ def test_the_server_closes_the_websocket_of_a_timed_out_session(servers):
 
 def test_a_client_that_leaves_mid_step_is_no_server_error(servers):
     server = servers["slow"]
-    impatient = OpenEnvTextEnv(server.url, step_timeout=0.5)
+    impatient = OpenEnvTextEnv(server.url, step_timeout=3)
     impatient.reset(seed=0)
-    with pytest.raises(OpenEnvError, match="did not answer within 0.5 s"):
+    with pytest.raises(OpenEnvError, match="did not answer within 3 s"):
         impatient.step("GOOD")           # the client gives up and closes; the step goes on
     impatient.close()
     deadline = time.monotonic() + 60
-    while True:                            # the slot frees once the step is done (2 s)
+    while True:                            # the slot frees once the step is done (8 s)
         try:
             OpenEnvTextEnv(server.url).reset(seed=0)
             break
@@ -209,6 +210,25 @@ def test_a_token_is_required_on_http_and_websocket(servers, monkeypatch):
         assert env.step("LEFT")[1] == 1.0
     finally:
         env.close()
+
+
+def test_ctrl_c_ends_a_server_whose_env_step_never_returns(tmp_path):
+    config = tmp_path / "hangs.toml"
+    config.write_text("env_kwargs = { delay = 1000000 }\n")
+    server = LoggedServer(tmp_path / "hangs.log", "faultenvs:fault/Slow-v0", "--config", str(config),
+                          "--step-timeout", "2")
+    try:
+        server.wait()
+        env = OpenEnvTextEnv(server.url, step_timeout=120)
+        env.reset(seed=0)
+        with pytest.raises(OpenEnvError, match="took longer than 2 s"):
+            env.step("GOOD")
+        env.close()
+        server.process.send_signal(signal.SIGINT)
+        assert server.process.wait(timeout=120) == 130   # not waiting for the hung thread
+    finally:
+        server.stop()
+    assert "1 env call(s) past the step timeout still running: exiting without them" in server.text()
 
 
 def test_resets_with_new_seeds_leave_at_most_the_cached_games_on_disk(tmp_path, monkeypatch):

@@ -217,13 +217,28 @@ NON_TEXT = [None, 10 ** 5000, b"\xff\xfe go north", bytearray(b"look"), _Unprint
             {"action": "look"}, 3.5, float("nan"), object()]
 
 
+# The non-text answers that still carry a command (decoded bytes, an action dict) and the command
+COMMAND_IN = {2: "go north", 3: "look", 6: "look"}
+# each invalid-answer policy: its record's policy, reward and whether the episode ends
+POLICY_OUTCOME = {"penalty": ("penalty", -0.1, False), "default": ("default", 0.0, False),
+                  "retry": ("retry", 0.0, False), "terminate": ("terminate", -0.1, True)}
+
+
 @pytest.mark.parametrize("policy", ["penalty", "default", "retry", "terminate"])
 def test_non_text_answers_are_invalid_answers_never_exceptions(game_dir, policy):
-    env = make(game_dir, invalid_policy=policy, max_episode_steps=200)
+    env = make(game_dir, invalid_policy=policy, max_retries=len(NON_TEXT), max_episode_steps=200)
     env.reset(seed=0)
-    for answer in NON_TEXT:
+    for n, answer in enumerate(NON_TEXT):
         obs, reward, terminated, truncated, info = env.step(answer)
-        assert isinstance(obs, str) and isinstance(info["parse"]["raw"], str)
+        record = info["parse"]
+        assert isinstance(obs, str) and isinstance(record["raw"], str)
+        if n in COMMAND_IN:  # sent as the command it carries
+            assert record["valid"] and record["action"] == COMMAND_IN[n] and reward == 0.0
+        else:                # an invalid answer, handled as the policy says
+            assert not record["valid"]
+            assert (record["policy"], reward, terminated) == POLICY_OUTCOME[policy], (n, record)
+        if policy == "terminate" and n not in COMMAND_IN:
+            assert obs == "You gave up: that is not a command here."
         if terminated or truncated:
             env.reset(seed=0)
 

@@ -283,3 +283,9 @@ def test_the_calculators_scripted_reference_solves_every_item():
 
     result = evaluate_baseline(textgym.make("textgym/Calculator-v0"), "scripted", episodes=50, seed=0)
     assert result["return_mean"] == 1.0 and result["invalid_rate"] == 0.0
+
+
+def test_the_calculator_is_declared_free_text():
+    from textgym.registry import takes_free_text
+
+    assert takes_free_text("textgym/Calculator-v0")   # score mode refuses it before loading a model

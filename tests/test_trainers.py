@@ -426,6 +426,19 @@ def test_online_sft_on_best_episodes(tiny_policy):
     assert len(trainer.replay) == 16
 
 
+def test_online_sft_is_reproducible():
+    """Online SFT shuffles its batches with a seed of the run and the update: two runs of one
+    config take the same steps (its order was drawn unseeded, so reruns and resumes differed)."""
+    def sft_losses():
+        policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
+        trainer = make_trainer("reinforce", policy, env="textgym/CartPole-v1",
+                               config={**SMALL, "episodes_per_update": 4, "max_train_episode_steps": 6,
+                                       "minibatch_size": 4, "sft_every": 1, "sft_top_fraction": 1.0})
+        return [metrics["sft_loss"] for metrics in trainer.train(updates=2)]
+
+    assert sft_losses() == sft_losses()
+
+
 def test_demonstrations_file_errors(tmp_path):
     from textgym.trainers.engine.sft import load_demonstrations
 

@@ -22,20 +22,15 @@ def even_tokens(prompts, completions, completion_ids, **kwargs):
     return [sum(t % 2 == 0 for t in ids) / max(1, len(ids)) for ids in completion_ids]
 
 
-class FakeTrainer:
-    """What the rollout reads from TRL's trainer (one process, no vLLM)."""
+@pytest.fixture(scope="module")
+def grpo_trainer(_tiny_loaded):
+    """TRL's own GRPOTrainer around a copy of the tiny model (made once: a few seconds), for the
+    tests that hand it to the rollout as TRL does."""
+    from textgym.trainers.trl import make_trl_grpo_trainer
 
-    use_vllm = False
-
-    class accelerator:
-        process_index, num_processes, device = 0, 1, torch.device("cpu")
-
-        @staticmethod
-        def unwrap_model(m):
-            return m
-
-    def __init__(self, model):
-        self.model = model
+    model, tokenizer = _tiny_loaded
+    return make_trl_grpo_trainer(copy.deepcopy(model), tokenizer, "textgym/Bandit-v0", num_prompts=4,
+                                 args={"max_steps": 1, "per_device_train_batch_size": 4, "num_generations": 2})
 
 
 def bandit_prompt(seed: int) -> list[dict]:
@@ -70,11 +65,13 @@ def test_trl_grpo_two_steps_on_the_bandit(tiny_model_and_tokenizer):
     assert changed, "two GRPO steps left every weight unchanged"
 
 
-def test_a_group_is_played_together_and_multi_turn_masks_env_tokens(tiny_model_and_tokenizer, monkeypatch):
+def test_a_group_is_played_together_and_multi_turn_masks_env_tokens(grpo_trainer, tiny_model_and_tokenizer,
+                                                                    monkeypatch):
     import textgym
     from textgym.trainers.trl import SEED_KEY, PolicySampler, TextgymRollout
 
-    model, tokenizer = tiny_model_and_tokenizer
+    _, tokenizer = tiny_model_and_tokenizer
+    model = grpo_trainer.model
     env = textgym.make("textgym/CartPole-v1")
     obs, info = env.reset(seed=5)
     prompt = [{"role": "system", "content": info["system_prompt"]}, {"role": "user", "content": obs, SEED_KEY: 5}]
@@ -84,9 +81,13 @@ def test_a_group_is_played_together_and_multi_turn_masks_env_tokens(tiny_model_a
     sample = PolicySampler.sample
     monkeypatch.setattr(PolicySampler, "sample", lambda self, contexts, n: batches.append(len(contexts))
                         or sample(self, contexts, n))
+    was_training = model.training
     model.train()  # as TRL keeps it while training: the rollout samples in eval mode, then restores it
-    out = rollout([prompt, prompt, prompt], FakeTrainer(model))
-    assert model.training
+    try:
+        out = rollout([prompt, prompt, prompt], grpo_trainer)
+        assert model.training
+    finally:
+        model.train(was_training)
     # the three episodes of the group: one batched generation per turn, three turns
     assert batches == [3, 3, 3] and rollout.seeds == [5, 5, 5]
     assert len(out["completion_ids"]) == 3 and out["prompt_ids"][0] == out["prompt_ids"][2]
@@ -100,14 +101,14 @@ def test_a_group_is_played_together_and_multi_turn_masks_env_tokens(tiny_model_a
     assert [completion != out["completion_ids"][0] for completion in out["completion_ids"][1:]] == [True, True]
 
 
-def test_a_prompt_without_its_seed_is_refused(tiny_model_and_tokenizer):
+def test_a_prompt_without_its_seed_is_refused(grpo_trainer, tiny_model_and_tokenizer):
     from textgym.trainers.trl import TextgymRollout
 
-    model, tokenizer = tiny_model_and_tokenizer
+    _, tokenizer = tiny_model_and_tokenizer
     rollout = TextgymRollout("textgym/Bandit-v0", tokenizer)
     prompt = [{"role": "system", "content": "s"}, {"role": "user", "content": "Color: red."}]
     with pytest.raises(ValueError, match="the prompt has no 'textgym_seed'"):
-        rollout([prompt], FakeTrainer(model))
+        rollout([prompt], grpo_trainer)
 
 
 class StandInVLLM:
@@ -129,18 +130,17 @@ class StandInVLLM:
                 [[[-0.25] for _ in completion] for _ in prompts], None)
 
 
-def test_use_vllm_plays_the_episodes_with_trl_vllm_engine(tiny_model_and_tokenizer):
+def test_use_vllm_plays_the_episodes_with_trl_vllm_engine(grpo_trainer, tiny_model_and_tokenizer, monkeypatch):
     from textgym.trainers.trl import TextgymRollout
 
-    model, tokenizer = tiny_model_and_tokenizer
+    _, tokenizer = tiny_model_and_tokenizer
     engine = StandInVLLM(tokenizer("dog", add_special_tokens=False)["input_ids"], tokenizer.eos_token_id)
-
-    class VLLMTrainer(FakeTrainer):
-        use_vllm = True
-        vllm_generation = engine
+    # TRL's trainer as with use_vllm=True, its engine the stand-in
+    monkeypatch.setattr(grpo_trainer, "use_vllm", True)
+    monkeypatch.setattr(grpo_trainer, "vllm_generation", engine, raising=False)
 
     rollout = TextgymRollout("textgym/Bandit-v0", tokenizer, max_new_tokens=6)
-    out = rollout([bandit_prompt(0), bandit_prompt(0), bandit_prompt(1)], VLLMTrainer(model))
+    out = rollout([bandit_prompt(0), bandit_prompt(0), bandit_prompt(1)], grpo_trainer)
     # one call for the three episodes, with the adapter's answer length; the engine's own restored
     assert engine.calls == [(3, 6)] and engine.max_completion_length == 99
     expected = engine.answer_ids + [tokenizer.eos_token_id]
@@ -171,6 +171,7 @@ def test_vllm_server_mode_keeps_the_processes_in_lockstep(tiny_model_and_tokeniz
     assert sampler.sample([], max_new_tokens=4, padding=[1, 5]) == [] and engine.calls[-1] == (3, 4)
 
 
+@pytest.mark.slow  # TRL trains in 2 processes
 def test_two_processes_under_torchrun(tmp_path):
     """examples/trl_grpo.py --quick in 2 CPU processes (torchrun, gloo) with TRL's own data parallelism."""
     environ = dict(os.environ, OMP_NUM_THREADS="1")
@@ -213,36 +214,86 @@ def textgym_bandit_observation(seed: int) -> str:
     return textgym.make("textgym/Bandit-v0").reset(seed=seed)[0]
 
 
+class ScriptedAnswer:
+    """A logits processor that makes ``generate`` write ``script`` (token ids) after the prompt,
+    whatever the model's own scores: the random tiny model never writes a tool call itself."""
+
+    def __init__(self, script: list[int], prompt_length: int):
+        self.script, self.prompt_length = script, prompt_length
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.prompt_length
+        if step < len(self.script):
+            forced = torch.full_like(scores, float("-inf"))
+            forced[:, self.script[step]] = 0.0
+            return forced
+        return scores
+
+
 def test_environment_factory_one_trl_step_with_the_tiny_model(tmp_path, monkeypatch):
+    import functools
     import importlib.util
 
+    from transformers import LogitsProcessorList
+    from transformers.generation.utils import GenerationMixin
+
+    from textgym.models import load_tokenizer
     from textgym.trainers import trl as adapter
 
-    resets = []
+    resets, moves = [], []
     real = adapter.environment_factory
 
     def counting_factory(env_id, **env_kwargs):
         cls = real(env_id, **env_kwargs)
-        reset = cls.reset
+        reset, act = cls.reset, cls.act
 
         def counted(self, **kwargs):
             resets.append(kwargs.get("seed"))
             return reset(self, **kwargs)
 
-        cls.reset = counted
+        @functools.wraps(act)  # TRL reads the tool's schema from its signature and docstring
+        def recorded_act(self, action):
+            observation = act(self, action)
+            moves.append((action, self.get_reward(), observation))
+            return observation
+
+        cls.reset, cls.act = counted, recorded_act
         return cls
 
+    # Every turn the model writes one call of the act tool (TRL's Qwen2.5 tool-call format)
+    tokenizer = load_tokenizer()
+    call = '<tool_call>\n{"name": "act", "arguments": {"action": "cat"}}\n</tool_call>'
+    script = tokenizer(call, add_special_tokens=False)["input_ids"] + [tokenizer.convert_tokens_to_ids("<|im_end|>")]
+    generate = GenerationMixin.generate
+
+    def scripted_generate(self, *args, **kwargs):
+        processors = LogitsProcessorList([ScriptedAnswer(script, kwargs["input_ids"].shape[1])])
+        return generate(self, *args, logits_processor=processors, **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "generate", scripted_generate)
     monkeypatch.setattr(adapter, "environment_factory", counting_factory)
     spec = importlib.util.spec_from_file_location("trl_environment_example",
                                                   Path(__file__).parents[1] / "examples" / "trl_environment.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
-    trainer = example.main(["--quick", "--env", "bandit", "--output-dir", str(tmp_path)])
+    # --quick's settings, with room for one call and the env's answer
+    trainer = example.main(["--model", "tiny", "--env", "bandit", "--max-steps", "1", "--num-prompts", "4",
+                            "--batch-size", "4", "--num-generations", "2", "--max-tool-calls", "1",
+                            "--lr", "1e-3", "--max-completion-length", str(len(script) + 48),
+                            "--output-dir", str(tmp_path)])
     assert trainer.state.global_step == 1
     # 4 rollouts: 2 starts of the dataset (TRL shuffles them) x 2 generations, each reset with its row's seed
     assert len(resets) == 4 and all(resets.count(s) == 2 for s in resets) and set(resets) <= {0, 1, 2, 3}
+    # the tool ran: TRL parsed each rollout's call and passed its argument (the bandit's one step
+    # ends the episode)
+    first_moves = [m for m in moves if not m[2].startswith("The episode is over.")]
+    assert len(first_moves) == 4 and all(action == "cat" for action, _, _ in first_moves)
+    assert all(observation.endswith("The episode is over.") for _, _, observation in first_moves)
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 1 and "rewards/TextgymToolEnv/mean" in logged[0]
+    # TRL's reward is the returns of the moves the tool made
+    returns = [episode_return for _, episode_return, _ in first_moves]
+    assert logged[0]["rewards/TextgymToolEnv/mean"] == pytest.approx(sum(returns) / 4)
 
 
 def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):

@@ -45,7 +45,10 @@ import functools
 import hmac
 import logging
 import math
+import os
 import socket
+import sys
+import threading
 from contextlib import suppress
 from contextvars import ContextVar
 from typing import Any
@@ -242,6 +245,23 @@ class TextgymServer(HTTPEnvServer):
     def __init__(self, *args: Any, step_timeout: float = DEFAULT_STEP_TIMEOUT, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self.step_timeout = float(step_timeout)
+        self.calls_running = 0  # env calls in a thread now (a timed-out one may never end)
+        self._count_lock = threading.Lock()
+
+    def _counted(self, func: Any) -> Any:
+        """``func`` counting itself in :attr:`calls_running` while it runs (in its thread)."""
+
+        @functools.wraps(func)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            with self._count_lock:
+                self.calls_running += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                with self._count_lock:
+                    self.calls_running -= 1
+
+        return call
 
     def _timed_out(self, func: Any) -> StepTimeout:
         what = getattr(func, "__name__", "call")
@@ -250,8 +270,8 @@ class TextgymServer(HTTPEnvServer):
 
     async def _run_in_session_executor(self, session_id: str, func: Any, *args: Any, **kwargs: Any):
         try:
-            return await asyncio.wait_for(
-                super()._run_in_session_executor(session_id, func, *args, **kwargs), self.step_timeout)
+            return await asyncio.wait_for(super()._run_in_session_executor(
+                session_id, self._counted(func), *args, **kwargs), self.step_timeout)
         except TimeoutError:
             error = self._timed_out(func)
             logger.error("%s", error)
@@ -262,8 +282,8 @@ class TextgymServer(HTTPEnvServer):
 
     async def _run_sync_in_thread_pool(self, func: Any, *args: Any, **kwargs: Any):
         try:
-            return await asyncio.wait_for(super()._run_sync_in_thread_pool(func, *args, **kwargs),
-                                          self.step_timeout)
+            return await asyncio.wait_for(
+                super()._run_sync_in_thread_pool(self._counted(func), *args, **kwargs), self.step_timeout)
         except TimeoutError:
             error = self._timed_out(func)
             logger.error("%s (HTTP)", error)
@@ -418,6 +438,7 @@ def create_app(env_id: str, env_kwargs: dict[str, Any] | None = None, max_sessio
     server = TextgymServer(factory, TextAction, TextObservation, max_concurrent_envs=max_sessions,
                            env_name=env_id.replace("/", "-"), step_timeout=step_timeout)
     server.register_routes(app)
+    app.state.textgym_server = server
     app.add_exception_handler(EnvFailure, _answer_env_failure)
     app.add_exception_handler(StepBeforeReset, _answer_step_before_reset)
     app.add_exception_handler(StepTimeout, _answer_timeout)
@@ -465,4 +486,23 @@ def run(env_id: str, env_kwargs: dict[str, Any] | None = None, host: str = "127.
     sock = sock if sock is not None else listen(host, port)
     config = uvicorn.Config(app, log_level=log_level, log_config=_log_config(),
                             ws_max_size=MAX_MESSAGE_BYTES)
-    uvicorn.Server(config).run(sockets=[sock])
+    exit_code = 0
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:  # uvicorn raises the Ctrl-C again once it has shut down
+        exit_code = 130
+        raise
+    finally:
+        _leave_hung_calls(app.state.textgym_server, exit_code)
+
+
+def _leave_hung_calls(server: TextgymServer, exit_code: int) -> None:
+    """After the server stopped: exit now if env calls that timed out still run. Their threads
+    cannot be stopped, and Python would wait for them at exit (forever, for a hung step)."""
+    if not server.calls_running:
+        return
+    logger.warning("%d env call(s) past the step timeout still running: exiting without them",
+                   server.calls_running)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    os._exit(exit_code)

@@ -55,7 +55,7 @@ from textgym.envs import calculator as _calculator
 
 register("textgym/Calculator-v0", "textgym.envs.calculator:make_calculator",
          description="Arithmetic with calculator tools (tool calls; reasoning-gym's basic_arithmetic)",
-         source="textgym", kwargs={"max_episode_steps": None},
+         source="textgym", kwargs={"max_episode_steps": None}, free_text=True,
          training_defaults=_calculator.TRAINING_DEFAULTS,
          reference_policies={"scripted": "textgym.envs.calculator:scripted_calculator"})
 

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from textgym import jsonl
+from textgym import jsonl, seeds
 from textgym.policy import Decision, Policy
 from textgym.rollout import Episode, decisions_of, turn_system_prompt, turn_valid_actions
 from textgym.trainers.engine.optimization import optimizer_step
@@ -320,6 +320,7 @@ class OnlineSFT:
         decisions = decisions_of(best)
         loss = sft_on_decisions(policy, decisions, self.make_optimizer(parameters),
                                 batch_size=cfg.minibatch_size, epochs=1, max_grad_norm=cfg.max_grad_norm,
+                                seed=seeds.rollout_seed(cfg.seed, update_count),  # reruns, resumes: the same order
                                 process=self.process)
         if self.process is not None and self.process.is_distributed:
             return {"sft_loss": loss, "sft_decisions": int(self.process.reduce_sum([len(decisions)])[0])}
