@@ -244,3 +244,18 @@ def test_blackjack_exact_return_of_a_policy_that_reads_its_total():
     exact = registry.exact_return("textgym/Blackjack-v1")
     assert exact(StickAt17()) == pytest.approx(blackjack_value(lambda total, dealer, ace: total < 17))
     assert registry.exact_return("cartpole") is None
+
+
+def test_the_rl_suite_s_rows_are_also_full_s_and_record_their_start():
+    from textgym.benchmark import SUITES, Target, gain_summary, rl_gain
+
+    rl, full = SUITES["rl"], SUITES["full"]
+    assert {row.name for row in rl.rows} <= {row.name for row in full.rows} and rl.seeds == 3
+    blackjack = next(row for row in rl.rows if row.env == "blackjack")
+    assert blackjack.settings["sft_player"] == "none"  # the gain is RL's alone
+    assert blackjack.target.met({"return_mean": -0.1, "exact_return": -0.05}) is True
+    assert Target(exact_return_at_least=-0.06).met({"return_mean": 0.0}) is None  # no exact return: not known
+    gain = rl_gain({"return_mean": -0.05, "return_stderr": 0.03, "exact_return": -0.05},
+                   {"return_mean": -1.0, "return_stderr": 0.04, "exact_return": -1.0})
+    assert gain == {"return": 0.95, "return_stderr": 0.05, "exact_return": 0.95}
+    assert gain_summary([gain, None]) == {}  # a run without its start: no gain claimed
