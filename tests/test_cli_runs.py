@@ -20,6 +20,20 @@ FAST = ('model = "tiny"\nnum_envs = 8\nepisodes = 8\n'
         '[trainer]\nepisodes_per_update = 8\nminibatch_size = 8\n')
 
 
+def finished_bandit_run(folder: Path, config_text: str = FAST) -> Path:
+    """Train the tiny Bandit run of ``config_text`` to its end in ``folder / "run"`` (the shared
+    start of the tests that read or damage a finished run: copy it before changing it)."""
+    from textgym.cli.main import app
+    from typer.testing import CliRunner
+
+    config = folder / "fast.toml"
+    config.write_text(config_text)
+    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
+                                      "--check-every", "0", "--quiet"])
+    assert result.exit_code == 0, result.output
+    return folder / "run"
+
+
 @pytest.fixture
 def fast_config(tmp_path):
     path = tmp_path / "fast.toml"

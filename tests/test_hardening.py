@@ -10,22 +10,13 @@ import shutil
 from pathlib import Path
 
 import pytest
-from test_cli_runs import FAST, lines_of, one_error_line, snapshot
+from test_cli_runs import FAST, finished_bandit_run, lines_of, one_error_line, snapshot
 
 
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A finished tiny Bandit run (1 update, 8 episodes): copy it before changing it."""
-    from textgym.cli.main import app
-    from typer.testing import CliRunner
-
-    folder = tmp_path_factory.mktemp("finished")
-    config = folder / "fast.toml"
-    config.write_text(FAST)
-    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
-                                      "--check-every", "0", "--quiet"])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return finished_bandit_run(tmp_path_factory.mktemp("finished"), FAST)
 
 
 @pytest.fixture

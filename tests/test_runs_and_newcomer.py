@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_cli_runs import FAST, one_error_line, snapshot
+from test_cli_runs import FAST, finished_bandit_run, one_error_line, snapshot
 
 
 @pytest.fixture
@@ -117,16 +117,7 @@ def test_demonstrations_holding_unicode_line_separators_are_read_whole(tmp_path)
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory):
     """A finished tiny Bandit run (1 update, 8 episodes): copy it before changing it."""
-    from textgym.cli.main import app
-    from typer.testing import CliRunner
-
-    folder = tmp_path_factory.mktemp("finished")
-    config = folder / "fast.toml"
-    config.write_text(FAST + "[env_kwargs]\nnum_cues = 2\n")
-    result = CliRunner().invoke(app, ["train", "bandit", "--config", str(config), "--out", str(folder / "run"),
-                                      "--check-every", "0", "--quiet"])
-    assert result.exit_code == 0, result.output
-    return folder / "run"
+    return finished_bandit_run(tmp_path_factory.mktemp("finished"), FAST + "[env_kwargs]\nnum_cues = 2\n")
 
 
 @pytest.fixture
