@@ -67,9 +67,11 @@ def test_make_accepts_short_names():
     assert env.reset(seed=0)[1]["valid_actions"] == ["cat", "dog"]
 
 
+@pytest.mark.parametrize("make", [textgym.make, lambda short: gym.make(registry.resolve_id(short))],
+                         ids=["textgym.make", "gym.make"])
 @pytest.mark.parametrize("short", ["cartpole", "bandit", "frozenlake"])
-def test_a_failed_reset_leaves_the_env_working_after_the_next_reset(short):
-    env, fresh = textgym.make(short), textgym.make(short)
+def test_a_failed_reset_leaves_the_env_working_after_the_next_reset(short, make):
+    env, fresh = make(short), make(short)
     with pytest.raises(gym.error.Error, match="Seed must be greater or equal to zero"):
         env.reset(seed=-5)
     first = fresh.reset(seed=0)

@@ -253,6 +253,10 @@ def register(
                 f"{gym.registry[id].entry_point!r}); {origin} cannot register it again. "
                 "Use your own namespace, e.g. 'mypackage/Name-v0'.")
         gym.registry.pop(id, None)   # same source re-registering: replace quietly
+        # Gymnasium's passive checker breaks an env for good after a failed first reset (see
+        # PassiveEnvChecker below), so plain gym.make adds none to a text env unless asked to;
+        # check_env does the checking (textgym's own envs are checked so in its tests).
+        gym_kwargs.setdefault("disable_env_checker", True)
         gym.register(id, entry_point=entry_point, kwargs=env_kwargs, **gym_kwargs)
         _INFOS[id] = EnvSpecInfo(
             id=id, description=description,
