@@ -3,11 +3,14 @@ started once per module and torn down even when a test fails."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import re
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +61,22 @@ class Server:
         self.process.wait(timeout=30)
 
 
+@contextlib.contextmanager
+def started_together(starts: dict[str, Callable[[], Server]]):
+    """``{name: server}``, each started by its ``starts`` entry and all waited for together (each
+    takes seconds to import OpenEnv); every one started is stopped, also when a test fails."""
+    started = {}
+    try:
+        for name, start in starts.items():
+            started[name] = start()
+        for server in started.values():
+            server.wait()
+        yield started
+    finally:
+        for server in started.values():
+            server.stop()
+
+
 def textgym_serve(env: str, *flags: str) -> Server:
     return Server(sys.executable, "-m", "textgym.cli", "serve", env, "--port", "PORT", *flags)
 
@@ -69,21 +88,12 @@ def helper(kind: str) -> Server:
 @pytest.fixture(scope="module")
 def servers():
     """All servers of the module, started together (each takes seconds to import OpenEnv)."""
-    started = {}
-    try:
-        started["cartpole"] = textgym_serve("cartpole", "--max-sessions", "3")
-        started["bandit"] = textgym_serve("bandit")       # killed by a test
-        started["walk"] = helper("walk")
-        started["garbage"] = helper("garbage")
-        started["garbled"] = helper("garbled")
-        for kind in ("drops", "rooms", "echo"):
-            started[kind] = helper(kind)
-        for server in started.values():
-            server.wait()
+    starts = {"cartpole": lambda: textgym_serve("cartpole", "--max-sessions", "3"),
+              "bandit": lambda: textgym_serve("bandit")}     # killed by a test
+    for kind in ("walk", "garbage", "garbled", "drops", "rooms", "echo"):
+        starts[kind] = functools.partial(helper, kind)
+    with started_together(starts) as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
 
 
 def _play(venv, actions):

@@ -3,6 +3,7 @@ once per module, torn down even when a test fails), their logs read from files."
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -17,7 +18,7 @@ import pytest
 pytest.importorskip("openenv")
 
 from test_cli_runs import one_error_line
-from test_openenv import START_SECONDS, Server, _free_port, _listening
+from test_openenv import START_SECONDS, Server, _free_port, _listening, started_together
 
 from textgym.remote import OpenEnvError, OpenEnvTextEnv
 
@@ -71,16 +72,10 @@ def servers(tmp_path_factory):
         # a step that ends well within the server's timeout, after its client left
         "slow": ("faultenvs:fault/Slow-v0", "--config", str(slow(8)), "--max-sessions", "1"),
     }
-    started = {}
-    try:
-        for name, (env, *flags) in specs.items():
-            started[name] = LoggedServer(folder / f"{name}.log", env, *flags)
-        for server in started.values():
-            server.wait()
+    starts = {name: functools.partial(LoggedServer, folder / f"{name}.log", *spec)
+              for name, spec in specs.items()}
+    with started_together(starts) as started:
         yield started
-    finally:
-        for server in started.values():
-            server.stop()
 
 
 @pytest.mark.parametrize("name", ["sleeps", "hangs"])
