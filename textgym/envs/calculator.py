@@ -12,6 +12,11 @@ scored by the dataset's own ``score_answer``. The final answer is the text the m
 without a tool call (an ``<answer>`` tag is read if there is one); TRL, which does not hand the
 final answer to the env, scores the last calculator result.
 
+The reference player ``scripted`` (:func:`scripted_calculator`, ``textgym train --sft-player
+scripted``) uses the tools as the task asks: one call per operation of the question in evaluation
+order, then the result in ``<answer>`` tags; :func:`tool_conversation` gives the same play of one
+item as plain data (and as chat messages), for building SFT data outside textgym (TRL).
+
 Example:
     >>> import textgym
     >>> env = textgym.make("textgym/Calculator-v0")
@@ -28,11 +33,15 @@ Example:
 
 from __future__ import annotations
 
+import ast
+import json
+import operator
 from typing import Any
 
 from textgym.registry import TrainingDefaults
 
-__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator", "task_prompt"]
+__all__ = ["DEFAULT_CONFIG", "ArithmeticCalculator", "make_calculator", "scripted_calculator", "solution_calls",
+           "task_prompt", "tool_conversation"]
 
 #: basic_arithmetic's settings: two or three terms of up to two digits, + - * only, integers.
 #: Parentheses stay allowed: without them reasoning-gym 0.1.25 answers "75 + 19 * 74" with
@@ -67,6 +76,8 @@ class ArithmeticCalculator:
         self._data: Any = None
         self._entry: dict[str, Any] | None = None
         self.last_result: str = ""
+        self.question: str = ""
+        """The item's question (what ``reset`` returned)."""
 
     def reset(self, seed: int | None = None, **kwargs: Any) -> str:
         import random
@@ -77,7 +88,8 @@ class ArithmeticCalculator:
         self._data = reasoning_gym.create_dataset("basic_arithmetic", **self.config, seed=item_seed, size=1)
         self._entry = self._data[0]
         self.last_result = ""
-        return str(self._entry["question"]).split("\n")[0]
+        self.question = str(self._entry["question"]).split("\n")[0]
+        return self.question
 
     def _result(self, value: float) -> str:
         self.last_result = str(_number(round(value, 6)))
@@ -151,34 +163,129 @@ def make_calculator(max_episode_steps: int | None = None, history: int = 8, max_
                     max_tool_calls=max_tool_calls, **settings)
 
 
-def _evaluate(expression: str) -> int | float:
-    """An arithmetic expression of numbers, + - * / and parentheses, evaluated without ``eval``."""
-    import ast
-    import operator
+def _number_of(node: ast.AST) -> int | float | None:
+    """A literal number (``-33`` is a negated constant), else ``None``."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number_of(node.operand)
+        return None if inner is None else -inner
+    return None
 
-    operations = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
 
-    def value(node: ast.AST) -> float:
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)):
-            return node.value
+#: The calculator's tool for each operator of an expression.
+_TOOLS = {ast.Add: "add", ast.Sub: "subtract", ast.Mult: "multiply", ast.Div: "divide"}
+_OPERATIONS = {"add": operator.add, "subtract": operator.sub, "multiply": operator.mul, "divide": operator.truediv}
+
+
+def _tool_value(name: str, a: float, b: float) -> int | float:
+    """What the calculator's tool ``name`` returns for ``a`` and ``b``, as a number
+    (:meth:`ArithmeticCalculator._result`'s rounding)."""
+    return _number(round(_OPERATIONS[name](a, b), 6))
+
+
+def solution_calls(expression: str) -> tuple[list[dict[str, Any]], int | float]:
+    """The calculator calls that work ``expression`` out, one per binary operation in evaluation
+    order (operands first, left to right), each on the numbers the earlier calls returned; and the
+    result. A negated sub-expression is ``subtract(0, x)``.
+
+    Example:
+        >>> calls, result = solution_calls("-33 * -22 - -8")
+        >>> calls
+        [{'name': 'multiply', 'arguments': {'a': -33, 'b': -22}}, {'name': 'subtract', 'arguments': {'a': 726, 'b': -8}}]
+        >>> result
+        734
+
+    Raises:
+        ValueError: ``expression`` is not arithmetic on numbers with + - * / and parentheses.
+    """
+    calls: list[dict[str, Any]] = []
+
+    def value(node: ast.AST) -> int | float:
+        number = _number_of(node)
+        if number is not None:
+            return number
         if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
-            return -value(node.operand)
-        if isinstance(node, ast.BinOp) and type(node.op) in operations:
-            return operations[type(node.op)](value(node.left), value(node.right))
+            return call("subtract", 0, value(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _TOOLS:
+            left = value(node.left)
+            return call(_TOOLS[type(node.op)], left, value(node.right))
         raise ValueError(f"not arithmetic: {ast.dump(node)}")
 
-    return _number(value(ast.parse(expression, mode="eval").body))
+    def call(name: str, a: float, b: float) -> int | float:
+        calls.append({"name": name, "arguments": {"a": a, "b": b}})
+        return _tool_value(name, a, b)
+
+    try:
+        tree = ast.parse(expression.strip(), mode="eval")
+    except SyntaxError:
+        raise ValueError(f"not arithmetic: {expression!r}") from None
+    return calls, value(tree.body)
+
+
+def question_expression(question: str) -> str:
+    """The expression of a basic_arithmetic question (``"Calculate 3 + 4."`` -> ``"3 + 4"``)."""
+    return question.removeprefix("Calculate").strip().rstrip(".").replace("=", "").strip()
+
+
+def tool_call_text(name: str, arguments: dict[str, Any]) -> str:
+    """A tool call in the model-native format the tool env reads (:func:`textgym.tools.parse_tool_call`),
+    written as the tool-calling chat template renders an assistant's ``tool_calls``."""
+    return f"<tool_call>\n{json.dumps({'name': name, 'arguments': arguments})}\n</tool_call>"
+
+
+def answer_text(result: float) -> str:
+    """The final answer, as the env's description asks for it."""
+    return f"<answer>{result}</answer>"
+
+
+def tool_conversation(seed: int, **config: Any) -> dict[str, Any]:
+    """Item ``seed``'s whole tool-calling solution as plain data (what the scripted player plays),
+    the calls run through the calculator itself: ``question``; ``calls``, each ``{"name",
+    "arguments", "result"}`` (the tool's text); ``answer`` (the final answer's text); ``reward``
+    (the dataset's score of it); and ``messages``, the same in the chat format of
+    ``tokenizer.apply_chat_template(messages, tools=...)`` (a user turn with the question, an
+    assistant turn with ``tool_calls`` and a ``tool`` turn per call, the final assistant turn).
+    ``config``: basic_arithmetic's fields (default :data:`DEFAULT_CONFIG`).
+
+    Example:
+        >>> item = tool_conversation(0)
+        >>> item["question"], [c["result"] for c in item["calls"]], item["answer"], item["reward"]
+        ('Calculate -33 * -22 - -8.', ['726', '734'], '<answer>734</answer>', 1.0)
+        >>> [m["role"] for m in item["messages"]]
+        ['user', 'assistant', 'tool', 'assistant', 'tool', 'assistant']
+    """
+    calculator = ArithmeticCalculator(**config)
+    question = calculator.reset(seed=seed)
+    planned, result = solution_calls(question_expression(question))
+    calls, messages = [], [{"role": "user", "content": question}]
+    for call in planned:
+        text = getattr(calculator, call["name"])(**call["arguments"])
+        calls.append({**call, "result": text})
+        messages += [{"role": "assistant", "content": "",
+                      "tool_calls": [{"type": "function", "function": {"name": call["name"],
+                                                                       "arguments": call["arguments"]}}]},
+                     {"role": "tool", "name": call["name"], "content": text}]
+    answer = answer_text(result)
+    messages.append({"role": "assistant", "content": answer})
+    return {"question": question, "calls": calls, "answer": answer,
+            "reward": calculator.get_reward(answer), "messages": messages}
 
 
 def scripted_calculator(env: Any, seed: int | None = None):
-    """The reference player: works the question out itself and answers it (no tool call), the
-    score a model reaches by solving every item."""
+    """The reference player (``scripted``; ``--sft-player scripted``): works the question out
+    with the calculator, one tool call per operation in evaluation order
+    (:func:`solution_calls`), then gives the result in ``<answer>`` tags. It uses the tools as
+    the env's description asks, so imitating it teaches tool calls; it solves every item."""
     calculator = env.unwrapped.toolbox.environment
+    played: dict[str, Any] = {"question": None, "answers": []}
 
     def player(info: dict[str, Any]) -> str:
-        question = str(calculator._entry["question"]).split("\n")[0]
-        expression = question.removeprefix("Calculate").strip().rstrip(".").replace("=", "").strip()
-        return f"<answer>{_evaluate(expression)}</answer>"
+        if calculator.question != played["question"] or not played["answers"]:  # a new episode
+            calls, result = solution_calls(question_expression(calculator.question))
+            played["question"] = calculator.question
+            played["answers"] = [tool_call_text(c["name"], c["arguments"]) for c in calls] + [answer_text(result)]
+        return played["answers"].pop(0)
 
     return player
 

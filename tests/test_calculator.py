@@ -1,0 +1,106 @@
+"""textgym/Calculator-v0's scripted tool player: it works each item out with the calculator's
+tools, one valid call per operation, and solves it; its conversation as plain data."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+import textgym
+from textgym.envs.calculator import solution_calls, tool_conversation
+from textgym.tools import parse_tool_call
+
+
+def _operators(question: str) -> int:
+    """Binary operators in a question ("-33 * -22 - -8": 2; a minus sign of a number is none)."""
+    expression = question.removeprefix("Calculate").rstrip(".")
+    return len(re.findall(r"(?<=[\d)])\s*[-+*/]", expression))
+
+
+def test_the_scripted_player_calls_a_tool_per_operation_and_solves_every_item():
+    from textgym.baselines import evaluate_reference
+    from textgym.registry import reference_policy
+
+    env = textgym.make("textgym/Calculator-v0")
+    answers: dict[str, list[str]] = {}
+
+    def record(observation, info, answer):
+        answers.setdefault(env.unwrapped.toolbox.environment.question, []).append(answer)
+
+    stats = evaluate_reference(env, reference_policy("textgym/Calculator-v0", "scripted"), 60, seed=0,
+                               on_step=record)
+    assert stats["return_mean"] == 1.0 and stats["invalid_rate"] == 0.0
+    assert len(answers) == 60
+    for question, played in answers.items():
+        calls, final = played[:-1], played[-1]
+        assert len(calls) == _operators(question) >= 1, question
+        assert all(parse_tool_call(c).name in {"add", "subtract", "multiply"} for c in calls)
+        assert parse_tool_call(final) is None and final.startswith("<answer>")
+
+
+def test_every_call_of_the_scripted_player_is_a_valid_tool_call_whose_result_feeds_the_next():
+    env = textgym.make("textgym/Calculator-v0")
+    player = textgym.registry.reference_policy("textgym/Calculator-v0", "scripted")(env, 0)
+    obs, info = env.reset(seed=0)
+    assert obs == "Calculate -33 * -22 - -8."
+    steps = []
+    done = False
+    while not done:
+        answer = player(info)
+        obs, reward, terminated, truncated, info = env.step(answer)
+        steps.append((answer, info["parse"], info.get("tool_result")))
+        done = terminated or truncated
+    assert [s[0] for s in steps] == [
+        '<tool_call>\n{"name": "multiply", "arguments": {"a": -33, "b": -22}}\n</tool_call>',
+        '<tool_call>\n{"name": "subtract", "arguments": {"a": 726, "b": -8}}\n</tool_call>',
+        "<answer>734</answer>"]
+    assert [(p["valid"], p["action_name"], result) for _, p, result in steps] == [
+        (True, "multiply", "726"), (True, "subtract", "734"), (True, None, None)]
+    assert reward == 1.0 and terminated
+
+
+def test_solution_calls_follow_the_evaluation_order():
+    calls, result = solution_calls("(75 + 19) * 74")
+    assert [(c["name"], c["arguments"]) for c in calls] == [("add", {"a": 75, "b": 19}),
+                                                            ("multiply", {"a": 94, "b": 74})]
+    assert result == 6956
+    calls, result = solution_calls("2 * 3 + 4 * 5")          # left operand first, then the right
+    assert [c["name"] for c in calls] == ["multiply", "multiply", "add"] and result == 26
+    calls, result = solution_calls("-(3 - 5)")               # a negated sub-expression: 0 - x
+    assert calls[-1] == {"name": "subtract", "arguments": {"a": 0, "b": -2}} and result == 2
+    assert solution_calls("7")[0] == []
+    with pytest.raises(ValueError, match="not arithmetic"):
+        solution_calls("2 ** 3")
+
+
+def test_the_tool_conversation_is_what_the_scripted_player_plays_in_the_env():
+    env = textgym.make("textgym/Calculator-v0")
+    for seed in range(5):
+        item = tool_conversation(seed)
+        obs, info = env.reset(seed=seed)
+        assert item["question"] == obs and item["reward"] == 1.0
+        for call in item["calls"]:
+            _, _, _, _, info = env.step(f'<tool_call>{{"name": "{call["name"]}", "arguments": '
+                                        f'{{"a": {call["arguments"]["a"]}, "b": {call["arguments"]["b"]}}}}}</tool_call>')
+            assert info["parse"]["valid"] and info["tool_result"] == call["result"]
+        assert env.step(item["answer"])[1] == 1.0
+        messages = item["messages"]
+        assert messages[0] == {"role": "user", "content": item["question"]}
+        assert [m["content"] for m in messages if m["role"] == "tool"] == [c["result"] for c in item["calls"]]
+        assert messages[-1] == {"role": "assistant", "content": item["answer"]}
+
+
+def test_the_tool_conversation_renders_as_the_players_answers_in_a_tool_calling_chat_template():
+    from transformers.utils.chat_template_utils import render_jinja_template
+    from trl.chat_template_utils import qwen2_5_chat_template
+
+    from textgym.envs.calculator import scripted_calculator
+
+    item = tool_conversation(3)
+    [rendered], _ = render_jinja_template([item["messages"]], chat_template=qwen2_5_chat_template)
+    env = textgym.make("textgym/Calculator-v0")
+    player = scripted_calculator(env)
+    _, info = env.reset(seed=3)
+    answers = [player(info) for _ in range(len(item["calls"]) + 1)]
+    assert all(answer in rendered for answer in answers)    # the same text, call for call
