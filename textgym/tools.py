@@ -520,11 +520,13 @@ def is_valid_tool_call(parse: dict[str, Any] | None) -> bool:
 def tool_call_rates(episodes: Sequence[tuple[int, int]]) -> dict[str, float]:
     """Tool use over episodes, each given as ``(valid tool calls, decisions)``:
     ``valid_tool_call_rate`` (valid tool calls per decision, as ``invalid_rate`` counts invalid
-    answers), ``tool_use_rate`` (episodes with at least one valid tool call) and its standard error.
+    answers), ``tool_use_rate`` (episodes with at least one valid tool call) and its standard
+    error (``sqrt(p (1 - p) / (n - 1))``, as ``return_stderr`` is computed).
 
     Example:
-        >>> tool_call_rates([(2, 3), (0, 1), (1, 2), (0, 2)])
-        {'valid_tool_call_rate': 0.375, 'tool_use_rate': 0.5, 'tool_use_rate_stderr': 0.25}
+        >>> rates = tool_call_rates([(2, 3), (0, 1), (1, 2), (0, 2)])
+        >>> rates["valid_tool_call_rate"], rates["tool_use_rate"], round(rates["tool_use_rate_stderr"], 3)
+        (0.375, 0.5, 0.289)
     """
     if not episodes:
         return {}
