@@ -17,12 +17,22 @@ Two kinds of env:
   makes a move; ``get_reward()`` the episode's return), a served one too
   (``--env openenv:http://127.0.0.1:8000``, after ``textgym serve cartpole``).
 
+A small model never writes a tool call of its own (SmolLM2-135M: 0 calls, reward 0, nothing for
+GRPO to reinforce), so on the calculator the example first imitates (``--warm-start N``): TRL's
+``SFTTrainer`` on the scripted player's solutions of N other items
+(``textgym.envs.calculator.tool_conversation``: the question, one tool call per operation, the
+tool's results, the answer), rendered by the same chat template with the same tool schemas as
+GRPO's rollouts, the loss on the assistant's turns only; GRPO then goes on from that adapter.
+GRPO's first step samples the warm-started policy before any GRPO update: compare its reward
+with the last steps' to see what GRPO adds to imitation.
+
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
 
-Run:
+Run (results: docs/results.md, "TRL's environment_factory"):
+    python examples/trl_environment.py --max-steps 8
     python examples/trl_environment.py --env cartpole --max-steps 20
-Smoke test (random tiny model, 1 step):
+Smoke test (random tiny model: a 1-step warm start, then 1 GRPO step):
     python examples/trl_environment.py --quick
 """
 
@@ -34,25 +44,42 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+#: The calculator items the warm start imitates: seeds far from GRPO's (0 .. num_prompts - 1).
+WARM_START_SEED = 1_000_000
+
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="smollm2-135m", help="textgym model name, hub id or folder")
     parser.add_argument("--env", default="calculator",
                         help="calculator (the tool env) or a text env short name or id (openenv:URL too)")
-    parser.add_argument("--max-steps", type=int, default=20, help="optimizer steps")
+    parser.add_argument("--max-steps", type=int, default=8, help="GRPO optimizer steps")
     parser.add_argument("--num-prompts", type=int, default=64, help="env starts (seeds) in the dataset")
     parser.add_argument("--num-generations", type=int, default=4, help="rollouts per start (a GRPO group)")
     parser.add_argument("--batch-size", type=int, default=8, help="completions per step")
-    parser.add_argument("--max-tool-calls", type=int, default=8, help="moves per rollout at most")
-    parser.add_argument("--max-completion-length", type=int, default=256, help="tokens of a whole rollout")
-    parser.add_argument("--lr", type=float, default=1e-5)
+    parser.add_argument("--max-tool-calls", type=int, default=4, help="tool calls per rollout at most")
+    parser.add_argument("--max-completion-length", type=int, default=160,
+                        help="tokens of a whole rollout (calls, results, answer)")
+    parser.add_argument("--lr", type=float, default=1e-4, help="GRPO's learning rate")
+    parser.add_argument("--lora-layers", type=int, default=8, help="LoRA on the top this many layers")
+    parser.add_argument("--warm-start", type=int, default=None,
+                        help="scripted tool-calling solutions to imitate before GRPO (default: 48 on the "
+                             "calculator, 0 elsewhere; only the calculator has them)")
+    parser.add_argument("--warm-start-epochs", type=float, default=2.0)
+    parser.add_argument("--warm-start-lr", type=float, default=1e-3)
+    parser.add_argument("--seed", type=int, default=0, help="TRL's seed (sampling, data order)")
     parser.add_argument("--output-dir", default=None, help="TRL's output folder (default: a temporary one)")
-    parser.add_argument("--quick", action="store_true", help="random tiny model, 1 step, short rollouts")
+    parser.add_argument("--quick", action="store_true",
+                        help="random tiny model: a 1-step warm start and 1 GRPO step, short rollouts")
     args = parser.parse_args(argv)
     if args.quick:
         args.model, args.max_steps, args.num_prompts, args.batch_size = "tiny", 1, 4, 4
         args.num_generations, args.max_completion_length, args.max_tool_calls, args.lr = 2, 16, 2, 1e-3
+        args.warm_start, args.warm_start_epochs = (4 if args.warm_start is None else args.warm_start), 1.0
+    if args.warm_start is None:
+        args.warm_start = 48 if args.env == "calculator" else 0
+    if args.warm_start and args.env != "calculator":
+        parser.error(f"--warm-start imitates the calculator's scripted player; {args.env} has none")
     return args
 
 
@@ -66,8 +93,40 @@ def final_answer(completions: list[Any], environments: list[Any], **kwargs: Any)
     return rewards
 
 
+def warm_start_dataset(items: int, seed: int = WARM_START_SEED) -> Any:
+    """The scripted player's solutions of calculator items ``seed .. seed + items - 1`` as TRL SFT
+    rows: each conversation starts with the prompt TRL's rollouts start with (the task, then
+    ``reset()``'s question) and carries the tools GRPO gives the model."""
+    from textgym.envs.calculator import ArithmeticCalculator, task_prompt, tool_conversation
+    from textgym.trainers.trl import environment_tools, tool_sft_dataset
+
+    conversations = []
+    for item_seed in range(seed, seed + items):
+        question, *turns = tool_conversation(item_seed)["messages"]
+        conversations.append([{"role": "user", "content": task_prompt() + question["content"]}, *turns])
+    return tool_sft_dataset(conversations, environment_tools(ArithmeticCalculator))
+
+
+def warm_start(model: Any, tokenizer: Any, args: argparse.Namespace, output_dir: str) -> Any:
+    """Imitation: TRL's SFTTrainer on :func:`warm_start_dataset`, the loss on the assistant's turns
+    (the tool calls and the answer; TRL swaps in its training template with generation marks).
+    Returns the trainer (its ``model`` is the adapter GRPO goes on from)."""
+    import torch
+    from trl import SFTConfig, SFTTrainer
+
+    config = SFTConfig(output_dir=os.path.join(output_dir, "warm_start"), report_to="none", bf16=False,
+                       use_cpu=not torch.cuda.is_available(), assistant_only_loss=True, logging_steps=1,
+                       per_device_train_batch_size=4, num_train_epochs=args.warm_start_epochs,
+                       learning_rate=args.warm_start_lr, lr_scheduler_type="constant", save_strategy="no",
+                       gradient_checkpointing=False, seed=args.seed)
+    trainer = SFTTrainer(model=model, processing_class=tokenizer, args=config,
+                         train_dataset=warm_start_dataset(args.warm_start))
+    trainer.train()
+    return trainer
+
+
 def main(argv: Sequence[str] | None = None) -> Any:
-    """Build the trainer, train, print the rewards; returns the trainer."""
+    """Warm-start (calculator), build the GRPO trainer, train, print the rewards; returns the trainer."""
     args = parse_args(argv)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # environment_factory is marked experimental
     import torch
@@ -79,16 +138,19 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from textgym.trainers import TrainConfig
     from textgym.trainers.trl import environment_dataset, environment_factory
 
+    output_dir = args.output_dir or tempfile.mkdtemp(prefix="textgym-trl-env-")
     model, tokenizer = textgym.models.load(args.model)
     if "tools" not in (tokenizer.chat_template or ""):
         tokenizer.chat_template = qwen2_5_chat_template
-    model = lora.add_lora(model, TrainConfig().lora_settings(), model_name=args.model)
-    config = GRPOConfig(output_dir=args.output_dir or tempfile.mkdtemp(prefix="textgym-trl-env-"), report_to="none",
-                        bf16=False, use_cpu=not torch.cuda.is_available(), logging_steps=1,
-                        max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
+    model = lora.add_lora(model, TrainConfig(lora_layers=args.lora_layers).lora_settings(), model_name=args.model)
+    imitation = warm_start(model, tokenizer, args, output_dir) if args.warm_start else None
+    # no gradient checkpointing: with LoRA on the top layers only, the backward pass stops there
+    config = GRPOConfig(output_dir=output_dir, report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
+                        logging_steps=1, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                         num_generations=args.num_generations, learning_rate=args.lr,
-                        max_completion_length=args.max_completion_length,
-                        max_tool_calling_iterations=args.max_tool_calls)
+                        max_completion_length=args.max_completion_length, save_strategy="no",
+                        max_tool_calling_iterations=args.max_tool_calls, gradient_checkpointing=False,
+                        seed=args.seed)
     if args.env == "calculator":
         from textgym.envs.calculator import ArithmeticCalculator, task_prompt
 
@@ -99,7 +161,12 @@ def main(argv: Sequence[str] | None = None) -> Any:
         dataset = environment_dataset(args.env, args.num_prompts)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=rewards or None,
                           train_dataset=dataset, environment_factory=factory)
+    trainer.warm_start = imitation
     trainer.train()
+    if imitation is not None:
+        losses = [h["loss"] for h in imitation.state.log_history if "loss" in h]
+        print(f"warm start: {args.warm_start} scripted solutions, {imitation.state.global_step} steps, "
+              f"loss {losses[0]:.3f} (first step) -> {losses[-1]:.3f} (last)")
     logged = [h for h in trainer.state.log_history if "reward" in h]
     print(f"{args.env}: {trainer.state.global_step} steps; per step: mean reward "
           f"{[round(h['reward'], 3) for h in logged]}, reward std {[round(h.get('reward_std', 0), 3) for h in logged]}, "

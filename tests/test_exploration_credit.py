@@ -185,6 +185,43 @@ def test_reinforce_adds_the_same_state_advantage_to_the_batch_normalised_return(
     assert torch.allclose(advantages.sort().values, expected.sort().values, atol=1e-5)
 
 
+def test_reinforce_state_baseline_uses_each_state_s_mean_and_rebn_for_lone_states(
+        tiny_policy, countdown_env_cls, monkeypatch):
+    """``baseline="state"``: a decision's advantage is its normalised return-to-go minus the mean
+    over its state's decisions in the batch; a state seen once keeps its normalised return."""
+    import textgym.trainers.algorithms.reinforce as reinforce_module
+    from textgym.vector import TextVectorEnv
+
+    seen = {}
+    original = reinforce_module.clipped_surrogate
+
+    def spy(logprobs, old, advantages, *args, **kwargs):
+        seen.setdefault("advantages", []).append(advantages.detach().clone())
+        return original(logprobs, old, advantages, *args, **kwargs)
+
+    monkeypatch.setattr(reinforce_module, "clipped_surrogate", spy)
+    venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
+    trainer = make_trainer("reinforce", tiny_policy, env=venv,
+                           config=ReinforceConfig(**SMALL, baseline="state", minibatches=1))
+    rollout = trainer.collect()
+    trainer.update(rollout.episodes, rollout.stats)
+    returns = []
+    for ep in rollout.episodes:  # returns-to-go by hand (gamma 1)
+        running, to_go = 0.0, []
+        for step in reversed(ep.steps):
+            running += float(step.reward)
+            to_go.insert(0, running)
+        returns += to_go
+    keys = [tuple(d.prompt_ids) for ep in rollout.episodes for d in ep.decisions]
+    norm = normalize(torch.tensor(returns))
+    expected = torch.stack([
+        norm[i] - norm[[j for j, other in enumerate(keys) if other == key]].mean() if keys.count(key) > 1
+        else norm[i] for i, key in enumerate(keys)])
+    assert len(set(keys)) < len(keys)  # some states recur
+    (advantages,) = seen["advantages"]
+    assert torch.allclose(advantages.sort().values, expected.sort().values, atol=1e-5)
+
+
 def test_state_credit_off_leaves_the_advantages_unchanged(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
     advantages = torch.tensor([0.3, -0.3])
@@ -259,3 +296,17 @@ def test_the_rl_suite_s_rows_are_also_full_s_and_record_their_start():
                    {"return_mean": -1.0, "return_stderr": 0.04, "exact_return": -1.0})
     assert gain == {"return": 0.95, "return_stderr": 0.05, "exact_return": 0.95}
     assert gain_summary([gain, None]) == {}  # a run without its start: no gain claimed
+
+
+def test_state_baseline_compares_actions_within_a_state_only():
+    """``baseline="state"``: a state that wins whatever is done gets no credit for its action; in a
+    state seen twice the better action gets the positive advantage; a lone state keeps ReBN's."""
+    from textgym.trainers.engine.losses import normalize
+
+    returns = torch.tensor([1.0, 1.0, -1.0, 0.0, 0.5])
+    keys = ["win", "win", "s", "s", "alone"]
+    normalized = normalize(returns)
+    out = same_state_advantages(keys, normalized, fallback=normalized)
+    assert out[0] == 0 and out[1] == 0                       # the winning state: no credit either way
+    assert out[3] > 0 > out[2] and torch.isclose(out[2], -out[3])
+    assert torch.isclose(out[4], normalized[4])              # alone: the batch-normalised return

@@ -296,18 +296,143 @@ def test_environment_factory_one_trl_step_with_the_tiny_model(tmp_path, monkeypa
     assert logged[0]["rewards/TextgymToolEnv/mean"] == pytest.approx(sum(returns) / 4)
 
 
-def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
+def load_example():
+    """``examples/trl_environment.py`` as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("trl_environment_example",
                                                   Path(__file__).parents[1] / "examples" / "trl_environment.py")
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
+    return example
+
+
+def tool_template_tokenizer():
+    """The SmolLM2 tokenizer with the example's chat template (TRL's Qwen2.5 one, which renders
+    tools) and TRL's response parser for it."""
+    from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template
+
+    from textgym.models import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    tokenizer.chat_template = qwen2_5_chat_template
+    return add_response_schema(tokenizer)
+
+
+def assistant_turns(tokenizer, messages, tools):
+    """Each assistant turn of a conversation as the chat template renders it after the
+    conversation before it: ``(context ids, the turn's ids up to its end-of-turn token)``."""
+    end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    turns = []
+    for k, message in enumerate(messages):
+        if message["role"] != "assistant":
+            continue
+        context = tokenizer.apply_chat_template(messages[:k], tools=tools, add_generation_prompt=True,
+                                                tokenize=True, return_dict=True)["input_ids"]
+        whole = tokenizer.apply_chat_template(messages[:k + 1], tools=tools, tokenize=True,
+                                              return_dict=True)["input_ids"]
+        assert whole[:len(context)] == context  # the context is a prefix: the turn is what follows it
+        turn = whole[len(context):]
+        turns.append((context, turn[:turn.index(end) + 1]))
+    return turns
+
+
+def test_warm_start_conversations_are_tool_calls_trl_renders_and_parses_back():
+    from trl.chat_template_utils import parse_response
+
+    from textgym.envs.calculator import ArithmeticCalculator, task_prompt, tool_conversation
+    from textgym.trainers.trl import environment_tools
+
+    example = load_example()
+    tokenizer = tool_template_tokenizer()
+    rows = example.warm_start_dataset(3, seed=0)
+    calculator = ArithmeticCalculator()
+    for seed, row in enumerate(rows):
+        tools, messages = json.loads(row["tools"]), row["messages"]
+        # the tools are those TRL lists for the class, and the first turn is TRL's prompt for the item
+        assert tools == environment_tools(ArithmeticCalculator)
+        assert messages[0] == {**messages[0], "role": "user",
+                               "content": task_prompt() + calculator.reset(seed=seed)}
+        trl_rendered = tokenizer.apply_chat_template(messages[:1], tools=[calculator.add, calculator.divide,
+                                                                          calculator.multiply, calculator.subtract],
+                                                     add_generation_prompt=True, tokenize=False)
+        assert tokenizer.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True,
+                                             tokenize=False) == trl_rendered
+        # every assistant turn, rendered and parsed back by TRL's parser: the scripted calls, then the answer
+        parsed = [parse_response(tokenizer, turn, prefix=context, tools=tools)
+                  for context, turn in assistant_turns(tokenizer, messages, tools)]
+        script = tool_conversation(seed)
+        assert len(script["calls"]) >= 1
+        assert [call["function"] for turn in parsed[:-1] for call in turn["tool_calls"]] == \
+            [{"name": c["name"], "arguments": c["arguments"]} for c in script["calls"]]
+        assert parsed[-1]["content"] == script["answer"] and not parsed[-1].get("tool_calls")
+
+
+class ScriptedTurns:
+    """A logits processor that makes ``generate`` write a conversation's assistant turns (token
+    ids), the one whose turn it is: the ``k``-th after ``k`` tool results (counted by the
+    ``<|im_start|>`` tokens the context has beyond the prompt's)."""
+
+    def __init__(self, turns: list[list[int]], prompt_starts: int, im_start: int, context_length: int):
+        self.turns, self.prompt_starts, self.im_start = turns, prompt_starts, im_start
+        self.context_length = context_length
+
+    def __call__(self, input_ids, scores):
+        step = input_ids.shape[1] - self.context_length
+        forced = torch.full_like(scores, float("-inf"))
+        for row, ids in enumerate(input_ids):
+            starts = int((ids[:self.context_length] == self.im_start).sum())
+            turn = self.turns[min((starts - self.prompt_starts) // 2, len(self.turns) - 1)]
+            forced[row, turn[min(step, len(turn) - 1)]] = 0.0
+        return forced
+
+
+def test_trl_plays_the_warm_start_solution_through_the_calculator_and_rewards_it(tmp_path, monkeypatch):
+    from transformers import LogitsProcessorList
+    from transformers.generation.utils import GenerationMixin
+
+    example = load_example()
+    tokenizer = tool_template_tokenizer()
+    row = example.warm_start_dataset(1, seed=0)[0]  # item 0: the one GRPO's one-row dataset holds
+    tools, messages = json.loads(row["tools"]), row["messages"]
+    turns = [turn for _, turn in assistant_turns(tokenizer, messages, tools)]
+    im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
+    prompt_starts = tokenizer.apply_chat_template(messages[:1], tools=tools, add_generation_prompt=True,
+                                                  tokenize=True, return_dict=True)["input_ids"].count(im_start)
+    generate = GenerationMixin.generate
+
+    def scripted_generate(self, *args, **kwargs):
+        processor = ScriptedTurns(turns, prompt_starts, im_start, kwargs["input_ids"].shape[1])
+        return generate(self, *args, logits_processor=LogitsProcessorList([processor]), **kwargs)
+
+    monkeypatch.setattr(GenerationMixin, "generate", scripted_generate)
+    # the tiny model writes the scripted player's turns; no warm start needed for that
+    trainer = example.main(["--model", "tiny", "--warm-start", "0", "--max-steps", "1", "--num-prompts", "1",
+                            "--batch-size", "2", "--num-generations", "2", "--max-tool-calls", "4",
+                            "--max-completion-length", "160", "--output-dir", str(tmp_path)])
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert len(logged) == 1 and len(turns) == 3  # item 0: two calls, then the answer
+    # TRL parsed both calls of each rollout, ran them on the calculator, and both rewards are full
+    assert logged[0]["tools/call_frequency"] == 2.0 and logged[0]["tools/failure_frequency"] == 0.0
+    assert logged[0]["rewards/ArithmeticCalculator/mean"] == 1.0 and logged[0]["rewards/final_answer/mean"] == 1.0
+
+
+def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
+    example = load_example()
     trainer = example.main(["--quick", "--env", "calculator", "--output-dir", str(tmp_path)])
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert trainer.state.global_step == 1 and len(logged) == 1
     # TRL's column from get_reward() (the last calculator result) and the example's final-answer score
     assert {"rewards/ArithmeticCalculator/mean", "rewards/final_answer/mean"} <= set(logged[0])
+    # the warm start ran first: SFT on the scripted solutions, the loss on the assistant's turns only
+    imitation = trainer.warm_start
+    assert imitation.state.global_step == 1 and any("loss" in h for h in imitation.state.log_history)
+    tokenizer = trainer.processing_class
+    for row in imitation.train_dataset:
+        trained = tokenizer.decode([t for t in row["labels"] if t != -100])  # what the loss is on
+        assert "<tool_call>" in trained and "<answer>" in trained
+        assert trained.count("<|im_end|>") == trained.count("<tool_call>") + 1  # each turn's stop is trained
+        assert "<tool_response>" not in trained and "Calculate" not in trained and "<tools>" not in trained
     from textgym.envs.calculator import ArithmeticCalculator
 
     calculator = ArithmeticCalculator()

@@ -50,7 +50,8 @@ from typing import Any, Protocol
 import torch
 
 __all__ = ["SEED_KEY", "AnswerSampler", "PolicySampler", "TextgymRollout", "VLLMSampler", "env_return_reward",
-           "environment_dataset", "environment_factory", "make_trl_grpo_trainer"]
+           "environment_dataset", "environment_factory", "environment_tools", "make_trl_grpo_trainer",
+           "tool_sft_dataset"]
 
 #: The key of a dataset prompt's user message that holds its env seed.
 SEED_KEY = "textgym_seed"
@@ -474,3 +475,41 @@ def environment_dataset(env_id: str, num_prompts: int, seed: int = 0, prompt: st
 
     return Dataset.from_dict({"prompt": [[{"role": "user", "content": prompt}]] * num_prompts,
                               "seed": list(range(seed, seed + num_prompts))})
+
+
+def environment_tools(environment: Any) -> list[dict[str, Any]]:
+    """The JSON schemas of the tools ``GRPOTrainer(environment_factory=environment)`` gives the
+    model: the env's public methods but ``reset`` and ``get_reward``, by name, as TRL lists them
+    (TRL 1.16) and ``apply_chat_template(tools=...)`` renders them. Conversations rendered with
+    these tools (SFT data, :func:`tool_sft_dataset`) share their system prompt with TRL's rollouts.
+
+    Example:
+        >>> from textgym.envs.calculator import ArithmeticCalculator
+        >>> [tool["function"]["name"] for tool in environment_tools(ArithmeticCalculator)]
+        ['add', 'divide', 'multiply', 'subtract']
+
+    Args:
+        environment: an ``environment_factory`` (a class or callable making the env) or an env.
+    """
+    import inspect
+
+    from transformers.utils import get_json_schema
+
+    is_factory = isinstance(environment, type) or not hasattr(environment, "reset")  # a class or a function
+    instance = environment() if is_factory else environment
+    return [get_json_schema(getattr(instance, name))
+            for name, _ in inspect.getmembers(type(instance), predicate=inspect.isfunction)
+            if name not in ("reset", "get_reward") and not name.startswith("_")]
+
+
+def tool_sft_dataset(conversations: Sequence[list[dict[str, Any]]], tools: list[dict[str, Any]]) -> Any:
+    """A dataset for TRL's ``SFTTrainer`` of tool-calling conversations (chat messages whose
+    assistant turns carry ``tool_calls`` and whose ``tool`` turns the results), each rendered with
+    ``tools`` (JSON schemas: :func:`environment_tools`): the ``messages`` and ``tools`` columns
+    SFTTrainer reads (the tools as JSON, one schema list for every row)."""
+    import json
+
+    from datasets import Dataset
+
+    listed = json.dumps(tools)
+    return Dataset.from_list([{"messages": list(messages), "tools": listed} for messages in conversations])

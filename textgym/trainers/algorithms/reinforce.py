@@ -38,6 +38,7 @@ from textgym.trainers.engine.losses import (
     clipped_surrogate,
     normalize,
     returns_to_go,
+    same_state_advantages,
 )
 from textgym.trainers.engine.trainer import Trainer
 
@@ -72,6 +73,9 @@ class ReinforceTrainer(Trainer):
         all_returns, mine = self.global_batch(returns)
         if cfg.baseline == "batch":
             all_advantages = normalize(all_returns)
+        elif cfg.baseline == "state":  # GiGPO's anchor states, the batch (ReBN) where a state is alone
+            normalized = normalize(all_returns)
+            all_advantages = same_state_advantages(self.state_keys(decisions), normalized, fallback=normalized)
         elif cfg.baseline == "ema":
             all_advantages = self.baseline.advantages(all_returns)
         else:

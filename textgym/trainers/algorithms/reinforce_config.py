@@ -14,9 +14,13 @@ class ReinforceConfig(TrainConfig):
 
     lr: float = like(TrainConfig, "lr", 1e-4)
     """Peak learning rate (see :class:`TrainConfig`)."""
-    baseline: str = setting("batch", choices=("batch", "ema", "none"))
-    """How returns become advantages: ``"batch"`` (subtract the batch mean and divide by its std),
-    ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``."""
+    baseline: str = setting("batch", choices=("batch", "state", "ema", "none"))
+    """How returns become advantages: ``"batch"`` (subtract the batch mean and divide by its std:
+    GEM's ReBN), ``"state"`` (the same normalised returns minus the mean of the decisions taken in
+    the same state, GiGPO's anchor states; a state visited once in the batch keeps ``"batch"``'s
+    advantage), ``"ema"`` (subtract an exponential moving average of past returns), or ``"none"``.
+    ``"state"`` compares an action only with the other actions of its state, so a state that wins
+    whatever is done (Blackjack's 20) does not credit its action everywhere."""
     ema_decay: float = setting(0.9, at_least=0, at_most=1)
     """Decay of the EMA baseline (``baseline="ema"``): new = decay * old + (1 - decay) * batch mean."""
     clip_eps: float | None = setting(0.2, above=0)

@@ -103,25 +103,30 @@ def turn_group_advantages(group: list[torch.Tensor], scale: bool = True, eps: fl
     return [centred[i, : len(r)] for i, r in enumerate(group)]
 
 
-def same_state_advantages(keys: list, values: torch.Tensor) -> torch.Tensor:
+def same_state_advantages(keys: list, values: torch.Tensor,
+                          fallback: torch.Tensor | None = None) -> torch.Tensor:
     """GiGPO's step-level advantage (arXiv 2505.10978, "anchor states"): each value minus the mean
-    of the values of the decisions taken in the same state (equal ``keys``); a state visited once
-    gets 0, so adding this to an episode-level advantage falls back to the latter there.
+    of the values of the decisions taken in the same state (equal ``keys``). A state visited once
+    has no other decision to compare with: it gets ``fallback`` there (0 when ``None``, so adding
+    this to an episode-level advantage falls back to the latter).
 
     Args:
         keys: per decision, a hashable identity of its state (its prompt and valid actions).
         values: ``Tensor[N]``, per decision, its return-to-go (normalised over the batch).
+        fallback: ``Tensor[N]``, the advantage of a decision whose state was visited once.
 
     Example:
         >>> same_state_advantages(["s", "t", "s", "s"], torch.tensor([1.0, 5.0, -1.0, 0.0]))
         tensor([ 1.,  0., -1.,  0.])
+        >>> same_state_advantages(["s", "t", "s"], torch.tensor([1.0, 5.0, -1.0]), torch.tensor([9.0, 5.0, 9.0]))
+        tensor([ 1.,  5., -1.])
     """
     if len(keys) != values.shape[0]:
         raise ValueError(f"{len(keys)} keys for {values.shape[0]} values")
     groups: dict = {}
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
-    out = torch.zeros_like(values, dtype=torch.float32)
+    out = torch.zeros_like(values, dtype=torch.float32) if fallback is None else fallback.float().clone()
     for rows in groups.values():
         if len(rows) > 1:
             index = torch.tensor(rows)

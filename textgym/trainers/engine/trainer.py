@@ -336,8 +336,11 @@ class Trainer:
         ``advantages`` unchanged when ``state_credit`` is 0."""
         if not self.config.state_credit:
             return advantages
-        keys = self.process.gather([state_key(d) for d in decisions])
-        return advantages + self.config.state_credit * same_state_advantages(keys, values)
+        return advantages + self.config.state_credit * same_state_advantages(self.state_keys(decisions), values)
+
+    def state_keys(self, decisions: Sequence[Decision]) -> list[int]:
+        """Every process's decisions' state identities (prompt and valid actions), in rank order."""
+        return self.process.gather([state_key(d) for d in decisions])
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this
