@@ -295,7 +295,7 @@ def scripted_calculator(env: Any, seed: int | None = None):
 #: Every decision reads the ~520-token tool list: an adapter on the top 8 layers only keeps an
 #: update affordable on a CPU (docs/results.md, "Tool-calling envs").
 TRAINING_DEFAULTS = TrainingDefaults(
-    updates=6, num_envs=16, sft_player="scripted", sft_episodes=32, sft_epochs=3,
+    updates=4, num_envs=16, sft_player="scripted", sft_episodes=32, sft_epochs=3,
     trainer={"episodes_per_update": 16, "gamma": 1.0, "sft_lr": 1e-3, "lora_layers": 8},
     # a tool call or a final answer is short; one episode is a few turns
     modes={"generate": {"policy": {"max_new_tokens": 48}}})
