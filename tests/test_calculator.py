@@ -143,3 +143,15 @@ def test_the_warm_start_reads_the_scripted_players_episodes_as_the_rollouts_conv
     # the same context a rollout builds: its first decision's prompt, then the conversation grows
     rollout = collect(policy, textgym.make("textgym/Calculator-v0"), episodes=1, seed=0, greedy=True)
     assert rollout.episodes[0].steps[0].decision.prompt_ids == first.prompt_ids
+
+
+def test_a_model_that_writes_invalid_calls_forever_ends_its_episode_at_the_call_cap():
+    env = textgym.make("textgym/Calculator-v0")          # 4 tool calls, 2 retries of an invalid one
+    env.reset(seed=0)
+    bad = '<tool_call>{"name": "power", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    steps, returns, done = 0, 0.0, False
+    while not done and steps < 100:
+        _, reward, terminated, truncated, info = env.step(bad)
+        steps, returns, done = steps + 1, returns + reward, terminated or truncated
+    assert truncated and not terminated and steps == 4 * 3   # each refused call: 2 retries, then counted
+    assert not info["parse"]["valid"] and returns == -4.0    # the invalid-answer penalty per refused call

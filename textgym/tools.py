@@ -22,7 +22,8 @@ Faults are answers, not crashes: an unknown tool, bad arguments or broken JSON i
 answer (the env's invalid-answer policy, the validation message as the feedback line); a tool
 that raises returns its error as the observation; one that runs past ``step_timeout`` seconds
 returns a timeout message; results are cut at ``max_result_chars`` and NUL bytes removed; after
-``max_tool_calls`` calls the episode is truncated (reward as for a final answer).
+``max_tool_calls`` calls (a call refused without a retry counts too) the episode is truncated
+(reward as for a final answer).
 
 Example:
     >>> import textgym
@@ -452,6 +453,11 @@ class ToolEnv(gym.Env):
         if verdict.ends_episode:
             return self._last, verdict.reward, True, False, info
         self._last = line  # no call was made: the message is what the model sees
+        # A refused call counts against the cap as a call does: a model that writes invalid calls
+        # forever ends its episode at max_tool_calls, not at the rollout's step cap.
+        self._calls += 1
+        if self._calls >= self.max_tool_calls:
+            return self._end("", line, record, truncated=True, reward=float(verdict.reward))
         return line, verdict.reward, False, False, info
 
     def _feedback(self, error: str, retries: int) -> str:
