@@ -1,8 +1,9 @@
 """``textgym eval``: greedy evaluation of a checkpoint (or a bare model) on held-out seeds, with
 the random and scripted baselines beside it.
 
-Reports, per policy: mean return +- its standard error, mean episode length and the
-invalid-answer rate (invalid answers per decision).
+Reports, per policy: mean return +- its standard error, mean episode length, the
+invalid-answer rate (invalid answers per decision) and, on a tool env, the valid tool calls per
+decision and the episodes that called a tool.
 """
 
 from __future__ import annotations
@@ -234,9 +235,14 @@ def _print_table(env_id: str, episodes: int, seed: int,
     games = any(r and "win_rate" in r for r in results.values())
     if games:
         table.add_column("win / draw / loss", justify="right")
+    tools = any(r and "valid_tool_call_rate" in r for r in results.values())  # a tool env
+    if tools:
+        table.add_column("valid tool calls", justify="right")
+        table.add_column("episodes calling a tool", justify="right")
+    extra = int(games) + 2 * int(tools)
     for name, result in results.items():
         if result is None:
-            table.add_row(name, "(no scripted policy for this env)", "", "", *([""] if games else []))
+            table.add_row(name, "(no scripted policy for this env)", "", "", *([""] * extra))
             continue
         stderr = result.get("return_stderr", math.nan)
         row = [name, f"{result['return_mean']:.3f} ± {stderr:.3f}",
@@ -244,5 +250,8 @@ def _print_table(env_id: str, episodes: int, seed: int,
         if games:
             row.append(" / ".join(f"{result[k]:.0%}" for k in ("win_rate", "draw_rate", "loss_rate"))
                        if "win_rate" in result else "")
+        if tools:
+            row += [f"{result['valid_tool_call_rate']:.1%}", f"{result['tool_use_rate']:.1%}"] \
+                if "valid_tool_call_rate" in result else ["", ""]
         table.add_row(*row)
     console.print(table)

@@ -104,3 +104,54 @@ def test_the_tool_conversation_renders_as_the_players_answers_in_a_tool_calling_
     _, info = env.reset(seed=3)
     answers = [player(info) for _ in range(len(item["calls"]) + 1)]
     assert all(answer in rendered for answer in answers)    # the same text, call for call
+
+
+def test_eval_reports_the_valid_tool_call_rate_of_a_model_and_of_the_scripted_player(cli):
+    import json
+
+    result = cli("eval", "textgym/Calculator-v0", "--model", "tiny", "--mode", "generate",
+                 "--max-new-tokens", "8", "--baseline", "scripted", "--episodes", "4", "--json")
+    assert result.exit_code == 0, result.stderr
+    results = json.loads(result.stdout)["results"]
+    # the untrained tiny model writes no tool call; the scripted player calls one per operation
+    assert results["tiny"]["valid_tool_call_rate"] == 0.0 and results["tiny"]["tool_use_rate"] == 0.0
+    scripted = results["scripted"]
+    assert scripted["tool_use_rate"] == 1.0 and 0.5 <= scripted["valid_tool_call_rate"] < 1.0
+    table = cli("eval", "textgym/Calculator-v0", "--baseline", "scripted", "--episodes", "4")
+    assert "valid tool calls" in table.stdout and "100.0%" in table.stdout
+
+
+def test_an_env_without_tools_reports_no_tool_use():
+    from textgym.baselines import evaluate_baseline
+
+    result = evaluate_baseline(textgym.make("bandit"), "scripted", episodes=4, seed=0)
+    assert "valid_tool_call_rate" not in result and "tool_use_rate" not in result
+
+
+def test_the_warm_start_reads_the_scripted_players_episodes_as_the_rollouts_conversation():
+    from textgym.rollout import collect
+    from textgym.trainers.engine.sft import demonstration_decisions, player_demonstrations
+
+    demos, stats = player_demonstrations("textgym/Calculator-v0", "scripted", episodes=3, seed=0)
+    assert stats["return_mean"] == 1.0 and [len(d.earlier) for d in demos][:3] == [0, 1, 2]
+    assert demos[1].prompt == "<tool_response>\n726\n</tool_response>"   # the newest observation alone
+    policy = textgym.Policy(*textgym.models.load("tiny"), mode="generate", max_new_tokens=4, seed=0)
+    decisions = demonstration_decisions(policy, demos)
+    first, second = decisions[0], decisions[1]
+    assert first.answer_ids[-1] in policy.end_ids                  # the answer ends its turn, as sampled
+    assert second.prompt_ids[:len(first.prompt_ids) + len(first.answer_ids)] == first.prompt_ids + first.answer_ids
+    # the same context a rollout builds: its first decision's prompt, then the conversation grows
+    rollout = collect(policy, textgym.make("textgym/Calculator-v0"), episodes=1, seed=0, greedy=True)
+    assert rollout.episodes[0].steps[0].decision.prompt_ids == first.prompt_ids
+
+
+def test_a_model_that_writes_invalid_calls_forever_ends_its_episode_at_the_call_cap():
+    env = textgym.make("textgym/Calculator-v0")          # 4 tool calls, 2 retries of an invalid one
+    env.reset(seed=0)
+    bad = '<tool_call>{"name": "power", "arguments": {"a": 2, "b": 3}}</tool_call>'
+    steps, returns, done = 0, 0.0, False
+    while not done and steps < 100:
+        _, reward, terminated, truncated, info = env.step(bad)
+        steps, returns, done = steps + 1, returns + reward, terminated or truncated
+    assert truncated and not terminated and steps == 4 * 3   # each refused call: 2 retries, then counted
+    assert not info["parse"]["valid"] and returns == -4.0    # the invalid-answer penalty per refused call

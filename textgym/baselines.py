@@ -30,6 +30,7 @@ import numpy as np
 from textgym.outcomes import outcome_rates
 from textgym.registry import ReferencePlayer, ReferencePolicy, list_envs, reference_policy
 from textgym.step_cap import StepCap
+from textgym.tools import is_tool_env_info, is_valid_tool_call, tool_call_rates
 from textgym.wrappers.episode_stats import episode_stats
 
 __all__ = ["BaselineNotApplicable", "evaluate_baseline", "evaluate_reference", "random_policy"]
@@ -69,7 +70,8 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
 
     Returns the statistics of a model's greedy evaluation: ``episodes``, ``return_mean``,
     ``return_std`` (numpy's, ``ddof=0``), ``length_mean``, ``invalid_rate`` (invalid answers per
-    decision), ``decisions``, ``seed`` and, for games, ``win_rate``/``draw_rate``/``loss_rate``.
+    decision), ``decisions``, ``seed``, for games ``win_rate``/``draw_rate``/``loss_rate`` and for
+    a tool env its tool use (:func:`textgym.tools.tool_call_rates`).
     The return is the env's own (``EpisodeStats``' unshaped return when the env records it).
     ``on_step(observation, info, answer)`` sees every decision (recording demonstrations:
     :func:`textgym.trainers.engine.sft.player_demonstrations`). An episode the env does not end
@@ -82,10 +84,11 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
     cap = StepCap.of(max_episode_steps)
     player = policy(env, seed)
     returns, lengths, outcomes = [], [], []
+    tools: list[tuple[int, int]] = []  # a tool env's (valid tool calls, decisions) per episode
     invalid = decisions = 0
     for episode in range(episodes):
         observation, info = env.reset(seed=seed + episode)
-        total, length, done = 0.0, 0, False
+        total, length, calls, done = 0.0, 0, 0, False
         while not done:
             answer = player(info)
             if on_step is not None:
@@ -94,12 +97,15 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
             total += float(reward)
             length += 1
             invalid += not (info.get("parse") or {}).get("valid", True)
+            calls += is_valid_tool_call(info.get("parse"))
             done = terminated or truncated or cap.cuts(length, terminated or truncated)
         decisions += length
         stats = episode_stats(info) or {}
         returns.append(float(stats.get("return", total)))
         lengths.append(length)
         outcomes.append(info.get("outcome"))
+        if is_tool_env_info(info):
+            tools.append((calls, length))
     cap.warn(env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
     return {
         "episodes": episodes,
@@ -110,6 +116,7 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
         "decisions": decisions,
         "seed": seed,
         **outcome_rates(outcomes),
+        **tool_call_rates(tools),
         **({"cut_episodes": cap.cut} if cap.cut else {}),
     }
 

@@ -22,7 +22,8 @@ Faults are answers, not crashes: an unknown tool, bad arguments or broken JSON i
 answer (the env's invalid-answer policy, the validation message as the feedback line); a tool
 that raises returns its error as the observation; one that runs past ``step_timeout`` seconds
 returns a timeout message; results are cut at ``max_result_chars`` and NUL bytes removed; after
-``max_tool_calls`` calls the episode is truncated (reward as for a final answer).
+``max_tool_calls`` calls (a call refused without a retry counts too) the episode is truncated
+(reward as for a final answer).
 
 Example:
     >>> import textgym
@@ -59,7 +60,8 @@ import gymnasium as gym
 from textgym.spaces import TextSpace
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "DEFAULT_MAX_TOOL_CALLS", "FunctionToolbox", "ObjectToolbox",
-           "ToolCall", "ToolEnv", "ToolResult", "Toolbox", "parse_tool_call", "tool_env", "tool_prompt"]
+           "ToolCall", "ToolEnv", "ToolResult", "Toolbox", "is_tool_env_info", "is_valid_tool_call",
+           "parse_tool_call", "tool_call_rates", "tool_env", "tool_prompt"]
 
 #: Tool calls an episode may make before it is truncated.
 DEFAULT_MAX_TOOL_CALLS = 8
@@ -451,6 +453,11 @@ class ToolEnv(gym.Env):
         if verdict.ends_episode:
             return self._last, verdict.reward, True, False, info
         self._last = line  # no call was made: the message is what the model sees
+        # A refused call counts against the cap as a call does: a model that writes invalid calls
+        # forever ends its episode at max_tool_calls, not at the rollout's step cap.
+        self._calls += 1
+        if self._calls >= self.max_tool_calls:
+            return self._end("", line, record, truncated=True, reward=float(verdict.reward))
         return line, verdict.reward, False, False, info
 
     def _feedback(self, error: str, retries: int) -> str:
@@ -500,6 +507,40 @@ def _clean(text: Any, limit: int) -> str:
     if len(text) > limit:
         text = f"{text[:limit]}\n[... {len(text) - limit:,} more characters cut]"
     return text
+
+
+def is_tool_env_info(info: dict[str, Any] | None) -> bool:
+    """Whether a step's ``info`` comes from a tool env (:class:`ToolEnv` lists its tools in every info)."""
+    return isinstance(info, dict) and isinstance(info.get("tools"), list)
+
+
+def is_valid_tool_call(parse: dict[str, Any] | None) -> bool:
+    """Whether a step's ``info["parse"]`` record is a tool call that the env ran: a valid answer
+    naming a tool (not the final answer, not a call refused by the schema check)."""
+    if not isinstance(parse, dict) or parse.get("valid") is not True:
+        return False
+    action = parse.get("action")
+    return isinstance(action, dict) and isinstance(action.get("name"), str)
+
+
+def tool_call_rates(episodes: Sequence[tuple[int, int]]) -> dict[str, float]:
+    """Tool use over episodes, each given as ``(valid tool calls, decisions)``:
+    ``valid_tool_call_rate`` (valid tool calls per decision, as ``invalid_rate`` counts invalid
+    answers), ``tool_use_rate`` (episodes with at least one valid tool call) and its standard
+    error (``sqrt(p (1 - p) / (n - 1))``, as ``return_stderr`` is computed).
+
+    Example:
+        >>> rates = tool_call_rates([(2, 3), (0, 1), (1, 2), (0, 2)])
+        >>> rates["valid_tool_call_rate"], rates["tool_use_rate"], round(rates["tool_use_rate_stderr"], 3)
+        (0.375, 0.5, 0.289)
+    """
+    if not episodes:
+        return {}
+    calls, decisions = sum(c for c, _ in episodes), sum(d for _, d in episodes)
+    used = sum(1 for c, _ in episodes if c > 0) / len(episodes)
+    stderr = (used * (1 - used) / (len(episodes) - 1)) ** 0.5 if len(episodes) > 1 else 0.0
+    return {"valid_tool_call_rate": calls / max(1, decisions), "tool_use_rate": used,
+            "tool_use_rate_stderr": stderr}
 
 
 def tool_env(environment: Any = None, *, tools: Sequence[Callable[..., Any]] | None = None,

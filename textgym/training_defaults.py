@@ -93,7 +93,8 @@ class TrainingDefaults:
     One of ``textgym eval --baseline``'s players: its play of ``sft_episodes`` training episodes
     becomes a supervised warm-up's demonstrations (after the ``sft`` file's, if both are given),
     ``sft_epochs`` passes at the trainer's ``sft_lr``. The observations are the newest ones
-    alone, so it does not combine with ``history``."""
+    alone (an env with its own History window: the conversation a rollout reads), so it does not
+    combine with the ``history`` setting."""
     sft_episodes: int | None = setting(None, at_least=1)
     """Episodes the sft_player plays for the warm-up."""
     sft_epochs: int | None = setting(None, at_least=1, at_most=1000)

@@ -290,6 +290,12 @@ def scripted_calculator(env: Any, seed: int | None = None):
     return player
 
 
-#: Generate mode: a tool call or a final answer is short; one episode is a few turns.
-TRAINING_DEFAULTS = TrainingDefaults(updates=16, num_envs=8, trainer={"episodes_per_update": 32, "gamma": 1.0},
-                                     modes={"generate": {"policy": {"max_new_tokens": 48}}})
+#: Generate mode only (answers are free text). A warm start on the scripted player's tool calls
+#: (imitation: the untrained model never calls a tool), then REINFORCE on the dataset's score.
+#: Every decision reads the ~520-token tool list: an adapter on the top 8 layers only keeps an
+#: update affordable on a CPU (docs/results.md, "Tool-calling envs").
+TRAINING_DEFAULTS = TrainingDefaults(
+    updates=4, num_envs=16, sft_player="scripted", sft_episodes=32, sft_epochs=3,
+    trainer={"episodes_per_update": 16, "gamma": 1.0, "sft_lr": 1e-3, "lora_layers": 8},
+    # a tool call or a final answer is short; one episode is a few turns
+    modes={"generate": {"policy": {"max_new_tokens": 48}}})

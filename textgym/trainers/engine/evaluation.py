@@ -22,6 +22,7 @@ import numpy as np
 
 from textgym.outcomes import outcome_of, outcome_rates
 from textgym.rollout import Envs, Episode, SupportsAct, collect
+from textgym.tools import is_tool_env_info, is_valid_tool_call, tool_call_rates
 from textgym.trainers.engine.early_stop import CheckResult
 
 if TYPE_CHECKING:
@@ -51,8 +52,9 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
                     process: ProcessContext | None = None,
                     on_episodes: Callable[[list[Episode]], Any] | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes greedily from seeds ``seed, seed + 1, ...``: mean return (the
-    env's own, unshaped), its std, mean length, invalid answers per decision, and win/draw/loss
-    rates when the env reports outcomes (games).
+    env's own, unshaped), its std, mean length, invalid answers per decision, win/draw/loss
+    rates when the env reports outcomes (games), and a tool env's tool use
+    (:func:`textgym.tools.tool_call_rates`).
 
     With several data-parallel processes (``process``), each plays its consecutive share of the
     episodes (episode ``j`` still from seed ``seed + j``) and every one returns the result over all.
@@ -65,7 +67,8 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         evaluating = getattr(policy, "evaluating", contextlib.nullcontext)  # a Policy: its eval precision
         with evaluating():
             rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
-        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep)) for ep in rollout.episodes[:len(shard)]]
+        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep), _tool_calls(ep))
+                  for ep in rollout.episodes[:len(shard)]]
         if on_episodes is not None:
             on_episodes(rollout.episodes[:len(shard)])
         cut = int(rollout.stats.get("cut_episodes", 0))
@@ -74,6 +77,7 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
     returns = np.array([r[0] for r in played])
     lengths = np.array([r[1] for r in played])
     invalid = sum(r[2] for r in played)
+    tools = [(r[4], r[1]) for r in played if r[4] is not None]
     return {
         "episodes": len(played),
         "return_mean": float(returns.mean()),
@@ -81,9 +85,17 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         "length_mean": float(lengths.mean()),
         "invalid_rate": invalid / max(1, int(lengths.sum())),
         **outcome_rates([r[3] for r in played]),
+        **tool_call_rates(tools),
         **({"cut_episodes": cut} if cut else {}),  # this process's, ended by the rollout's step cap
         "seed": seed,
     }
+
+
+def _tool_calls(episode: Episode) -> int | None:
+    """A tool env's episode: its valid tool calls; ``None`` for any other env."""
+    if not is_tool_env_info(episode.info):
+        return None
+    return sum(1 for step in episode.steps if is_valid_tool_call(step.parse))
 
 
 class HeldOut:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import torch
 
 from textgym import jsonl, seeds
@@ -56,6 +57,12 @@ class Demonstration:
     valid_actions: list[str] | None = None
     """The env's valid actions at this turn: a score-mode policy learns to rank the answer first
     among them (``None``: the answer's tokens alone)."""
+    earlier: list[tuple[str, str]] | None = None
+    """Conversation mode (an env with a :class:`~textgym.wrappers.History` window): the episode's
+    earlier turns, ``(observation, answer)`` oldest first, which a rollout reads as chat turns
+    before ``prompt`` (``None``: the prompt alone)."""
+    window: int | None = None
+    """With ``earlier``: the History window, whose rule decides which earlier turns the context keeps."""
 
 
 def load_demonstrations(path: str | Path) -> list[Demonstration]:
@@ -91,10 +98,17 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
     """Turn demonstrations into decisions the policy can evaluate: the chat-formatted prompt ids and
     the answer's token ids (with the end-of-turn token, as the policy emits and scores it). A
     generate-mode policy with a ``prefill``: an answer that starts with it is learned as the policy
-    writes it, the prefill in the prompt and the rest as the answer. A score-mode policy and a
+    writes it, the prefill in the prompt and the rest as the answer. A generate-mode answer ends
+    with the end-of-turn token, as a sampled answer does (the policy learns to stop), unless the
+    policy stops at ``stop`` strings. A
+    demonstration with ``earlier`` turns: its prompt is the conversation a rollout reads at that
+    turn (:class:`~textgym.policy.conversation.Conversation`). A score-mode policy and a
     demonstration with ``valid_actions``: a score-mode decision choosing the answer among them."""
     score = policy.config.mode == "score"
     prefill = policy.config.prefill if not score else ""
+    # A generated answer ends with the end-of-turn token it samples (kept in its ids), unless the
+    # policy stops at stop strings; score mode: the answer's tokens as scored.
+    ends_turn = True if not score and not policy.config.stop else None
     decisions: list[Decision | None] = []
     chosen: list[tuple[int, Demonstration, str]] = []  # score-mode demonstrations: acted on below
     for demo in demos:
@@ -103,10 +117,10 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
             chosen.append((len(decisions), demo, system))
             decisions.append(None)
             continue
-        prompt_ids, answer = policy.prompt_ids(system, demo.prompt), demo.answer
+        prompt_ids, answer = _context_ids(policy, demo, system, ends_turn), demo.answer
         if prefill and answer.startswith(prefill) and len(answer) > len(prefill):
             prompt_ids, answer = prompt_ids + policy.prefill_ids, answer[len(prefill):]
-        answer_ids = policy.candidate_ids(answer)  # answer tokens (+ end-of-turn)
+        answer_ids = policy.candidate_ids(answer, end=ends_turn)
         decisions.append(Decision(text=demo.answer, prompt_ids=prompt_ids,
                                   answer_ids=list(answer_ids), token_logprobs=[0.0] * len(answer_ids),
                                   logprob=0.0))
@@ -127,6 +141,20 @@ def demonstration_decisions(policy: Policy, demos: Sequence[Demonstration],
 
 #: Demonstrations acted on per forward pass (score mode).
 _ACT_CHUNK = 32
+
+
+def _context_ids(policy: Policy, demo: Demonstration, system_prompt: str, end: bool | None) -> list[int]:
+    """The prompt ids a policy acts on at the demonstrated turn: the observation alone, or with
+    ``earlier`` turns the conversation so far, built by the rollout's own rule (its window)."""
+    from textgym.policy.conversation import Conversation, ConversationWindow
+
+    if demo.earlier is None:
+        return policy.prompt_ids(system_prompt, demo.prompt)
+    conversation = Conversation(ConversationWindow(demo.window, policy.config.history_tokens))
+    for observation, answer in demo.earlier:
+        conversation.add_observation(observation, system_prompt, policy.prompts)
+        conversation.add_answer(policy.candidate_ids(answer, end=end))
+    return conversation.add_observation(demo.prompt, system_prompt, policy.prompts)
 
 
 def sft_on_decisions(policy: Policy, decisions: Sequence[Decision], optimizer: torch.optim.Optimizer,
@@ -241,7 +269,9 @@ def player_demonstrations(env: str, player: str = "scripted", episodes: int = 10
     :class:`Demonstration` (the observation and system prompt a policy would read, the player's
     answer, the valid actions), and the player's statistics (:func:`textgym.baselines.evaluate_reference`).
 
-    The observation is the newest one alone, as a policy without ``history`` reads it. An answer
+    The observation is the newest one alone, as a policy without ``history`` reads it; an env with
+    its own :class:`~textgym.wrappers.History` window is read as a rollout reads it, a
+    conversation (each demonstration carries the episode's ``earlier`` turns). An answer
     that is not among the valid actions as written is matched to one ignoring case and spaces
     (kept as written when none matches). A self-play ``opponent`` plays the env's default one.
 
@@ -264,19 +294,49 @@ def player_demonstrations(env: str, player: str = "scripted", episodes: int = 10
                          f"{', '.join(reference_policy_names(env_id))}")
     made = textgym.make(env_id, **held_out(dict(env_kwargs or {})))
     demos: list[Demonstration] = []
+    window = _history_window(made)
+    turns: list[tuple[str, str]] = []  # the episode so far (conversation mode)
 
     def record(observation: str, info: dict[str, Any], answer: str) -> None:
         valid = [str(a) for a in turn_valid_actions(made, info)]
         if valid and answer not in valid:
             same = [a for a in valid if a.strip().lower() == answer.strip().lower()]
             answer = same[0] if same else answer
-        demos.append(Demonstration(observation, answer, turn_system_prompt(made, info), valid or None))
+        system = turn_system_prompt(made, info)
+        if window is None:
+            demos.append(Demonstration(observation, answer, system, valid or None))
+            return
+        newest = info.get("newest_observation", observation)
+        demos.append(Demonstration(newest, answer, system, valid or None, earlier=list(turns), window=window))
+        turns.append((newest, answer))
 
+    played = made if window is None else _OnReset(made, turns.clear)
     try:
-        stats = evaluate_reference(made, policy, episodes, seed, on_step=record)
+        stats = evaluate_reference(played, policy, episodes, seed, on_step=record)
     finally:
         made.close()
     return demos, stats
+
+
+def _history_window(env: Any) -> int | None:
+    """The window of an env's own :class:`~textgym.wrappers.History` wrapper (``None``: none)."""
+    try:
+        window = env.get_wrapper_attr("history_window")
+    except AttributeError:
+        return None
+    return None if window is None else int(window)
+
+
+class _OnReset(gym.Wrapper):
+    """Calls ``on_reset()`` before each reset: where a recorded episode's turns start."""
+
+    def __init__(self, env: gym.Env, on_reset: Callable[[], Any]):
+        super().__init__(env)
+        self.on_reset = on_reset
+
+    def reset(self, **kwargs: Any):
+        self.on_reset()
+        return self.env.reset(**kwargs)
 
 
 class OnlineSFT:
