@@ -37,6 +37,13 @@ VARIANTS = {
     "floor": {"explore_floor": 0.2, "state_credit": 0.0},
     "credit": {"explore_floor": 0.0, "state_credit": 1.0},
     "plain": {"explore_floor": 0.0, "state_credit": 0.0},
+    # REINFORCE's baseline "state" (a state's decisions compared with each other only, ReBN where
+    # a state is alone) on twice the hands, a small entropy bonus, half or most of the shared shift
+    # of the gradient removed (state_centering)
+    "state-baseline": {"baseline": "state", "explore_floor": 0.2, "episodes_per_update": 256,
+                       "entropy_coef": 0.02, "state_centering": 0.5},
+    "state-baseline-centred": {"baseline": "state", "explore_floor": 0.2, "episodes_per_update": 256,
+                               "entropy_coef": 0.02, "state_centering": 0.8},
 }
 
 
