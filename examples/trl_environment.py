@@ -29,7 +29,7 @@ with the last steps' to see what GRPO adds to imitation.
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
 
-Run (results: docs/results.md, "TRL's environment_factory"):
+Run (results: docs/results.md, "Tool-calling envs"; bench/results/trl_environment_c3f3a79.log):
     python examples/trl_environment.py --max-steps 8
     python examples/trl_environment.py --env cartpole --max-steps 20
 Smoke test (random tiny model: a 1-step warm start, then 1 GRPO step):
@@ -63,7 +63,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-4, help="GRPO's learning rate")
     parser.add_argument("--lora-layers", type=int, default=8, help="LoRA on the top this many layers")
     parser.add_argument("--warm-start", type=int, default=None,
-                        help="scripted tool-calling solutions to imitate before GRPO (default: 48 on the "
+                        help="scripted tool-calling solutions to imitate before GRPO (default: 64 on the "
                              "calculator, 0 elsewhere; only the calculator has them)")
     parser.add_argument("--warm-start-epochs", type=float, default=3.0)
     parser.add_argument("--warm-start-lr", type=float, default=1e-3)
