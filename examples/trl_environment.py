@@ -29,7 +29,7 @@ with the last steps' to see what GRPO adds to imitation.
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
 
-Run (results: docs/results.md, "TRL's environment_factory"):
+Run (results: docs/results.md, "Tool-calling envs"; bench/results/trl_environment_c3f3a79.log):
     python examples/trl_environment.py --max-steps 8
     python examples/trl_environment.py --env cartpole --max-steps 20
 Smoke test (random tiny model: a 1-step warm start, then 1 GRPO step):
@@ -63,10 +63,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--lr", type=float, default=1e-4, help="GRPO's learning rate")
     parser.add_argument("--lora-layers", type=int, default=8, help="LoRA on the top this many layers")
     parser.add_argument("--warm-start", type=int, default=None,
-                        help="scripted tool-calling solutions to imitate before GRPO (default: 48 on the "
+                        help="scripted tool-calling solutions to imitate before GRPO (default: 64 on the "
                              "calculator, 0 elsewhere; only the calculator has them)")
-    parser.add_argument("--warm-start-epochs", type=float, default=2.0)
+    parser.add_argument("--warm-start-epochs", type=float, default=3.0)
     parser.add_argument("--warm-start-lr", type=float, default=1e-3)
+    parser.add_argument("--warm-start-adapter", default=None,
+                        help="a warm start's saved LoRA adapter (OUTPUT_DIR/warm_start) to go on from, "
+                             "instead of training one")
+    parser.add_argument("--temperature", type=float, default=0.7, help="GRPO's sampling temperature")
     parser.add_argument("--seed", type=int, default=0, help="TRL's seed (sampling, data order)")
     parser.add_argument("--output-dir", default=None, help="TRL's output folder (default: a temporary one)")
     parser.add_argument("--quick", action="store_true",
@@ -75,9 +79,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     if args.quick:
         args.model, args.max_steps, args.num_prompts, args.batch_size = "tiny", 1, 4, 4
         args.num_generations, args.max_completion_length, args.max_tool_calls, args.lr = 2, 16, 2, 1e-3
-        args.warm_start, args.warm_start_epochs = (4 if args.warm_start is None else args.warm_start), 1.0
+        args.warm_start_epochs = 1.0
+        if args.warm_start is None and not args.warm_start_adapter:
+            args.warm_start = 4
     if args.warm_start is None:
-        args.warm_start = 48 if args.env == "calculator" else 0
+        args.warm_start = 64 if args.env == "calculator" and not args.warm_start_adapter else 0
+    if args.warm_start and args.warm_start_adapter:
+        parser.error("--warm-start trains an adapter, --warm-start-adapter loads one: give one of them")
     if args.warm_start and args.env != "calculator":
         parser.error(f"--warm-start imitates the calculator's scripted player; {args.env} has none")
     return args
@@ -110,7 +118,8 @@ def warm_start_dataset(items: int, seed: int = WARM_START_SEED) -> Any:
 def warm_start(model: Any, tokenizer: Any, args: argparse.Namespace, output_dir: str) -> Any:
     """Imitation: TRL's SFTTrainer on :func:`warm_start_dataset`, the loss on the assistant's turns
     (the tool calls and the answer; TRL swaps in its training template with generation marks).
-    Returns the trainer (its ``model`` is the adapter GRPO goes on from)."""
+    Returns the trainer (its ``model`` is the adapter GRPO goes on from), which saves the adapter
+    in ``output_dir/warm_start`` (``--warm-start-adapter`` goes on from it)."""
     import torch
     from trl import SFTConfig, SFTTrainer
 
@@ -122,6 +131,7 @@ def warm_start(model: Any, tokenizer: Any, args: argparse.Namespace, output_dir:
     trainer = SFTTrainer(model=model, processing_class=tokenizer, args=config,
                          train_dataset=warm_start_dataset(args.warm_start))
     trainer.train()
+    trainer.save_model(config.output_dir)
     return trainer
 
 
@@ -142,7 +152,12 @@ def main(argv: Sequence[str] | None = None) -> Any:
     model, tokenizer = textgym.models.load(args.model)
     if "tools" not in (tokenizer.chat_template or ""):
         tokenizer.chat_template = qwen2_5_chat_template
-    model = lora.add_lora(model, TrainConfig(lora_layers=args.lora_layers).lora_settings(), model_name=args.model)
+    if args.warm_start_adapter:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, args.warm_start_adapter, is_trainable=True)
+    else:
+        model = lora.add_lora(model, TrainConfig(lora_layers=args.lora_layers).lora_settings(), model_name=args.model)
     imitation = warm_start(model, tokenizer, args, output_dir) if args.warm_start else None
     # no gradient checkpointing: with LoRA on the top layers only, the backward pass stops there
     config = GRPOConfig(output_dir=output_dir, report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
@@ -150,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
                         num_generations=args.num_generations, learning_rate=args.lr,
                         max_completion_length=args.max_completion_length, save_strategy="no",
                         max_tool_calling_iterations=args.max_tool_calls, gradient_checkpointing=False,
-                        seed=args.seed)
+                        temperature=args.temperature, seed=args.seed)
     if args.env == "calculator":
         from textgym.envs.calculator import ArithmeticCalculator, task_prompt
 

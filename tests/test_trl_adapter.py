@@ -433,6 +433,16 @@ def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
         assert "<tool_call>" in trained and "<answer>" in trained
         assert trained.count("<|im_end|>") == trained.count("<tool_call>") + 1  # each turn's stop is trained
         assert "<tool_response>" not in trained and "Calculate" not in trained and "<tools>" not in trained
+    # it saved its adapter (LoRA's B matrices start at zero: imitation moved them), and GRPO goes on from it
+    from safetensors.torch import load_file
+
+    saved = load_file(str(tmp_path / "warm_start" / "adapter_model.safetensors"))
+    assert any(float(t.abs().max()) > 0 for name, t in saved.items() if "lora_B" in name)
+    again = example.main(["--quick", "--warm-start-adapter", str(tmp_path / "warm_start"),
+                          "--output-dir", str(tmp_path / "again")])
+    assert again.warm_start is None and again.state.global_step == 1
+    with pytest.raises(SystemExit):
+        example.parse_args(["--warm-start", "4", "--warm-start-adapter", str(tmp_path / "warm_start")])
     from textgym.envs.calculator import ArithmeticCalculator
 
     calculator = ArithmeticCalculator()
