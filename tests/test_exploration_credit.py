@@ -149,77 +149,57 @@ def test_same_state_advantages_by_hand():
         same_state_advantages(["a"], values)
 
 
-def test_reinforce_adds_the_same_state_advantage_to_the_batch_normalised_return(
-        tiny_policy, countdown_env_cls, monkeypatch):
-    """Countdown's states ("N steps left.") recur across episodes: each decision's advantage is its
-    normalised return-to-go plus state_credit x (that minus the mean over its state's decisions)."""
+def _one_countdown_update(policy, countdown_env_cls, monkeypatch, **config):
+    """One REINFORCE update on 4 Countdown envs (states "N steps left." recur across episodes):
+    the advantages its loss saw (one minibatch, sorted), each decision's normalised return-to-go
+    (gamma 1, computed by hand) and its state's key, in rollout order."""
     import textgym.trainers.algorithms.reinforce as reinforce_module
     from textgym.vector import TextVectorEnv
 
-    seen = {}
+    seen = []
     original = reinforce_module.clipped_surrogate
 
     def spy(logprobs, old, advantages, *args, **kwargs):
-        seen.setdefault("advantages", []).append(advantages.detach().clone())
+        seen.append(advantages.detach().clone())
         return original(logprobs, old, advantages, *args, **kwargs)
 
     monkeypatch.setattr(reinforce_module, "clipped_surrogate", spy)
     venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
-    trainer = make_trainer("reinforce", tiny_policy, env=venv,
-                           config=ReinforceConfig(**SMALL, state_credit=0.5, minibatches=1))
+    trainer = make_trainer("reinforce", policy, env=venv, config=ReinforceConfig(**SMALL, minibatches=1, **config))
     rollout = trainer.collect()
     trainer.update(rollout.episodes, rollout.stats)
     returns = []
-    for ep in rollout.episodes:  # returns-to-go by hand (gamma 1)
+    for ep in rollout.episodes:
         running, to_go = 0.0, []
         for step in reversed(ep.steps):
             running += float(step.reward)
             to_go.insert(0, running)
         returns += to_go
     keys = [tuple(d.prompt_ids) for ep in rollout.episodes for d in ep.decisions]
-    norm = normalize(torch.tensor(returns))
+    assert len(set(keys)) < len(keys)  # some states recur
+    (advantages,) = seen  # one minibatch: every decision, in the update's shuffled order
+    return advantages.sort().values, normalize(torch.tensor(returns)), keys
+
+
+def test_reinforce_adds_the_same_state_advantage_to_the_batch_normalised_return(
+        tiny_policy, countdown_env_cls, monkeypatch):
+    """Each decision's advantage is its normalised return-to-go plus state_credit x (that minus
+    the mean over its state's decisions)."""
+    advantages, norm, keys = _one_countdown_update(tiny_policy, countdown_env_cls, monkeypatch, state_credit=0.5)
     by_state = {k: norm[[i for i, key in enumerate(keys) if key == k]].mean() for k in set(keys)}
     expected = norm + 0.5 * (norm - torch.stack([by_state[k] for k in keys]))
-    assert len(set(keys)) < len(keys)  # some states recur
-    (advantages,) = seen["advantages"]  # one minibatch: every decision, in the update's shuffled order
-    assert torch.allclose(advantages.sort().values, expected.sort().values, atol=1e-5)
+    assert torch.allclose(advantages, expected.sort().values, atol=1e-5)
 
 
 def test_reinforce_state_baseline_uses_each_state_s_mean_and_rebn_for_lone_states(
         tiny_policy, countdown_env_cls, monkeypatch):
     """``baseline="state"``: a decision's advantage is its normalised return-to-go minus the mean
     over its state's decisions in the batch; a state seen once keeps its normalised return."""
-    import textgym.trainers.algorithms.reinforce as reinforce_module
-    from textgym.vector import TextVectorEnv
-
-    seen = {}
-    original = reinforce_module.clipped_surrogate
-
-    def spy(logprobs, old, advantages, *args, **kwargs):
-        seen.setdefault("advantages", []).append(advantages.detach().clone())
-        return original(logprobs, old, advantages, *args, **kwargs)
-
-    monkeypatch.setattr(reinforce_module, "clipped_surrogate", spy)
-    venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
-    trainer = make_trainer("reinforce", tiny_policy, env=venv,
-                           config=ReinforceConfig(**SMALL, baseline="state", minibatches=1))
-    rollout = trainer.collect()
-    trainer.update(rollout.episodes, rollout.stats)
-    returns = []
-    for ep in rollout.episodes:  # returns-to-go by hand (gamma 1)
-        running, to_go = 0.0, []
-        for step in reversed(ep.steps):
-            running += float(step.reward)
-            to_go.insert(0, running)
-        returns += to_go
-    keys = [tuple(d.prompt_ids) for ep in rollout.episodes for d in ep.decisions]
-    norm = normalize(torch.tensor(returns))
+    advantages, norm, keys = _one_countdown_update(tiny_policy, countdown_env_cls, monkeypatch, baseline="state")
     expected = torch.stack([
         norm[i] - norm[[j for j, other in enumerate(keys) if other == key]].mean() if keys.count(key) > 1
         else norm[i] for i, key in enumerate(keys)])
-    assert len(set(keys)) < len(keys)  # some states recur
-    (advantages,) = seen["advantages"]
-    assert torch.allclose(advantages.sort().values, expected.sort().values, atol=1e-5)
+    assert torch.allclose(advantages, expected.sort().values, atol=1e-5)
 
 
 def test_state_credit_off_leaves_the_advantages_unchanged(tiny_policy):
