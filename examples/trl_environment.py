@@ -60,7 +60,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-tool-calls", type=int, default=4, help="tool calls per rollout at most")
     parser.add_argument("--max-completion-length", type=int, default=160,
                         help="tokens of a whole rollout (calls, results, answer)")
-    parser.add_argument("--lr", type=float, default=1e-4, help="GRPO's learning rate")
+    parser.add_argument("--lr", type=float, default=2e-4, help="GRPO's learning rate (that of the measured runs)")
     parser.add_argument("--lora-layers", type=int, default=8, help="LoRA on the top this many layers")
     parser.add_argument("--warm-start", type=int, default=None,
                         help="scripted tool-calling solutions to imitate before GRPO (default: 64 on the "
