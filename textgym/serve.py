@@ -486,13 +486,29 @@ def run(env_id: str, env_kwargs: dict[str, Any] | None = None, host: str = "127.
     sock = sock if sock is not None else listen(host, port)
     config = uvicorn.Config(app, log_level=log_level, log_config=_log_config(),
                             ws_max_size=MAX_MESSAGE_BYTES)
-    exit_code = 0
+    class SignalledServer(uvicorn.Server):
+        """uvicorn's server, remembering the first signal that stopped it: uvicorn raises a
+        Ctrl-C again once it has shut down, but asyncio may swallow it when the signal lands as
+        the serving task ends, so the exit code is taken from the signal itself."""
+
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            if self.stopped_by is None:
+                self.stopped_by = int(sig)
+            super().handle_exit(sig, frame)
+
+    server = SignalledServer(config)
+    exit_code = 1  # what an unexpected error leaves
     try:
-        uvicorn.Server(config).run(sockets=[sock])
+        server.run(sockets=[sock])
+        exit_code = 0
     except KeyboardInterrupt:  # uvicorn raises the Ctrl-C again once it has shut down
         exit_code = 130
         raise
     finally:
+        if server.stopped_by is not None:  # 128 + N: a shell's code for "ended by signal N"
+            exit_code = 128 + server.stopped_by
         _leave_hung_calls(app.state.textgym_server, exit_code)
 
 
