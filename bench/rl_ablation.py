@@ -1,6 +1,6 @@
 """Ablation of RL's own mechanisms on Blackjack from the untrained model: exact expected returns.
 
-Each variant trains REINFORCE from the untrained SmolLM2-135M (no warm start), with the same seed
+Each variant trains REINFORCE (or GRPO) from the untrained SmolLM2-135M (no warm start), with the same seed
 and budget, and differs from the others in one setting (``explore_floor``, ``state_credit``...).
 Before training and after every ``--every`` updates, the greedy table of the policy is read in all
 280 states and its exact expected return computed (:func:`textgym.envs.classic.blackjack_exact_return`,
@@ -44,13 +44,20 @@ VARIANTS = {
                        "entropy_coef": 0.02, "state_centering": 0.5},
     "state-baseline-centred": {"baseline": "state", "explore_floor": 0.2, "episodes_per_update": 256,
                                "entropy_coef": 0.02, "state_centering": 0.8},
+    # GRPO: groups of 8 hands dealt from one seed (the same cards in the same order), each state's
+    # decisions compared within its group only (GiGPO's anchor states): HIT and STICK in one state
+    # meet the same cards still to come
+    "grpo-anchors": {"algorithm": "grpo", "group_size": 8, "explore_floor": 0.2, "episodes_per_update": 256,
+                     "state_credit": 1.0, "entropy_coef": 0.02, "state_centering": 0.5},
 }
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str) -> dict:
     exact = registry.exact_return(ENV_ID)
     policy = textgym.Policy.from_pretrained(model, mode="score")
-    trainer = make_trainer("reinforce", policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
+    settings = dict(settings)
+    algorithm = settings.pop("algorithm", "reinforce")
+    trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
     curve = [{"update": 0, "exact_return": exact(trainer.policy), "seconds": 0.0}]
     started = time.monotonic()
     print(f"{name}: start {curve[0]['exact_return']:+.4f}", flush=True)
@@ -66,7 +73,7 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
             print(f"{name}: update {k + 1} exact {point['exact_return']:+.4f} sampled "
                   f"{point['sampled_return']:+.3f} entropy {point['entropy']:.3f} ({point['seconds']:.0f} s)",
                   flush=True)
-    return {"settings": {**BASE, **settings, "seed": seed}, "curve": curve,
+    return {"algorithm": algorithm, "settings": {**BASE, **settings, "seed": seed}, "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
 

@@ -202,6 +202,47 @@ def test_reinforce_state_baseline_uses_each_state_s_mean_and_rebn_for_lone_state
     assert torch.allclose(advantages, expected.sort().values, atol=1e-5)
 
 
+def test_grpo_compares_a_state_s_decisions_within_its_group_only(tiny_policy, monkeypatch):
+    """GRPO's state credit (GiGPO): a decision's advantage is its episode's group advantage plus its
+    normalised return-to-go minus the mean over the decisions in the same state *of its group*
+    (members share the seed, hence the cards to come); the same hand in another group is not
+    compared with it."""
+    import textgym.trainers.algorithms.grpo as grpo_module
+    from textgym.trainers import GRPOConfig
+    from textgym.trainers.engine.losses import group_advantages
+
+    seen = []
+    original = grpo_module.clipped_surrogate
+
+    def spy(logprobs, old, advantages, *args, **kwargs):
+        seen.append(advantages.detach().clone())
+        return original(logprobs, old, advantages, *args, **kwargs)
+
+    monkeypatch.setattr(grpo_module, "clipped_surrogate", spy)
+    G = 4
+    config = GRPOConfig(num_envs=8, episodes_per_update=96, group_size=G, lr=1e-3, minibatches=1, epochs=1,
+                        explore_floor=0.5, state_credit=1.0)
+    trainer = make_trainer("grpo", tiny_policy, env="textgym/Blackjack-v1", config=config)
+    rollout = trainer.collect()
+    trainer.update(rollout.episodes, rollout.stats)
+    episodes = rollout.episodes
+    returns = torch.tensor([float(ep.return_) for ep in episodes])
+    episode_adv = group_advantages(returns.view(-1, G)).view(-1)
+    rows = [(i // G, tuple(d.prompt_ids), i) for i, ep in enumerate(episodes) for d in ep.decisions]
+    to_go = normalize(torch.tensor([float(sum(s.reward for s in ep.steps[t:])) for ep in episodes
+                                    for t in range(len(ep.steps))]))
+
+    def with_anchors(scope):
+        key = [(group if scope == "group" else 0, prompt) for group, prompt, _ in rows]
+        return torch.stack([episode_adv[ep] + to_go[n] - to_go[[m for m, k in enumerate(key) if k == key[n]]].mean()
+                            for n, (_, _, ep) in enumerate(rows)])
+
+    advantages = torch.cat(seen)  # one minibatch, one epoch (in chunks): every decision once
+    assert torch.allclose(advantages.sort().values, with_anchors("group").sort().values, atol=1e-5)
+    # the case tells the two apart: some hand recurs in two groups with different outcomes
+    assert not torch.allclose(with_anchors("group"), with_anchors("batch"), atol=1e-3)
+
+
 def test_state_credit_off_leaves_the_advantages_unchanged(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
     advantages = torch.tensor([0.3, -0.3])

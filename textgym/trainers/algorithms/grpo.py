@@ -120,10 +120,15 @@ class GRPOTrainer(Trainer):
             # 2'. Each decision: its return-to-go relative to the group's at the same turn.
             advantages = torch.cat([adv for g in range(0, len(episodes), G)
                                     for adv in turn_group_advantages(to_go[g:g + G], scale=cfg.scale_rewards)])
-        # 2''. Per-state credit (GiGPO's step level): the same state's other decisions as baseline.
+        # 2''. Per-state credit (GiGPO's step level): the same state's other decisions *in the same
+        #      group* as baseline. Members of a group share the start seed, so equal states there
+        #      also share the env's hidden randomness (the cards still to come in Blackjack): the
+        #      comparison isolates the action, as common random numbers do.
         if cfg.state_credit:
             all_to_go, mine = self.global_batch(torch.cat(to_go))
-            advantages = self.with_state_credit(decisions, normalize(all_to_go), self.global_batch(advantages)[0])[mine]
+            group_of = [i // G for i, ep in enumerate(episodes) for _ in ep.steps]
+            advantages = self.with_state_credit(decisions, normalize(all_to_go), self.global_batch(advantages)[0],
+                                                scopes=group_of)[mine]
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.

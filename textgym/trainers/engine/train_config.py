@@ -102,7 +102,9 @@ class TrainConfig:
     state_credit: float = setting(0.0, at_least=0)
     """Weight of the step-level advantage of GiGPO (Feng et al., 2025, arXiv 2505.10978): the
     decisions of a batch taken in the identical state (same prompt, same valid actions) form a
-    group, and each one's return-to-go (normalised over the batch) minus its group's mean is added,
+    group (GRPO: within each group of episodes from one seed, whose equal states also share what
+    the env will draw next), and each one's return-to-go (normalised over the batch) minus its
+    group's mean is added,
     times this weight, to its episode-level advantage. A state visited once adds 0: the
     episode-level advantage alone (REINFORCE: the batch-normalised returns-to-go, GEM's ReBN;
     GRPO: the group's). Helps where states recur (Blackjack's 280 hands, grid worlds); ignored by

@@ -329,18 +329,25 @@ class Trainer:
         return max(1, -(-total // cfg.minibatches))
 
     def with_state_credit(self, decisions: Sequence[Decision], values: torch.Tensor,
-                          advantages: torch.Tensor) -> torch.Tensor:
+                          advantages: torch.Tensor, scopes: Sequence[int] | None = None) -> torch.Tensor:
         """``advantages`` plus ``config.state_credit`` times GiGPO's step-level advantage of
         ``values`` (per decision, over every process's batch: :func:`~textgym.trainers.losses.
-        same_state_advantages`), the state being the decision's prompt and valid actions;
-        ``advantages`` unchanged when ``state_credit`` is 0."""
+        same_state_advantages`), the state being the decision's prompt and valid actions (within
+        its scope, see :meth:`state_keys`); ``advantages`` unchanged when ``state_credit`` is 0."""
         if not self.config.state_credit:
             return advantages
-        return advantages + self.config.state_credit * same_state_advantages(self.state_keys(decisions), values)
+        keys = self.state_keys(decisions, scopes)
+        return advantages + self.config.state_credit * same_state_advantages(keys, values)
 
-    def state_keys(self, decisions: Sequence[Decision]) -> list[int]:
-        """Every process's decisions' state identities (prompt and valid actions), in rank order."""
-        return self.process.gather([state_key(d) for d in decisions])
+    def state_keys(self, decisions: Sequence[Decision], scopes: Sequence[int] | None = None) -> list[int]:
+        """Every process's decisions' state identities (prompt and valid actions), in rank order.
+
+        ``scopes`` (per decision, e.g. its GRPO group): decisions compare only within the same
+        scope of the same process, so equal prompts in two scopes are two states."""
+        if scopes is None:
+            return self.process.gather([state_key(d) for d in decisions])
+        return self.process.gather([hash((self.process.rank, scope, state_key(d)))
+                                    for scope, d in zip(scopes, decisions, strict=True)])
 
     def global_batch(self, values: torch.Tensor) -> tuple[torch.Tensor, slice]:
         """Every process's per-decision (or per-episode) ``values`` in rank order, and this
