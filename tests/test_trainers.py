@@ -510,6 +510,26 @@ def test_state_centering_keeps_values_and_scales_the_shared_shift():
     assert torch.allclose(full_grad, torch.zeros(2), atol=1e-6)  # no credit for a shared shift
 
 
+def test_state_centering_adds_no_push_to_a_policy_sure_of_its_answers():
+    """Every decision took its state's near-certain answer: the policy's own gradient is ~0, and
+    centring must not add one (it did when it centred the chosen log-probs: the third state's
+    unlikely first answer was pushed through its full softmax gradient)."""
+    from types import SimpleNamespace
+
+    from textgym.policy import Evaluation
+    from textgym.trainers.engine.centering import centred_logprobs
+
+    logits = torch.tensor([[9.0, -9.0], [9.0, -9.0], [-9.0, 9.0]], requires_grad=True)
+    actions = [0, 0, 1]
+    per_state = logits.log_softmax(-1)
+    ev = Evaluation(logprobs=per_state[torch.arange(3), actions][:, None], mask=torch.ones(3, 1, dtype=torch.bool),
+                    old_logprobs=torch.zeros(3, 1), entropy=torch.zeros(3), hidden=torch.zeros(3, 1),
+                    candidate_logprobs=list(per_state.unbind()))
+    decisions = [SimpleNamespace(candidates=[[1], [2]], action_index=a) for a in actions]
+    centred_logprobs(ev, decisions, 1.0).sum().backward()
+    assert logits.grad.abs().max() < 1e-6
+
+
 def test_state_centering_groups_by_candidate_set_and_is_validated(tiny_policy):
     from types import SimpleNamespace
 

@@ -30,10 +30,16 @@ def centred_logprobs(ev: Evaluation, decisions: Sequence[Decision], weight: floa
     """Score mode: the chosen candidates' log-probs ``[B, 1]`` with the shared shift of their
     gradient scaled by ``1 - weight``.
 
-    Decisions that share a candidate set form a group; within it each candidate's log-prob
-    ``l_k(s)`` becomes ``l_k(s) - weight * (mean_s l_k - stopgrad(mean_s l_k))``: the same value,
-    but a gradient step no longer gets credit for moving ``l_k`` in every state of the group at
-    once, only for moving it in some states relative to the others.
+    Decisions that share a candidate set form a group; within it each state's candidate scores
+    (its log-probs ``l(s)``, logits up to a constant) become ``l(s) - weight * (mean_s l -
+    stopgrad(mean_s l))`` and are normalised again: the same values, but the gradient reaching the
+    scores of each state is its own minus ``weight`` times the group's mean, so a gradient step no
+    longer gets credit for moving every state of the group at once, only for moving some states
+    relative to the others. Where every decision's own gradient vanishes (a policy sure of its
+    answers) the mean does too: the centring cannot push a settled policy anywhere. (Centring the
+    chosen log-probs instead, after the softmax, pushed on the unlikely answers of other states
+    through their full softmax gradient: a near-deterministic Blackjack policy flipped to HIT in
+    every state within two updates.)
     """
     chosen = list(ev.logprobs[:, 0].unbind())
     groups: dict[tuple, list[int]] = {}
@@ -44,7 +50,7 @@ def centred_logprobs(ev: Evaluation, decisions: Sequence[Decision], weight: floa
             continue
         logprobs = torch.stack([ev.candidate_logprobs[r] for r in rows])  # [n, K]
         shift = logprobs.mean(dim=0)
-        logprobs = logprobs - weight * (shift - shift.detach())
+        logprobs = (logprobs - weight * (shift - shift.detach())).log_softmax(dim=-1)
         for j, r in enumerate(rows):
             chosen[r] = logprobs[j, decisions[r].action_index]
     return torch.stack(chosen)[:, None]

@@ -121,10 +121,11 @@ class TrainConfig:
     entropy_coef: float = setting(0.0, at_least=0)
     """Weight of the entropy bonus (subtracted from the loss)."""
     state_centering: float = setting(0.0, at_least=0, at_most=1)
-    """Score mode: how much of the update's *shared shift* to remove, in [0, 1]. Before the loss,
-    each candidate's log-prob is centred over the minibatch's decisions that share the same
-    candidates (its value is unchanged, only its gradient), so the part of the gradient that
-    moves every state's answer the same way is scaled by ``1 - state_centering``. With a small
+    """Score mode: how much of the update's *shared shift* to remove, in [0, 1]. The gradient
+    reaching each state's candidate scores is centred over the minibatch's decisions that share
+    the same candidates (values unchanged), so the part of the gradient that moves every state's
+    answer the same way is scaled by ``1 - state_centering``, and a policy sure of its answers gets
+    no push from it. With a small
     model whose prompts differ in a few tokens, that shared shift dominates a noisy policy
     gradient and the policy collapses to one action before it learns to read the state
     (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode."""
