@@ -122,8 +122,11 @@ def with_settings(*specs: tuple[type, Sequence[str], dict[str, Any]]) -> Callabl
 
 def _flags_take_no_placeholder() -> None:
     """Typer's Rich help shows ``<bool>`` after every on/off flag (``--quiet <bool>``), as if it
-    took a value: show nothing there, for every flag of every command (``--help`` too)."""
-    shown = typer.core.TyperOption.display_type_rich
+    took a value: show nothing there, for every flag of every command (``--help`` too). Typer
+    0.28 has no such method (the placeholder came with it): nothing to change there."""
+    shown = getattr(typer.core.TyperOption, "display_type_rich", None)
+    if shown is None:
+        return
 
     def display_type_rich(self: Any, ctx: Any) -> str | None:
         return None if self.is_flag and not self.count else shown(self, ctx)
