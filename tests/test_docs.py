@@ -27,9 +27,11 @@ EXTERNAL = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")  # http:, https:, mailto:, .
 
 
 def markdown_files() -> list[Path]:
-    skip = {".git", ".venv", "node_modules", "build", "dist"}
+    skip = {".git", "node_modules", "build", "dist"}
+    # every virtual env (.venv, make test-oldest's .venv-oldest) holds other projects' docs
     return sorted(p for p in ROOT.rglob("*.md")
                   if not skip.intersection(p.relative_to(ROOT).parts)
+                  and not any(part.startswith(".venv") for part in p.relative_to(ROOT).parts)
                   and not any(part.endswith(".egg-info") for part in p.parts))
 
 
