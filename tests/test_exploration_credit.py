@@ -149,6 +149,19 @@ def test_same_state_advantages_by_hand():
         same_state_advantages(["a"], values)
 
 
+def _advantages_seen_by(algorithm_module, monkeypatch) -> list:
+    """The advantages each call of ``algorithm_module``'s clipped surrogate receives, as they come."""
+    seen = []
+    original = algorithm_module.clipped_surrogate
+
+    def spy(logprobs, old, advantages, *args, **kwargs):
+        seen.append(advantages.detach().clone())
+        return original(logprobs, old, advantages, *args, **kwargs)
+
+    monkeypatch.setattr(algorithm_module, "clipped_surrogate", spy)
+    return seen
+
+
 def _one_countdown_update(policy, countdown_env_cls, monkeypatch, **config):
     """One REINFORCE update on 4 Countdown envs (states "N steps left." recur across episodes):
     the advantages its loss saw (one minibatch, sorted), each decision's normalised return-to-go
@@ -156,14 +169,7 @@ def _one_countdown_update(policy, countdown_env_cls, monkeypatch, **config):
     import textgym.trainers.algorithms.reinforce as reinforce_module
     from textgym.vector import TextVectorEnv
 
-    seen = []
-    original = reinforce_module.clipped_surrogate
-
-    def spy(logprobs, old, advantages, *args, **kwargs):
-        seen.append(advantages.detach().clone())
-        return original(logprobs, old, advantages, *args, **kwargs)
-
-    monkeypatch.setattr(reinforce_module, "clipped_surrogate", spy)
+    seen = _advantages_seen_by(reinforce_module, monkeypatch)
     venv = TextVectorEnv([countdown_env_cls() for _ in range(4)])
     trainer = make_trainer("reinforce", policy, env=venv, config=ReinforceConfig(**SMALL, minibatches=1, **config))
     rollout = trainer.collect()
@@ -211,14 +217,7 @@ def test_grpo_compares_a_state_s_decisions_within_its_group_only(tiny_policy, mo
     from textgym.trainers import GRPOConfig
     from textgym.trainers.engine.losses import group_advantages
 
-    seen = []
-    original = grpo_module.clipped_surrogate
-
-    def spy(logprobs, old, advantages, *args, **kwargs):
-        seen.append(advantages.detach().clone())
-        return original(logprobs, old, advantages, *args, **kwargs)
-
-    monkeypatch.setattr(grpo_module, "clipped_surrogate", spy)
+    seen = _advantages_seen_by(grpo_module, monkeypatch)
     G = 4
     config = GRPOConfig(num_envs=8, episodes_per_update=96, group_size=G, lr=1e-3, minibatches=1, epochs=1,
                         explore_floor=0.5, state_credit=1.0)
