@@ -101,14 +101,13 @@ class TrainConfig:
     # --- per-state credit -----------------------------------------------------------------
     state_credit: float = setting(0.0, at_least=0)
     """Weight of the step-level advantage of GiGPO (Feng et al., 2025, arXiv 2505.10978): the
-    decisions of a batch taken in the identical state (same prompt, same valid actions) form a
-    group (GRPO: within each group of episodes from one seed, whose equal states also share what
-    the env will draw next), and each one's return-to-go (normalised over the batch) minus its
-    group's mean is added,
-    times this weight, to its episode-level advantage. A state visited once adds 0: the
-    episode-level advantage alone (REINFORCE: the batch-normalised returns-to-go, GEM's ReBN;
-    GRPO: the group's). Helps where states recur (Blackjack's 280 hands, grid worlds); ignored by
-    PPO, whose value head compares with the state's value already. 0: off."""
+    decisions of a batch taken in the identical state (same prompt, same valid actions) form a group
+    (GRPO: within each group of episodes from one seed, whose equal states also share what the env
+    will draw next), and each one's return-to-go (normalised over the batch) minus its group's mean
+    is added, times this weight, to its episode-level advantage. A state visited once adds 0: the
+    episode-level advantage alone (REINFORCE: the batch-normalised returns-to-go, GEM's ReBN; GRPO:
+    the group's). Helps where states recur (Blackjack's 280 hands, grid worlds); ignored by PPO,
+    whose value head compares with the state's value already. 0: off."""
 
     # --- regularisation -----------------------------------------------------------------
     kl_coef: float = setting(0.0, at_least=0)
@@ -122,12 +121,11 @@ class TrainConfig:
     """Weight of the entropy bonus (subtracted from the loss)."""
     state_centering: float = setting(0.0, at_least=0, at_most=1)
     """Score mode: how much of the update's *shared shift* to remove, in [0, 1]. The gradient
-    reaching each state's candidate scores is centred over the minibatch's decisions that share
-    the same candidates (values unchanged), so the part of the gradient that moves every state's
-    answer the same way is scaled by ``1 - state_centering``, and a policy sure of its answers gets
-    no push from it. With a small
-    model whose prompts differ in a few tokens, that shared shift dominates a noisy policy
-    gradient and the policy collapses to one action before it learns to read the state
+    reaching each state's candidate scores is centred over the minibatch's decisions that share the
+    same candidates (values unchanged), so the part of the gradient that moves every state's answer
+    the same way is scaled by ``1 - state_centering``, and a policy sure of its answers gets no push
+    from it. With a small model whose prompts differ in a few tokens, that shared shift dominates a
+    noisy policy gradient and the policy collapses to one action before it learns to read the state
     (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode."""
     act_correction: bool = True
     """When the policy acts in another precision than it trains in (``PolicyConfig.act_dtype``),
