@@ -236,7 +236,7 @@ def serve(
     env: str | None = typer.Argument(None, help="Env short name or id.", show_default=False,
                                      autocompletion=_complete_env),
     host: str = typer.Option("127.0.0.1", help="Address to listen on (0.0.0.0: every interface)."),
-    port: int = typer.Option(8000, help="Port to listen on."),
+    port: int = typer.Option(8000, help="Port to listen on (0: a free one, named in the line the server prints)."),
     max_sessions: int = typer.Option(64, "--max-sessions", min=1, help="Concurrent sessions (clients)."),
     config: Path | None = typer.Option(
         None, "--config", help="TOML file: its env and its env_kwargs table (as for train)."),

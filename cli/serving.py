@@ -47,8 +47,8 @@ def run(env: str | None, host: str = "127.0.0.1", port: int = 8000, max_sessions
     env_id = resolve_env(env)
     if env_id.startswith("openenv:"):
         raise CLIError("textgym serve serves a text env of this machine, not another server's")
-    if not 0 < port < 65536:
-        raise CLIError(f"--port must be in 1..65535, got {port}")
+    if not 0 <= port < 65536:
+        raise CLIError(f"--port must be in 0..65535 (0: a free port, chosen by the system), got {port}")
     if step_timeout is not None and not step_timeout > 0:
         raise CLIError(f"--step-timeout must be > 0 seconds, got {step_timeout:g}")
     if token is not None and not token.strip():
@@ -63,6 +63,7 @@ def run(env: str | None, host: str = "127.0.0.1", port: int = 8000, max_sessions
         sock = serve.listen(host, port)
     except OSError as exc:
         raise CLIError(f"cannot listen on {host}:{port}: {os_error_reason(exc)}") from None
+    port = sock.getsockname()[1]  # the one the system chose for --port 0
     if not is_loopback(host):
         say(f"textgym: warning: serving on {host}: anyone who can reach port {port} can drive the env "
             + ("(requests need the --token; it travels unencrypted over http)" if token else

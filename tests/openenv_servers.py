@@ -1,4 +1,5 @@
-"""Servers for tests/test_openenv.py, run as ``python tests/openenv_servers.py KIND PORT``.
+"""Servers for tests/test_openenv.py, run as ``python tests/openenv_servers.py KIND``: each
+listens on a free port of 127.0.0.1 that the system chooses and prints its URL.
 
 * ``walk``: an OpenEnv server that is not textgym's (OpenEnv's ``create_app``): a walk on a line
   with a typed action ``{"move": "left" | "right" | "wait"}`` and an observation without a text
@@ -19,12 +20,13 @@
 
 from __future__ import annotations
 
+import socket
 import sys
 import time
 from typing import Literal
 
 
-def walk(port: int) -> None:
+def walk(sock: socket.socket) -> None:
     import uvicorn
     from openenv.core import Action, Environment, Observation, State, create_fastapi_app
 
@@ -58,21 +60,21 @@ def walk(port: int) -> None:
             return self._state
 
     app = create_fastapi_app(Walk, Move, Place, max_concurrent_envs=8)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
-def garbage(port: int) -> None:
+def garbage(sock: socket.socket) -> None:
     from websockets.sync.server import serve
 
     def answer(connection):
         for _ in connection:
             connection.send("this is not JSON {")
 
-    with serve(answer, "127.0.0.1", port) as server:
+    with serve(answer, sock=sock) as server:
         server.serve_forever()
 
 
-def drops(port: int) -> None:
+def drops(sock: socket.socket) -> None:
     import uvicorn
     from openenv.core import Action, Environment, Observation, State, create_fastapi_app
     from pydantic import Field
@@ -114,10 +116,10 @@ def drops(port: int) -> None:
             return self._state
 
     app = create_fastapi_app(Drops, Drop, Board, max_concurrent_envs=8)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
-def rooms(port: int) -> None:
+def rooms(sock: socket.socket) -> None:
     import uvicorn
     from openenv.core import Action, Environment, Observation, State, create_fastapi_app
     from pydantic import Field
@@ -150,10 +152,10 @@ def rooms(port: int) -> None:
             return self._state
 
     app = create_fastapi_app(Rooms, Go, Room, max_concurrent_envs=8)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
-def echo(port: int) -> None:
+def echo(sock: socket.socket) -> None:
     import os
     import threading
 
@@ -213,7 +215,7 @@ def echo(port: int) -> None:
             return self._state
 
     app = create_fastapi_app(Echo, CallToolAction, CallToolObservation, max_concurrent_envs=8)
-    uvicorn.run(app, host="127.0.0.1", port=port, log_level="warning")
+    uvicorn.Server(uvicorn.Config(app, log_level="warning")).run(sockets=[sock])
 
 
 _GOOD = {"observation": {"text": "you stand still", "metadata": {}}, "reward": 0.0, "done": False}
@@ -231,7 +233,7 @@ GARBLED = [
 ]
 
 
-def garbled(port: int) -> None:
+def garbled(sock: socket.socket) -> None:
     import json
 
     from websockets.sync.server import serve
@@ -257,10 +259,12 @@ def garbled(port: int) -> None:
                 continue
             connection.send(json.dumps({"type": "observation", "data": data}))
 
-    with serve(answer, "127.0.0.1", port, process_request=http, max_size=None) as server:
+    with serve(answer, sock=sock, process_request=http, max_size=None) as server:
         server.serve_forever()
 
 
 if __name__ == "__main__":
     servers = {"walk": walk, "garbage": garbage, "garbled": garbled, "drops": drops, "rooms": rooms, "echo": echo}
-    servers[sys.argv[1]](int(sys.argv[2]))
+    listening = socket.create_server(("127.0.0.1", 0))  # bound here: no other process can take it
+    print(f"serving at http://127.0.0.1:{listening.getsockname()[1]}", flush=True)
+    servers[sys.argv[1]](listening)

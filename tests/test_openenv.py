@@ -9,6 +9,7 @@ import re
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,19 +40,36 @@ def _listening(port: int) -> bool:
 
 
 class Server:
-    def __init__(self, *args: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        command = [a.replace("PORT", str(self.port)) for a in args]
-        self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    """A server process that listens on a free port chosen by the system (port 0, so two servers
+    never race for one port) and prints its URL; stdout and stderr go to files (a pipe could fill
+    up and block the server)."""
+
+    URL = re.compile(r"http://127\.0\.0\.1:(\d+)")
+
+    def __init__(self, *args: str, log: Path | None = None, env: dict[str, str] | None = None):
+        self.folder = None if log else tempfile.TemporaryDirectory(prefix="textgym-server-")
+        self.log = log or Path(self.folder.name) / "server.log"
+        self.printed = self.log.with_suffix(".out")
+        self.port: int | None = None
+        self.url: str | None = None
+        with self.printed.open("wb") as stdout, self.log.open("wb") as stderr:
+            self.process = subprocess.Popen([a.replace("PORT", "0") for a in args], stdout=stdout,
+                                            stderr=stderr, env=env)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
 
     def wait(self) -> Server:
         deadline = time.monotonic() + START_SECONDS
-        while not _listening(self.port):
+        while self.port is None or not _listening(self.port):
+            if self.port is None and (found := self.URL.search(self.printed.read_text(errors="replace"))):
+                self.port = int(found[1])
+                self.url = f"http://127.0.0.1:{self.port}"
+                continue
             if self.process.poll() is not None:
-                raise RuntimeError(f"server exited: {self.process.stderr.read().decode()[-2000:]}")
+                raise RuntimeError(f"server exited: {self.text()[-2000:]}")
             if time.monotonic() > deadline:
-                raise RuntimeError(f"server on port {self.port} did not listen within {START_SECONDS} s")
+                raise RuntimeError(f"server did not listen within {START_SECONDS} s: {self.text()[-2000:]}")
             time.sleep(0.2)
         return self
 
@@ -59,6 +77,8 @@ class Server:
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait(timeout=30)
+        if self.folder is not None:
+            self.folder.cleanup()
 
 
 @contextlib.contextmanager
@@ -82,7 +102,7 @@ def textgym_serve(env: str, *flags: str) -> Server:
 
 
 def helper(kind: str) -> Server:
-    return Server(sys.executable, str(HERE / "openenv_servers.py"), kind, "PORT")
+    return Server(sys.executable, str(HERE / "openenv_servers.py"), kind)
 
 
 @pytest.fixture(scope="module")

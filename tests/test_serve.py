@@ -8,7 +8,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -18,7 +17,7 @@ import pytest
 pytest.importorskip("openenv")
 
 from test_cli_runs import one_error_line
-from test_openenv import START_SECONDS, Server, _free_port, _listening, started_together
+from test_openenv import Server, started_together
 
 from textgym.remote import OpenEnvError, OpenEnvTextEnv
 
@@ -27,29 +26,14 @@ TOKEN = "correct-horse-battery"
 
 
 class LoggedServer(Server):
-    """``textgym serve`` with its stderr in a file (a pipe could fill up and block the server)."""
+    """``textgym serve`` on ``--port 0`` (the port it chose: in the line it prints), its log in a file."""
 
     def __init__(self, log: Path, env: str, *flags: str):
-        self.port = _free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
         environ = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(HERE), os.environ.get(
             "PYTHONPATH")]))}
         environ.pop("TEXTGYM_TOKEN", None)
-        command = [sys.executable, "-m", "textgym.cli", "serve", env, "--port", str(self.port), *flags]
-        with log.open("wb") as stderr:
-            self.process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr, env=environ)
-
-    def wait(self) -> LoggedServer:
-        deadline = time.monotonic() + START_SECONDS
-        while not _listening(self.port):
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"server did not listen: {self.text()[-2000:]}")
-            time.sleep(0.2)
-        return self
-
-    def text(self) -> str:
-        return self.log.read_text(errors="replace")
+        super().__init__(sys.executable, "-m", "textgym.cli", "serve", env, "--port", "0", *flags, log=log,
+                         env=environ)
 
 
 @pytest.fixture(scope="module")
@@ -285,12 +269,24 @@ def test_a_port_in_use_is_one_error_line_before_serving(cli):
     assert "serving" not in result.stdout
 
 
+@pytest.mark.parametrize("port", ["-1", "65536"])
+def test_a_port_out_of_range_is_one_error_line(cli, port):
+    assert "--port must be in 0..65535 (0: a free port" in one_error_line(cli("serve", "cartpole", "--port", port))
+
+
 @pytest.mark.parametrize("token", [None, TOKEN])
 def test_a_host_beyond_the_loopback_is_warned_about(cli, monkeypatch, token):
     from textgym import serve
 
+    class Bound:                              # a socket as listen() binds it, not bound here
+        def __init__(self, host, port):
+            self.address = (host, port)
+
+        def getsockname(self):
+            return self.address
+
     served = {}
-    monkeypatch.setattr(serve, "listen", lambda host, port: f"socket on {host}:{port}")
+    monkeypatch.setattr(serve, "listen", Bound)
     monkeypatch.setattr(serve, "run", lambda *args, **kwargs: served.update(kwargs))
     monkeypatch.delenv("TEXTGYM_TOKEN", raising=False)
     result = cli("serve", "cartpole", "--host", "0.0.0.0", *(["--token", token] if token else []))
@@ -298,6 +294,6 @@ def test_a_host_beyond_the_loopback_is_warned_about(cli, monkeypatch, token):
     assert "textgym: warning: serving on 0.0.0.0: anyone who can reach port 8000 can drive the env" \
         in result.stderr
     assert ("no authentication" in result.stderr) is (token is None)
-    assert served["token"] == token and served["sock"] == "socket on 0.0.0.0:8000"
+    assert served["token"] == token and served["sock"].address == ("0.0.0.0", 8000)
     result = cli("serve", "cartpole", "--host", "127.0.0.1")
     assert result.exit_code == 0 and "warning" not in result.stderr
