@@ -162,7 +162,12 @@ def trainers(ctx, report: dict) -> None:
 
     common = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 6, "epochs": 2, "seed": 3,
               "lr": 1e-2, "max_grad_norm": 0.5}
-    for algorithm, extra in (("reinforce", {}), ("ppo", {}), ("grpo", {"group_size": 2})):
+    # state credit: batch-wide states for REINFORCE (gathered from every rank), states within
+    # each group for GRPO (a group stays in one process)
+    variants = (("reinforce", "reinforce", {}), ("ppo", "ppo", {}), ("grpo", "grpo", {"group_size": 2}),
+                ("reinforce-state-credit", "reinforce", {"state_credit": 1.0}),
+                ("grpo-state-credit", "grpo", {"group_size": 2, "state_credit": 1.0}))
+    for name, algorithm, extra in variants:
         group = extra.get("group_size", 1)
         # The global batch: every rank plays the same 8 Blackjack episodes (1 to 3 decisions each)
         # with the same untrained policy; GRPO's come in groups of 2 from one seed.
@@ -189,7 +194,7 @@ def trainers(ctx, report: dict) -> None:
         dp_grads, single_grads = step_grads(dp_steps), step_grads(single_steps)
         keys = ("loss", "policy_loss", "value_loss", "kl", "entropy", "advantage_std", "return_mean",
                 "episodes", "decisions", "optimizer_steps", "epochs", "groups_with_signal", "explained_variance")
-        report[algorithm] = {
+        report[name] = {
             "start_equal": start_equal,
             "local_decisions": sum(len(ep.steps) for ep in episodes[shard.start:shard.stop]),
             "steps": [len(dp_grads), len(single_grads)],

@@ -232,10 +232,10 @@ def trainer_reports(tmp_path_factory):
 @pytest.mark.slow  # every trainer trains in 2 processes (the module's trainer_reports)
 def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer_reports):
     _, (rank0, rank1) = trainer_reports
-    for algorithm in ("reinforce", "ppo", "grpo"):
+    for algorithm in ("reinforce", "ppo", "grpo", "reinforce-state-credit", "grpo-state-credit"):
         a, b = rank0[algorithm], rank1[algorithm]
         assert a["start_equal"] and b["start_equal"]
-        assert a["local_decisions"] != b["local_decisions"] or algorithm == "grpo"  # uneven ranks
+        assert a["local_decisions"] != b["local_decisions"] or algorithm.startswith("grpo")  # uneven ranks
         # the same optimizer steps (the plan is over the global batch), each with the gradient
         # of the whole batch's minibatch, averaged and clipped
         assert a["steps"] == b["steps"] and a["steps"][0] == a["steps"][1] >= 3, algorithm
@@ -263,6 +263,8 @@ def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer
         for key, value in single.items():
             assert dp[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (algorithm, key)
         assert a["world_size_metric"] == 2
+    for algorithm in ("reinforce", "grpo"):   # the state credit changed the update it was part of
+        assert rank0[f"{algorithm}-state-credit"]["metrics"][1]["loss"] != rank0[algorithm]["metrics"][1]["loss"]
 
 
 @pytest.mark.slow
