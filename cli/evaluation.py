@@ -238,8 +238,9 @@ def _print_table(env_id: str, episodes: int, seed: int,
     tools = any(r and "valid_tool_call_rate" in r for r in results.values())  # a tool env
     if tools:
         table.add_column("valid tool calls", justify="right")
-        table.add_column("episodes calling a tool", justify="right")
-    extra = int(games) + 2 * int(tools)
+        table.add_column("used a tool", justify="right")
+        table.add_column("answer reward", justify="right")  # the final answer's, penalties apart
+    extra = int(games) + 3 * int(tools)
     for name, result in results.items():
         if result is None:
             table.add_row(name, "(no scripted policy for this env)", "", "", *([""] * extra))
@@ -251,7 +252,8 @@ def _print_table(env_id: str, episodes: int, seed: int,
             row.append(" / ".join(f"{result[k]:.0%}" for k in ("win_rate", "draw_rate", "loss_rate"))
                        if "win_rate" in result else "")
         if tools:
-            row += [f"{result['valid_tool_call_rate']:.1%}", f"{result['tool_use_rate']:.1%}"] \
-                if "valid_tool_call_rate" in result else ["", ""]
+            row += [f"{result['valid_tool_call_rate']:.1%}", f"{result['tool_use_rate']:.1%}",
+                    f"{result['answer_reward_mean']:.3f} ± {result['answer_reward_stderr']:.3f}"] \
+                if "valid_tool_call_rate" in result else ["", "", ""]
         table.add_row(*row)
     console.print(table)

@@ -163,18 +163,6 @@ def _jsonable(value: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {value!r}")
 
 
-def mean_and_stderr(values: list[float]) -> tuple[float, float]:
-    """Sample mean and its standard error (0 for fewer than two values)."""
-    n = len(values)
-    if n == 0:
-        return float("nan"), float("nan")
-    mean = sum(values) / n
-    if n < 2:
-        return mean, 0.0
-    variance = sum((v - mean) ** 2 for v in values) / (n - 1)
-    return mean, math.sqrt(variance / n)
-
-
 def summarize_metrics(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Training summary from metrics records: first/last/best windowed return, first/last invalid
     rate and totals, the last greedy check (``check``: the one that solved the env, in a solved

@@ -115,10 +115,14 @@ def test_eval_reports_the_valid_tool_call_rate_of_a_model_and_of_the_scripted_pl
     results = json.loads(result.stdout)["results"]
     # the untrained tiny model writes no tool call; the scripted player calls one per operation
     assert results["tiny"]["valid_tool_call_rate"] == 0.0 and results["tiny"]["tool_use_rate"] == 0.0
+    assert results["tiny"]["answer_reward_mean"] < 0.05   # reasoning-gym's 0.01 for a non-answer
     scripted = results["scripted"]
     assert scripted["tool_use_rate"] == 1.0 and 0.5 <= scripted["valid_tool_call_rate"] < 1.0
+    # the final answers alone score 1 (solved), whatever the tool calls' rewards
+    assert scripted["answer_reward_mean"] == 1.0 and scripted["answer_reward_stderr"] == 0.0
     table = cli("eval", "textgym/Calculator-v0", "--baseline", "scripted", "--episodes", "4")
     assert "valid tool calls" in table.stdout and "100.0%" in table.stdout
+    assert "answer reward" in table.stdout and "1.000 ± 0.000" in table.stdout
 
 
 def test_an_env_without_tools_reports_no_tool_use():

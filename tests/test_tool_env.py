@@ -133,6 +133,10 @@ def test_invalid_calls_follow_the_envs_invalid_answer_policy():
     obs, reward, terminated, _, info = env.step(call("nope"))  # past the retries: the penalty, no call made
     assert (reward, terminated, info["parse"]["policy"]) == (-1.0, False, "penalty")
     assert obs.startswith("Invalid tool call: unknown tool 'nope'")
+    assert "answer_reward" not in info                   # no final answer yet
+    env.step(call("increment", by=2))
+    _, reward, terminated, _, info = env.step("2")      # solved, after a penalty of -1
+    assert (reward, terminated, info["answer_reward"], info["episode"]["return"]) == (1.0, True, 1.0, 0.0)
 
 
 def test_a_tool_that_raises_returns_its_error():

@@ -105,7 +105,7 @@ def evaluate_reference(env: gym.Env, policy: ReferencePolicy, episodes: int,
         lengths.append(length)
         outcomes.append(info.get("outcome"))
         if is_tool_env_info(info):
-            tools.append((calls, length))
+            tools.append((calls, length, info.get("answer_reward")))
     cap.warn(env.spec.id if env.spec is not None else type(env.unwrapped).__name__)
     return {
         "episodes": episodes,

@@ -57,6 +57,7 @@ from typing import Any, ClassVar, Protocol
 
 import gymnasium as gym
 
+from textgym.outcomes import mean_and_stderr
 from textgym.spaces import TextSpace
 
 __all__ = ["DEFAULT_MAX_RESULT_CHARS", "DEFAULT_MAX_TOOL_CALLS", "FunctionToolbox", "ObjectToolbox",
@@ -435,10 +436,11 @@ class ToolEnv(gym.Env):
 
     def _end(self, answer: str, obs: str, record: Any, truncated: bool, reward: float = 0.0):
         try:
-            reward += float(self.toolbox.reward(answer))
+            answer_reward = float(self.toolbox.reward(answer))
         except Exception as error:  # a user's reward function failing is their bug, said once
             raise RuntimeError(f"the tool env's reward function failed: {type(error).__name__}: {error}") from error
-        return obs, reward, not truncated, truncated, self._info(parse=record.to_dict())
+        return (obs, reward + answer_reward, not truncated, truncated,
+                self._info(parse=record.to_dict(), answer_reward=answer_reward))
 
     def _invalid(self, text: str, call: ToolCall, error: str):
         import dataclasses
@@ -523,24 +525,30 @@ def is_valid_tool_call(parse: dict[str, Any] | None) -> bool:
     return isinstance(action, dict) and isinstance(action.get("name"), str)
 
 
-def tool_call_rates(episodes: Sequence[tuple[int, int]]) -> dict[str, float]:
-    """Tool use over episodes, each given as ``(valid tool calls, decisions)``:
+def tool_call_rates(episodes: Sequence[tuple[int, int, float | None]]) -> dict[str, float]:
+    """Tool use over episodes, each given as ``(valid tool calls, decisions, answer reward)``:
     ``valid_tool_call_rate`` (valid tool calls per decision, as ``invalid_rate`` counts invalid
     answers), ``tool_use_rate`` (episodes with at least one valid tool call) and its standard
-    error (``sqrt(p (1 - p) / (n - 1))``, as ``return_stderr`` is computed).
+    error (``sqrt(p (1 - p) / (n - 1))``, as ``return_stderr`` is computed), and
+    ``answer_reward_mean`` with its standard error: the reward of the final answer alone
+    (``info["answer_reward"]``, tool results and invalid-answer penalties apart; ``None``, an
+    episode ended without one, counts 0), for a 0/1 scorer the rate of solved episodes.
 
     Example:
-        >>> rates = tool_call_rates([(2, 3), (0, 1), (1, 2), (0, 2)])
+        >>> rates = tool_call_rates([(2, 3, 1.0), (0, 1, 0.0), (1, 2, 1.0), (0, 2, None)])
         >>> rates["valid_tool_call_rate"], rates["tool_use_rate"], round(rates["tool_use_rate_stderr"], 3)
         (0.375, 0.5, 0.289)
+        >>> rates["answer_reward_mean"], round(rates["answer_reward_stderr"], 3)
+        (0.5, 0.289)
     """
     if not episodes:
         return {}
-    calls, decisions = sum(c for c, _ in episodes), sum(d for _, d in episodes)
-    used = sum(1 for c, _ in episodes if c > 0) / len(episodes)
-    stderr = (used * (1 - used) / (len(episodes) - 1)) ** 0.5 if len(episodes) > 1 else 0.0
+    calls, decisions = sum(e[0] for e in episodes), sum(e[1] for e in episodes)
+    used, used_stderr = mean_and_stderr([float(e[0] > 0) for e in episodes])
+    answer_reward, answer_stderr = mean_and_stderr([0.0 if e[2] is None else float(e[2]) for e in episodes])
     return {"valid_tool_call_rate": calls / max(1, decisions), "tool_use_rate": used,
-            "tool_use_rate_stderr": stderr}
+            "tool_use_rate_stderr": used_stderr, "answer_reward_mean": answer_reward,
+            "answer_reward_stderr": answer_stderr}
 
 
 def tool_env(environment: Any = None, *, tools: Sequence[Callable[..., Any]] | None = None,

@@ -67,7 +67,7 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         evaluating = getattr(policy, "evaluating", contextlib.nullcontext)  # a Policy: its eval precision
         with evaluating():
             rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
-        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep), _tool_calls(ep))
+        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep), _tool_use(ep))
                   for ep in rollout.episodes[:len(shard)]]
         if on_episodes is not None:
             on_episodes(rollout.episodes[:len(shard)])
@@ -77,7 +77,7 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
     returns = np.array([r[0] for r in played])
     lengths = np.array([r[1] for r in played])
     invalid = sum(r[2] for r in played)
-    tools = [(r[4], r[1]) for r in played if r[4] is not None]
+    tools = [(r[4][0], r[1], r[4][1]) for r in played if r[4] is not None]
     return {
         "episodes": len(played),
         "return_mean": float(returns.mean()),
@@ -91,11 +91,13 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
     }
 
 
-def _tool_calls(episode: Episode) -> int | None:
-    """A tool env's episode: its valid tool calls; ``None`` for any other env."""
+def _tool_use(episode: Episode) -> tuple[int, float | None] | None:
+    """A tool env's episode: its valid tool calls and its final answer's reward (``None`` when it
+    ended without one); ``None`` for any other env."""
     if not is_tool_env_info(episode.info):
         return None
-    return sum(1 for step in episode.steps if is_valid_tool_call(step.parse))
+    return (sum(1 for step in episode.steps if is_valid_tool_call(step.parse)),
+            episode.info.get("answer_reward"))
 
 
 class HeldOut:
