@@ -292,13 +292,14 @@ def scripted_calculator(env: Any, seed: int | None = None):
 
 #: Generate mode only (answers are free text). A warm start on the scripted player's tool calls
 #: (imitation: the untrained model never calls a tool), then REINFORCE on the dataset's score.
-#: Measured (seed 0, 200 held-out items; docs/results.md, "Tool-calling envs"): the warm start
-#: makes half the episodes call a tool but most calls are refused (-1 each); 2 RL updates after it
-#: raise the return by answering without tools. Not yet a tool env that learns to use its tools.
+#: Measured (200 held-out items; docs/results.md, "Tool-calling envs"): the warm start on 128
+#: items, 2 epochs, solves 28-31% of the items at 3 seeds (untrained 0.4%) with a tool call in
+#: 99-100% of them; 2 RL updates after it keep the tools (29.0% solved, seed 0). On 32 items the
+#: model had not learnt the call format (tool names written as the expression, refused calls).
 #: Every decision reads the ~520-token tool list: an adapter on the top 8 layers only keeps an
 #: update affordable on a CPU.
 TRAINING_DEFAULTS = TrainingDefaults(
-    updates=2, num_envs=16, sft_player="scripted", sft_episodes=32, sft_epochs=3,
+    updates=2, num_envs=16, sft_player="scripted", sft_episodes=128, sft_epochs=2,
     trainer={"episodes_per_update": 16, "gamma": 1.0, "sft_lr": 1e-3, "lora_layers": 8},
     # a tool call or a final answer is short; one episode is a few turns
     modes={"generate": {"policy": {"max_new_tokens": 48}}})
