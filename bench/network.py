@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,20 +50,18 @@ class Alternating:
                          logprob=0.0) for i, actions in enumerate(valid_actions)]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def start_server(port: int, max_sessions: int) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "textgym.cli", "serve", "cartpole", "--port", str(port),
-                               "--max-sessions", str(max_sessions)], stdout=subprocess.DEVNULL)
+def start_server(max_sessions: int, printed: Path) -> tuple[subprocess.Popen, int]:
+    """``textgym serve cartpole`` on a port the system chooses (``--port 0``: no other process can
+    take it between a probe and the bind); the port is read from the URL the server prints."""
+    with printed.open("wb") as stdout:
+        server = subprocess.Popen([sys.executable, "-m", "textgym.cli", "serve", "cartpole", "--port", "0",
+                                   "--max-sessions", str(max_sessions)], stdout=stdout)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return server
+        if found := re.search(r"http://127\.0\.0\.1:(\d+)", printed.read_text(errors="replace")):
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", int(found[1]))) == 0:
+                    return server, int(found[1])
         if server.poll() is not None:
             raise RuntimeError("the server exited")
         time.sleep(0.2)
@@ -87,8 +87,8 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
 
-    port = free_port()
-    server = start_server(port, max_sessions=80)
+    printed = tempfile.TemporaryDirectory(prefix="textgym-network-")
+    server, port = start_server(max_sessions=80, printed=Path(printed.name) / "server.out")
     url = f"openenv:http://127.0.0.1:{port}"
     try:
         import torch
@@ -114,6 +114,7 @@ def main() -> None:
     finally:
         server.kill()
         server.wait(timeout=30)
+        printed.cleanup()
     summary = {name: {"ratio_median": statistics.median(x["ratio"] for x in rs),
                       "in_process_median": statistics.median(x["in_process"]["decisions_per_s"] for x in rs),
                       "served_median": statistics.median(x["served"]["decisions_per_s"] for x in rs),
