@@ -23,8 +23,10 @@ GRPO to reinforce), so on the calculator the example first imitates (``--warm-st
 (``textgym.envs.calculator.tool_conversation``: the question, one tool call per operation, the
 tool's results, the answer), rendered by the same chat template with the same tool schemas as
 GRPO's rollouts, the loss on the assistant's turns only; GRPO then goes on from that adapter.
-GRPO's first step samples the warm-started policy before any GRPO update: compare its reward
-with the last steps' to see what GRPO adds to imitation.
+What GRPO adds to imitation: ``--eval-items N`` scores N held-out items (those of ``textgym eval``;
+the warm start and GRPO play items of the run's own training seeds, ``textgym.seeds``) with TRL's
+own evaluation before GRPO and after it, one rollout an item sampled as GRPO samples, and prints
+the solved rates and GRPO's gain with its paired standard error.
 
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
@@ -43,9 +45,6 @@ import os
 import tempfile
 from collections.abc import Sequence
 from typing import Any
-
-#: The calculator items the warm start imitates: seeds far from GRPO's (0 .. num_prompts - 1).
-WARM_START_SEED = 1_000_000
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -70,7 +69,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm-start-adapter", default=None,
                         help="a warm start's saved LoRA adapter (OUTPUT_DIR/warm_start) to go on from, "
                              "instead of training one")
+    parser.add_argument("--lr-scheduler", default="linear", help="GRPO's learning-rate schedule (TRL's names)")
     parser.add_argument("--temperature", type=float, default=0.7, help="GRPO's sampling temperature")
+    parser.add_argument("--eval-items", type=int, default=0,
+                        help="calculator: score this many held-out items (textgym eval's) with TRL's evaluation "
+                             "before and after GRPO, one rollout each, and print GRPO's paired gain")
     parser.add_argument("--seed", type=int, default=0, help="TRL's seed (sampling, data order)")
     parser.add_argument("--output-dir", default=None, help="TRL's output folder (default: a temporary one)")
     parser.add_argument("--quick", action="store_true",
@@ -91,17 +94,49 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     return args
 
 
-def final_answer(completions: list[Any], environments: list[Any], **kwargs: Any) -> list[float]:
-    """The calculator's score of the answer in each rollout's last message (a TRL reward function)."""
-    rewards = []
-    for completion, environment in zip(completions, environments, strict=True):
-        last = completion[-1]["content"] if isinstance(completion, list) else completion
-        text = last if isinstance(last, str) else ""
-        rewards.append(environment.get_reward(text) if "<answer>" in text else 0.0)
-    return rewards
+class FinalAnswer:
+    """The calculator's score of the answer in each rollout's last message (a TRL reward
+    function). While :attr:`scores` is a dict it also keeps each item's score by its seed: the
+    held-out evaluation reads them there, to pair the items before and after GRPO."""
+
+    __name__ = "final_answer"  # TRL logs a reward function's rewards under its name
+
+    def __init__(self) -> None:
+        self.scores: dict[int, float] | None = None
+
+    def __call__(self, completions: list[Any], environments: list[Any], **kwargs: Any) -> list[float]:
+        rewards = []
+        for completion, environment in zip(completions, environments, strict=True):
+            last = completion[-1]["content"] if isinstance(completion, list) else completion
+            text = last if isinstance(last, str) else ""
+            rewards.append(environment.get_reward(text) if "<answer>" in text else 0.0)
+        if self.scores is not None:
+            self.scores.update(zip(map(int, kwargs["seed"]), rewards, strict=True))
+        return rewards
 
 
-def warm_start_dataset(items: int, seed: int = WARM_START_SEED) -> Any:
+def held_out_scores(trainer: Any, final_answer: FinalAnswer) -> dict[int, float]:
+    """Each held-out item's score (TRL's own evaluation: one rollout an item, sampled as GRPO samples)."""
+    final_answer.scores = {}
+    try:
+        trainer.evaluate()
+        return final_answer.scores
+    finally:
+        final_answer.scores = None
+
+
+def gain_line(before: dict[int, float], after: dict[int, float]) -> str:
+    """The solved rates before and after GRPO on the same held-out items, and the paired gain."""
+    from textgym.outcomes import mean_and_stderr
+
+    items = sorted(before.keys() & after.keys())
+    (b, b_se), (a, a_se) = mean_and_stderr([before[i] for i in items]), mean_and_stderr([after[i] for i in items])
+    gain, gain_se = mean_and_stderr([after[i] - before[i] for i in items])
+    return (f"held-out: {len(items)} items, solved {b:.1%} +- {b_se:.1%} before GRPO -> {a:.1%} +- {a_se:.1%} "
+            f"after; GRPO's gain {gain:+.1%} +- {gain_se:.1%} (paired)")
+
+
+def warm_start_dataset(items: int, seed: int) -> Any:
     """The scripted player's solutions of calculator items ``seed .. seed + items - 1`` as TRL SFT
     rows: each conversation starts with the prompt TRL's rollouts start with (the task, then
     ``reset()``'s question) and carries the tools GRPO gives the model."""
@@ -123,13 +158,15 @@ def warm_start(model: Any, tokenizer: Any, args: argparse.Namespace, output_dir:
     import torch
     from trl import SFTConfig, SFTTrainer
 
+    from textgym import seeds
+
     config = SFTConfig(output_dir=os.path.join(output_dir, "warm_start"), report_to="none", bf16=False,
                        use_cpu=not torch.cuda.is_available(), assistant_only_loss=True, logging_steps=1,
                        per_device_train_batch_size=4, num_train_epochs=args.warm_start_epochs,
                        learning_rate=args.warm_start_lr, lr_scheduler_type="constant", save_strategy="no",
                        gradient_checkpointing=False, seed=args.seed)
     trainer = SFTTrainer(model=model, processing_class=tokenizer, args=config,
-                         train_dataset=warm_start_dataset(args.warm_start))
+                         train_dataset=warm_start_dataset(args.warm_start, seeds.demonstration_seed(args.seed)))
     trainer.train()
     trainer.save_model(config.output_dir)
     return trainer
@@ -144,7 +181,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     from trl.chat_template_utils import qwen2_5_chat_template
 
     import textgym
-    from textgym import lora
+    from textgym import lora, seeds
     from textgym.trainers import TrainConfig
     from textgym.trainers.trl import environment_dataset, environment_factory
 
@@ -159,34 +196,46 @@ def main(argv: Sequence[str] | None = None) -> Any:
     else:
         model = lora.add_lora(model, TrainConfig(lora_layers=args.lora_layers).lora_settings(), model_name=args.model)
     imitation = warm_start(model, tokenizer, args, output_dir) if args.warm_start else None
+    held_out = args.eval_items if args.env == "calculator" else 0
     # no gradient checkpointing: with LoRA on the top layers only, the backward pass stops there
     config = GRPOConfig(output_dir=output_dir, report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
                         logging_steps=1, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
                         num_generations=args.num_generations, learning_rate=args.lr,
                         max_completion_length=args.max_completion_length, save_strategy="no",
                         max_tool_calling_iterations=args.max_tool_calls, gradient_checkpointing=False,
-                        temperature=args.temperature, seed=args.seed)
+                        temperature=args.temperature, seed=args.seed, lr_scheduler_type=args.lr_scheduler,
+                        num_generations_eval=1, per_device_eval_batch_size=args.batch_size)
+    # textgym's seed layout: GRPO's prompts are training items of run seed --seed, the warm start
+    # imitates that run's demonstration items, and the held-out items are textgym eval's
+    first_prompt = seeds.rollout_seed(args.seed, 0)
     if args.env == "calculator":
         from textgym.envs.calculator import ArithmeticCalculator, task_prompt
 
+        final_answer = FinalAnswer()
         factory, rewards = ArithmeticCalculator, [final_answer]
-        dataset = environment_dataset("textgym/Calculator-v0", args.num_prompts, prompt=task_prompt())
+        dataset = environment_dataset("textgym/Calculator-v0", args.num_prompts, seed=first_prompt, prompt=task_prompt())
+        eval_dataset = (environment_dataset("textgym/Calculator-v0", held_out, seed=seeds.EVAL_BASE,
+                                            prompt=task_prompt()) if held_out else None)
     else:
-        factory, rewards = environment_factory(args.env), []
-        dataset = environment_dataset(args.env, args.num_prompts)
+        factory, rewards, eval_dataset = environment_factory(args.env), [], None
+        dataset = environment_dataset(args.env, args.num_prompts, seed=first_prompt)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=config, reward_funcs=rewards or None,
-                          train_dataset=dataset, environment_factory=factory)
+                          train_dataset=dataset, eval_dataset=eval_dataset, environment_factory=factory)
     trainer.warm_start = imitation
+    before = held_out_scores(trainer, final_answer) if held_out else {}
     trainer.train()
     if imitation is not None:
         losses = [h["loss"] for h in imitation.state.log_history if "loss" in h]
         print(f"warm start: {args.warm_start} scripted solutions, {imitation.state.global_step} steps, "
               f"loss {losses[0]:.3f} (first step) -> {losses[-1]:.3f} (last)")
-    logged = [h for h in trainer.state.log_history if "reward" in h]
+    logged = [h for h in trainer.state.log_history if "reward" in h and "eval_reward" not in h]
     print(f"{args.env}: {trainer.state.global_step} steps; per step: mean reward "
           f"{[round(h['reward'], 3) for h in logged]}, reward std {[round(h.get('reward_std', 0), 3) for h in logged]}, "
           f"tool calls per rollout {[round(h.get('tools/call_frequency', 0), 3) for h in logged]}, "
           f"grad norm {[round(h.get('grad_norm', 0), 4) for h in logged]}")
+    if held_out:
+        trainer.held_out = (before, held_out_scores(trainer, final_answer))
+        print(gain_line(*trainer.held_out))
     return trainer
 
 

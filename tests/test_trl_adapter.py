@@ -282,8 +282,12 @@ def test_environment_factory_one_trl_step_with_the_tiny_model(tmp_path, monkeypa
                             "--lr", "1e-3", "--max-completion-length", str(len(script) + 48),
                             "--output-dir", str(tmp_path)])
     assert trainer.state.global_step == 1
-    # 4 rollouts: 2 starts of the dataset (TRL shuffles them) x 2 generations, each reset with its row's seed
-    assert len(resets) == 4 and all(resets.count(s) == 2 for s in resets) and set(resets) <= {0, 1, 2, 3}
+    # 4 rollouts: 2 starts of the dataset (TRL shuffles them) x 2 generations, each reset with its
+    # row's seed: training seeds of run seed 0 in textgym's layout
+    from textgym.seeds import rollout_seed
+
+    assert len(resets) == 4 and all(resets.count(s) == 2 for s in resets)
+    assert set(resets) <= set(range(rollout_seed(0, 0), rollout_seed(0, 0) + 4))
     # the tool ran: TRL parsed each rollout's call and passed its argument (the bandit's one step
     # ends the episode)
     first_moves = [m for m in moves if not m[2].startswith("The episode is over.")]
@@ -387,13 +391,14 @@ class ScriptedTurns:
         return forced
 
 
-def test_trl_plays_the_warm_start_solution_through_the_calculator_and_rewards_it(tmp_path, monkeypatch):
+def scripted_item(monkeypatch, item_seed: int) -> list[list[int]]:
+    """Makes ``generate`` write the scripted player's turns for calculator item ``item_seed``
+    (whatever it is asked); returns the turns (token ids)."""
     from transformers import LogitsProcessorList
     from transformers.generation.utils import GenerationMixin
 
-    example = load_example()
     tokenizer = tool_template_tokenizer()
-    row = example.warm_start_dataset(1, seed=0)[0]  # item 0: the one GRPO's one-row dataset holds
+    row = load_example().warm_start_dataset(1, seed=item_seed)[0]
     tools, messages = json.loads(row["tools"]), row["messages"]
     turns = [turn for _, turn in assistant_turns(tokenizer, messages, tools)]
     im_start = tokenizer.convert_tokens_to_ids("<|im_start|>")
@@ -406,15 +411,46 @@ def test_trl_plays_the_warm_start_solution_through_the_calculator_and_rewards_it
         return generate(self, *args, logits_processor=LogitsProcessorList([processor]), **kwargs)
 
     monkeypatch.setattr(GenerationMixin, "generate", scripted_generate)
-    # the tiny model writes the scripted player's turns; no warm start needed for that
-    trainer = example.main(["--model", "tiny", "--warm-start", "0", "--max-steps", "1", "--num-prompts", "1",
-                            "--batch-size", "2", "--num-generations", "2", "--max-tool-calls", "4",
-                            "--max-completion-length", "160", "--output-dir", str(tmp_path)])
+    return turns
+
+
+def test_trl_plays_the_warm_start_solution_through_the_calculator_and_rewards_it(tmp_path, monkeypatch):
+    from textgym.seeds import rollout_seed
+
+    # the tiny model writes the scripted player's turns for the item GRPO's one-row dataset holds
+    turns = scripted_item(monkeypatch, rollout_seed(0, 0))
+    trainer = load_example().main(["--model", "tiny", "--warm-start", "0", "--max-steps", "1", "--num-prompts", "1",
+                                   "--batch-size", "2", "--num-generations", "2", "--max-tool-calls", "4",
+                                   "--max-completion-length", "160", "--output-dir", str(tmp_path)])
     logged = [h for h in trainer.state.log_history if "reward" in h]
-    assert len(logged) == 1 and len(turns) == 3  # item 0: two calls, then the answer
+    assert len(logged) == 1 and len(turns) == 3  # this item: two calls, then the answer
     # TRL parsed both calls of each rollout, ran them on the calculator, and both rewards are full
     assert logged[0]["tools/call_frequency"] == 2.0 and logged[0]["tools/failure_frequency"] == 0.0
     assert logged[0]["rewards/ArithmeticCalculator/mean"] == 1.0 and logged[0]["rewards/final_answer/mean"] == 1.0
+
+
+def test_the_held_out_evaluation_scores_textgym_evals_items_before_and_after_grpo(tmp_path, monkeypatch):
+    from textgym.seeds import EVAL_BASE
+
+    # the model solves held-out item EVAL_BASE (whatever it is asked), so it fails EVAL_BASE + 1 and the
+    # training item
+    scripted_item(monkeypatch, EVAL_BASE)
+    trainer = load_example().main(["--model", "tiny", "--warm-start", "0", "--max-steps", "1", "--num-prompts", "1",
+                                   "--batch-size", "2", "--num-generations", "2", "--max-tool-calls", "4",
+                                   "--max-completion-length", "160", "--eval-items", "2",
+                                   "--output-dir", str(tmp_path)])
+    before, after = trainer.held_out
+    assert before == after == {EVAL_BASE: 1.0, EVAL_BASE + 1: 0.0}
+    logged = [h for h in trainer.state.log_history if "reward" in h and "eval_reward" not in h]
+    assert len(logged) == 1 and logged[0]["rewards/final_answer/mean"] == 0.0  # the training item is another
+
+
+def test_grpos_gain_is_paired_over_the_items_scored_both_times():
+    gain_line = load_example().gain_line
+    before, after = {1: 1.0, 2: 0.0, 3: 0.0, 4: 1.0}, {1: 1.0, 2: 1.0, 3: 0.0, 4: 1.0, 5: 1.0}
+    # items 1-4 (5 was not scored before): 50% -> 75%; the paired differences 0, 1, 0, 0
+    assert gain_line(before, after) == ("held-out: 4 items, solved 50.0% +- 28.9% before GRPO -> 75.0% +- 25.0% "
+                                        "after; GRPO's gain +25.0% +- 25.0% (paired)")
 
 
 def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
@@ -448,5 +484,9 @@ def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
     calculator = ArithmeticCalculator()
     calculator.reset(seed=0)
     completion = [{"role": "assistant", "content": "<answer>734</answer>"}]
-    assert example.final_answer([completion, [{"role": "assistant", "content": "734"}]],
-                                [calculator, calculator]) == [1.0, 0.0]
+    final_answer = example.FinalAnswer()
+    assert final_answer([completion, [{"role": "assistant", "content": "734"}]], [calculator, calculator],
+                        seed=[0, 0]) == [1.0, 0.0]
+    final_answer.scores = {}  # while the held-out evaluation runs, it keeps each item's score by seed
+    final_answer([completion, completion], [calculator, calculator], seed=[0, 7])
+    assert final_answer.scores == {0: 1.0, 7: 1.0}
