@@ -31,8 +31,8 @@ the solved rates and GRPO's gain with its paired standard error.
 The model needs a chat template that renders tools and whose tool calls TRL can parse: a
 ChatML model without one (SmolLM2) gets TRL's Qwen2.5 template (same ChatML tokens).
 
-Run (results: docs/results.md, "Tool-calling envs"; bench/results/trl_environment_c3f3a79.log):
-    python examples/trl_environment.py --max-steps 8
+Run (results: docs/results.md, "Tool-calling envs"; bench/results/trl_environment_grpo_gain.log):
+    python examples/trl_environment.py --eval-items 200   # the measured run: the defaults
     python examples/trl_environment.py --env cartpole --max-steps 20
 Smoke test (random tiny model: a 1-step warm start, then 1 GRPO step):
     python examples/trl_environment.py --quick
@@ -52,14 +52,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--model", default="smollm2-135m", help="textgym model name, hub id or folder")
     parser.add_argument("--env", default="calculator",
                         help="calculator (the tool env) or a text env short name or id (openenv:URL too)")
-    parser.add_argument("--max-steps", type=int, default=8, help="GRPO optimizer steps")
+    parser.add_argument("--max-steps", type=int, default=20, help="GRPO optimizer steps")
     parser.add_argument("--num-prompts", type=int, default=64, help="env starts (seeds) in the dataset")
-    parser.add_argument("--num-generations", type=int, default=4, help="rollouts per start (a GRPO group)")
-    parser.add_argument("--batch-size", type=int, default=8, help="completions per step")
+    parser.add_argument("--num-generations", type=int, default=8, help="rollouts per start (a GRPO group)")
+    parser.add_argument("--batch-size", type=int, default=16, help="completions per step")
     parser.add_argument("--max-tool-calls", type=int, default=4, help="tool calls per rollout at most")
     parser.add_argument("--max-completion-length", type=int, default=160,
                         help="tokens of a whole rollout (calls, results, answer)")
-    parser.add_argument("--lr", type=float, default=2e-4, help="GRPO's learning rate (that of the measured runs)")
+    parser.add_argument("--lr", type=float, default=3e-4, help="GRPO's learning rate (that of the measured runs)")
     parser.add_argument("--lora-layers", type=int, default=8, help="LoRA on the top this many layers")
     parser.add_argument("--warm-start", type=int, default=None,
                         help="scripted tool-calling solutions to imitate before GRPO (default: 64 on the "
@@ -69,12 +69,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--warm-start-adapter", default=None,
                         help="a warm start's saved LoRA adapter (OUTPUT_DIR/warm_start) to go on from, "
                              "instead of training one")
-    parser.add_argument("--lr-scheduler", default="linear", help="GRPO's learning-rate schedule (TRL's names)")
-    parser.add_argument("--temperature", type=float, default=0.7, help="GRPO's sampling temperature")
+    parser.add_argument("--lr-scheduler", default="constant", help="GRPO's learning-rate schedule (TRL's names)")
+    parser.add_argument("--temperature", type=float, default=1.0, help="GRPO's sampling temperature")
     parser.add_argument("--eval-items", type=int, default=0,
                         help="calculator: score this many held-out items (textgym eval's) with TRL's evaluation "
                              "before and after GRPO, one rollout each, and print GRPO's paired gain")
-    parser.add_argument("--seed", type=int, default=0, help="TRL's seed (sampling, data order)")
+    parser.add_argument("--seed", type=int, default=0,
+                        help="the run seed: TRL's sampling and data order, and the items trained on (textgym.seeds)")
     parser.add_argument("--output-dir", default=None, help="TRL's output folder (default: a temporary one)")
     parser.add_argument("--quick", action="store_true",
                         help="random tiny model: a 1-step warm start and 1 GRPO step, short rollouts")
