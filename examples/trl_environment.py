@@ -92,6 +92,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error("--warm-start trains an adapter, --warm-start-adapter loads one: give one of them")
     if args.warm_start and args.env != "calculator":
         parser.error(f"--warm-start imitates the calculator's scripted player; {args.env} has none")
+    if args.eval_items and args.env != "calculator":
+        parser.error(f"--eval-items scores the calculator's held-out items; {args.env} has no final-answer score")
     return args
 
 
@@ -197,7 +199,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
     else:
         model = lora.add_lora(model, TrainConfig(lora_layers=args.lora_layers).lora_settings(), model_name=args.model)
     imitation = warm_start(model, tokenizer, args, output_dir) if args.warm_start else None
-    held_out = args.eval_items if args.env == "calculator" else 0
+    held_out = args.eval_items
     # no gradient checkpointing: with LoRA on the top layers only, the backward pass stops there
     config = GRPOConfig(output_dir=output_dir, report_to="none", bf16=False, use_cpu=not torch.cuda.is_available(),
                         logging_steps=1, max_steps=args.max_steps, per_device_train_batch_size=args.batch_size,
@@ -229,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> Any:
         losses = [h["loss"] for h in imitation.state.log_history if "loss" in h]
         print(f"warm start: {args.warm_start} scripted solutions, {imitation.state.global_step} steps, "
               f"loss {losses[0]:.3f} (first step) -> {losses[-1]:.3f} (last)")
-    logged = [h for h in trainer.state.log_history if "reward" in h and "eval_reward" not in h]
+    logged = [h for h in trainer.state.log_history if "reward" in h]  # the evaluations log "eval_reward"
     print(f"{args.env}: {trainer.state.global_step} steps; per step: mean reward "
           f"{[round(h['reward'], 3) for h in logged]}, reward std {[round(h.get('reward_std', 0), 3) for h in logged]}, "
           f"tool calls per rollout {[round(h.get('tools/call_frequency', 0), 3) for h in logged]}, "

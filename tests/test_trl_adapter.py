@@ -441,7 +441,7 @@ def test_the_held_out_evaluation_scores_textgym_evals_items_before_and_after_grp
                                    "--output-dir", str(tmp_path)])
     before, after = trainer.held_out
     assert before == after == {EVAL_BASE: 1.0, EVAL_BASE + 1: 0.0}
-    logged = [h for h in trainer.state.log_history if "reward" in h and "eval_reward" not in h]
+    logged = [h for h in trainer.state.log_history if "reward" in h]
     assert len(logged) == 1 and logged[0]["rewards/final_answer/mean"] == 0.0  # the training item is another
 
 
@@ -479,6 +479,8 @@ def test_the_calculator_class_is_trls_environment_factory_too(tmp_path):
     assert again.warm_start is None and again.state.global_step == 1
     with pytest.raises(SystemExit):
         example.parse_args(["--warm-start", "4", "--warm-start-adapter", str(tmp_path / "warm_start")])
+    with pytest.raises(SystemExit):  # only the calculator has held-out items to score
+        example.parse_args(["--env", "cartpole", "--eval-items", "4"])
     from textgym.envs.calculator import ArithmeticCalculator
 
     calculator = ArithmeticCalculator()
