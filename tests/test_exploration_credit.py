@@ -138,6 +138,27 @@ def test_an_exploring_rollout_trains_with_importance_weights_at_most_the_cap(alg
     assert 0.0 < metrics["importance_weight"] <= 0.9 and math.isfinite(metrics["loss"])
 
 
+def test_importance_floor_is_the_least_weight_of_an_exploration_draw(tiny_policy):
+    """A floor draw of an action the policy gives ~0 weighs ``pi / mu`` (~0: it cannot teach that
+    action); ``importance_floor`` raises it to the floor, never above the cap, never at padding."""
+    from textgym.trainers.engine.losses import truncated_importance_weights
+
+    policy_lp = torch.log(torch.tensor([[0.002, 0.9, 0.3]]))
+    drawn_lp = torch.log(torch.tensor([[0.07, 0.5, 0.3]]))
+    mask = torch.tensor([[True, True, False]])
+    plain = truncated_importance_weights(policy_lp, drawn_lp, mask, cap=1.0)
+    assert torch.allclose(plain, torch.tensor([[0.002 / 0.07, 1.0, 0.0]]))
+    floored = truncated_importance_weights(policy_lp, drawn_lp, mask, cap=1.0, floor=0.5)
+    assert torch.allclose(floored, torch.tensor([[0.5, 1.0, 0.0]]))
+    with pytest.raises(ValueError, match="importance_floor"):
+        ReinforceConfig(importance_floor=0.8, importance_cap=0.5)
+    # through the update: floor = cap = 1 makes every exploration draw weigh exactly 1
+    config = {**SMALL, "explore_floor": 0.5, "importance_cap": 1.0, "importance_floor": 1.0}
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config)
+    rollout = trainer.collect()
+    assert trainer.update(rollout.episodes, rollout.stats)["importance_weight"] == pytest.approx(1.0)
+
+
 # --- 2. per-state credit ------------------------------------------------------------------------
 
 

@@ -122,7 +122,8 @@ class LossStep:
                 ev, weights = self.correction.apply(ev, idx)
             extra: dict[str, float] = {}
             if drawn is not None:  # drawn from another distribution than the policy: pi_old / mu
-                weights = truncated_importance_weights(ev.old_logprobs, drawn, ev.mask, cfg.importance_cap)
+                weights = truncated_importance_weights(ev.old_logprobs, drawn, ev.mask, cfg.importance_cap,
+                                                       cfg.importance_floor)
                 extra["importance_weight"] = float(masked_mean(weights, ev.mask))
             loss, stats = objective(ev, weights, idx)
             stats = {**stats, **extra}

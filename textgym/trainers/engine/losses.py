@@ -231,20 +231,25 @@ def approx_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor) -> torch.Tenso
 
 
 def truncated_importance_weights(train_logprobs: torch.Tensor, act_logprobs: torch.Tensor, mask: torch.Tensor,
-                                 cap: float) -> torch.Tensor:
-    """Per-unit truncated importance ratios ``min(exp(train - act), cap)`` (0 at padding), without grad.
+                                 cap: float, floor: float = 0.0) -> torch.Tensor:
+    """Per-unit truncated importance ratios ``max(min(exp(train - act), cap), floor)`` (0 at
+    padding), without grad.
 
     The units were sampled by the acting copy (``act_logprobs``, e.g. bf16) but the gradient is
     taken in the training precision (``train_logprobs``); weighting each unit's policy-gradient
     term by this ratio makes the estimate the training policy's, and the cap bounds its variance.
+    ``floor`` (``TrainConfig.importance_floor`` for exploration draws) is the least weight.
 
     Example:
         >>> truncated_importance_weights(torch.tensor([[0.0, -1.0]]), torch.tensor([[-1.0, -1.0]]),
         ...                              torch.tensor([[True, True]]), cap=2.0)
         tensor([[2., 1.]])
+        >>> truncated_importance_weights(torch.tensor([[-5.0, 0.0]]), torch.tensor([[-1.0, -1.0]]),
+        ...                              torch.tensor([[True, False]]), cap=1.0, floor=0.5)
+        tensor([[0.5000, 0.0000]])
     """
     ratio = torch.exp(train_logprobs.detach().float() - act_logprobs.detach().float())
-    return torch.clamp(ratio, max=cap) * mask.to(ratio.dtype)
+    return torch.clamp(ratio, min=floor, max=cap) * mask.to(ratio.dtype)
 
 
 def precision_mismatch(train_logprobs: torch.Tensor, act_logprobs: torch.Tensor,

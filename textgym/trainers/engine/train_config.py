@@ -97,6 +97,12 @@ class TrainConfig:
     """Truncation of the importance ratio ``pi / mu`` of units drawn from another distribution than
     the policy's (``explore_floor``; generate mode's ``top_p`` cut): it bounds the variance of
     the off-policy correction (1: V-trace's and IMPALA's choice)."""
+    importance_floor: float = setting(0.0, at_least=0, at_most=1)
+    """The least weight of such a unit: ``max(min(pi / mu, importance_cap), importance_floor)``.
+    0 keeps the gradient the policy's own, which is ~0 for an action the policy gives ~0: a floor
+    draw of it then counts ``pi / mu`` (BabyAI's ``forward``, P 0.002 drawn at 0.07: 0.03) and
+    cannot teach it. A positive floor lets such a draw move the policy, biased toward what the
+    exploration sampled. At most ``importance_cap``."""
 
     # --- per-state credit -----------------------------------------------------------------
     state_credit: float = setting(0.0, at_least=0)
@@ -242,6 +248,9 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check(self)  # every field's range, as declared above
+        if self.importance_floor > self.importance_cap:
+            raise ValueError(f"importance_floor ({self.importance_floor}) must be at most importance_cap "
+                             f"({self.importance_cap})")
         self.lora_settings()  # validates the lora_* fields together
         from textgym.trainers.reporting.trackers import check_report_to
 
