@@ -64,7 +64,8 @@ class TrainingDefaults:
     with 32 episodes per update plays one update of 32; the plan line and ``summary.json``'s
     ``episodes_planned`` say what is played."""
     minutes: float | None = setting(None, above=0)
-    """Cap on this session's wall time; --resume replays the update cut.
+    """Cap on the wall time of this session's RL updates; --resume replays the update cut.
+    The clock starts at the first update: loading the model and the warm start are not counted.
     At the cap the update in progress is dropped (its rollout stops at once) and the checkpoint
     stays at the last complete update."""
     until: float | None = setting(None)
