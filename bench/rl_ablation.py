@@ -58,12 +58,10 @@ VARIANTS = {
     # gradient does) and a larger entropy bonus
     "grpo-anchors-entropy": {"algorithm": "grpo", "group_size": 8, "explore_floor": 0.2, "episodes_per_update": 256,
                              "state_credit": 1.0, "entropy_coef": 0.05, "lr": 3e-4},
-    # grpo-anchors-3e-4 with every exploration draw weighed at least 1 (importance_floor): past
-    # stick at 12+, the floor's HITs where the policy STICKs weighed ~0.1-0.3 (pi/mu)
-    "grpo-anchors-floor1": {"algorithm": "grpo", "group_size": 8, "explore_floor": 0.2, "episodes_per_update": 256,
-                            "state_credit": 1.0, "entropy_coef": 0.02, "state_centering": 0.5, "lr": 3e-4,
-                            "importance_floor": 1.0},
 }
+# grpo-anchors-3e-4 with every exploration draw weighed at least 1 (importance_floor): past stick
+# at 12+, the floor's HITs where the policy STICKs weighed ~0.1-0.3 (pi/mu)
+VARIANTS["grpo-anchors-floor1"] = {**VARIANTS["grpo-anchors-3e-4"], "importance_floor": 1.0}
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
