@@ -29,9 +29,9 @@ from textgym.policy.frozen_trunk import (
     Trunk,
     acting_trunk,
     find_trunk,
+    own_records,
     recording,
     trunk_records,
-    within_acting_mismatch,
 )
 from textgym.policy.kv_cache import (
     BatchState,
@@ -523,6 +523,8 @@ class Policy:
                                                   self.device)
         if self._top_rescorer.needs_check(self.model):
             sample = list(decisions[:8])
+            if c.trunk_in_act_dtype and self.act_precision != "float32":  # records in the copy's precision
+                sample = own_records(self.model, trunk, sample)
             with torch.no_grad():
                 full = rescore_candidates(self.model, sample, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
@@ -530,10 +532,7 @@ class Policy:
                     top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
                 except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
                     top = None  # a decoder whose layers are called otherwise: the full pass it is
-            # records made by a lower-precision acting copy (trunk_in_act_dtype): as close as it acted
-            copied = c.trunk_in_act_dtype and self.act_precision != "float32"
-            check = within_acting_mismatch if copied else same_evaluation
-            self._top_rescorer.record_check(self.model, top is not None and check(top, full))
+            self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
             if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
                 return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
                                           chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
