@@ -157,9 +157,10 @@ def own_records(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decisi
     pass each): for the check of the top path against the full pass where the records came from
     a lower-precision acting copy (``PolicyConfig.trunk_in_act_dtype``). The copy's rounding is
     the same order as acting's own and varies per decision (on SmolLM2 in bf16 the top path's gap
-    to the full pass exceeded the acting copy's in 9 of 39 samples of 8 decisions), so only
-    records in the model's own precision tell a decoder the top path cannot run (errors of the
-    logits' own size) from rounding: on them the two paths agree to float noise."""
+    to the full pass exceeded the acting copy's in 14 of 40 samples of 8 decisions:
+    bench/trunk_check.py), so only records in the model's own precision tell a decoder the top
+    path cannot run (errors of the logits' own size) from rounding: on them the two paths agree
+    to float noise."""
     device = next(model.parameters()).device
     copies = []
     for d in decisions:
