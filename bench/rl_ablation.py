@@ -62,6 +62,10 @@ VARIANTS = {
 # grpo-anchors-3e-4 with every exploration draw weighed at least 1 (importance_floor): past stick
 # at 12+, the floor's HITs where the policy STICKs weighed ~0.1-0.3 (pi/mu)
 VARIANTS["grpo-anchors-floor1"] = {**VARIANTS["grpo-anchors-3e-4"], "importance_floor": 1.0}
+# grpo-anchors-3e-4 with a small KL penalty to the untrained model, which HITs nearly everywhere:
+# it keeps HIT from vanishing in a state (where the importance-weighted gradient cannot bring it
+# back), at the cost of a pull toward HIT where STICK is better by less than ~kl_coef x log 9
+VARIANTS["grpo-anchors-kl"] = {**VARIANTS["grpo-anchors-3e-4"], "kl_coef": 0.03}
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,

@@ -122,14 +122,15 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
         was = saved.get(name, defaults[name])
         if isinstance(value, dict):  # a table: only the keys given must match
             changes = [(f"{name}.{k}", v, (was or {}).get(k)) for k, v in value.items()
-                       if (was or {}).get(k) != v]
+                       if (was or {}).get(k) != v
+                       and not (name == "env_kwargs" and k in resuming.ENV_KWARGS_CHANGEABLE_ON_RESUME)]
         else:
             changes = [(name, value, was)] if value != was else []
         for key, new_value, old_value in changes:
             raise CLIError(
                 f"cannot resume {run_dir} with {key.replace('_', '-')}={new_value!r}: the run "
                 f"was started with {old_value!r} (a resumed run may only change "
-                f"{', '.join(_CHANGEABLE_ON_RESUME)})"
+                f"{', '.join(_CHANGEABLE_ON_RESUME)} settings)"
             )
     if run_config.gives_budget(given):
         saved = run_config.without_budget(saved)  # a new budget replaces the run's as a whole
@@ -229,14 +230,15 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
         cfg = _resume_config(run_dir, file_layer, layer, out, check_lock=main)
         state = _checkpoint_state(run_dir)
         resuming.check_identity(run_dir, cfg, state)
-        resuming.check_env_kwargs(run_dir, cfg.env_kwargs, state)
-        env_kwargs = _checkpoint_env_kwargs(run_dir, state)
+        cfg.trainer = resuming.with_none_settings(cfg.trainer, state)
+        _checkpoint_env_kwargs(run_dir, state)  # well-formed
+        env_kwargs, env_changes = resuming.check_env_kwargs(run_dir, cfg.env_kwargs, state)
     else:
         cfg = _new_config(file_layer, layer, config_file)
         run_dir = Path(out) if out is not None else runs.default_out(cfg.env, cfg.algo)
         if main:
             runs.check_new(run_dir, force)
-        env_kwargs = cfg.env_kwargs
+        env_kwargs, env_changes = cfg.env_kwargs, {}
     check_env_kwargs(cfg.env, env_kwargs, cfg.mode)
     check_mode(cfg.env, cfg.mode, env_kwargs)
     _check_policy_table(cfg)
@@ -244,10 +246,12 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
     _fill_from_policy(cfg, policy_settings)
     trainer_config = _trainer_config(cfg)
     _fill_from_trainer(cfg, trainer_config)
-    if resume is not None:  # config.toml must still describe what the checkpoint trained
-        resuming.check_settings(
+    trainer_changes: dict[str, list[Any]] = {}
+    if resume is not None:  # config.toml describes what the checkpoint trained, or what changes
+        trainer_changes = resuming.check_settings(
             run_dir, state, trainer_config.to_dict(),
-            {**policy_settings.to_dict(), "history": run_config.history_setting(cfg.history)})
+            {**policy_settings.to_dict(), "history": run_config.history_setting(cfg.history)},
+            fixed=type(trainer_config).fixed_on_resume)
     if cfg.sft and resume is None:
         _check_demonstrations(cfg.sft)
     if cfg.sft_player and resume is None:
@@ -286,7 +290,8 @@ def run(flags: dict[str, Any], config_file: Path | None = None, out: Path | None
             if not quiet:
                 say(f"textgym: acting in {policy.precision_choice.describe() if policy.precision_choice else precision}")
         if resume is not None:
-            trainer = _resume_trainer(cfg, policy, run_dir, quiet, process)
+            trainer = _resume_trainer(cfg, policy, run_dir, quiet, process, trainer_changes, env_kwargs,
+                                      env_changes)
         else:
             trainer = _new_trainer(cfg, trainer_config, policy, run_dir, force, quiet, process)
         _train(trainer, cfg, run_dir, quiet=quiet, stop_after=stop_after)
@@ -442,9 +447,12 @@ def _env_kwargs_arg(cfg: run_config.RunConfig) -> dict[str, Any]:
 
 
 def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet: bool,
-                    process: distributed.ProcessContext) -> Any:
+                    process: distributed.ProcessContext, changes: dict[str, list[Any]],
+                    env_kwargs: dict[str, Any], env_changes: dict[str, list[Any]]) -> Any:
     """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
-    number of processes wrote it)."""
+    number of processes wrote it), with the algorithm settings ``changes`` (``{field: [trained,
+    new]}``, checked by :func:`resuming.check_settings`) and the env settings ``env_kwargs``
+    (``env_changes`` from the checkpoint's: :func:`resuming.check_env_kwargs`)."""
     from textgym.trainers import Trainer
     from textgym.trainers.state.checkpoint import remove_stale_temporary
 
@@ -453,17 +461,20 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
         say(f"textgym: removed {CHECKPOINT}.tmp, a half-written checkpoint an earlier session left")
     try:
         # env: the id checked by _resume_config, never the one trainer_state.json names.
-        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process)
+        trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process,
+                                 changes={name: new for name, (_, new) in changes.items()},
+                                 env_kwargs=env_kwargs)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc
     resolved = run_config.dumps(cfg)  # a new budget (episodes, minutes) is saved
-    if process.is_main and resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8"):
+    changes = {**changes, **env_changes}
+    if process.is_main and (changes or resolved != (run_dir / CONFIG_FILE).read_text(encoding="utf-8")):
         before = run_config.load_toml(run_dir / CONFIG_FILE)
-        changes = resuming.record_changes(run_dir, before, cfg.to_dict(), trainer.update_count)
+        recorded = resuming.record_changes(run_dir, before, cfg.to_dict(), trainer.update_count, changes)
         (run_dir / CONFIG_FILE).write_text(resolved, encoding="utf-8")
-        if changes and not quiet:
+        if recorded and not quiet:
             say("textgym: this session changes " + ", ".join(
-                f"{name} {old!r} -> {new!r}" for name, (old, new) in changes.items())
+                f"{name} {old!r} -> {new!r}" for name, (old, new) in recorded.items())
                 + f" (recorded in {resuming.RESUMES_FILE})")
     repair = trainer.writer.repair  # metrics.jsonl now has one line per update up to the checkpoint
     if repair is not None and not quiet:

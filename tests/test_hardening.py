@@ -45,8 +45,9 @@ def edit_config(run: Path, old: str, new: str) -> None:
     ('env = "textgym/Bandit-v0"', 'env = "textgym/CartPole-v1"', "env 'textgym/CartPole-v1'"),
     ('algo = "reinforce"', 'algo = "grpo"', "algo 'grpo'"),
     ('mode = "score"', 'mode = "generate"', "mode 'generate'"),
-    ('lr = 0.0003', 'lr = 0.5', "lr=0.5"),
     ('temperature = 1.0', 'temperature = 0.3', "temperature=0.3"),
+    ('seed = 0', 'seed = 5', "seed=5"),
+    ('[trainer]\n', '[trainer]\nlora_layers = 1\n', "lora_layers=1"),
 ])
 def test_resume_refuses_a_config_toml_edited_away_from_the_checkpoint(cli, run, old, new, named):
     edit_config(run, old, new)
@@ -63,6 +64,50 @@ def test_resume_records_what_a_session_changed(cli, run):
     assert [line["changed"] for line in lines_of(run / "resumes.jsonl")] == [{"episodes": [8, 16]}]
     assert lines_of(run / "resumes.jsonl")[0]["resumed_at_update"] == 1
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == [1, 2]
+
+
+def test_resume_continues_with_an_edited_algorithm_setting_and_records_it(cli, run):
+    """A new ``lr`` and ``gamma`` in config.toml apply from the next update (the optimizer's
+    learning rate too, though its state was saved with the old one) and are recorded."""
+    from safetensors.torch import load_file
+
+    edit_config(run, "lr = 0.0003", "lr = 0.002")
+    edit_config(run, "gamma = 1.0", "gamma = 0.5")
+    moments = load_file(run / "checkpoint" / "optimizer.safetensors")
+    result = cli("train", "--resume", run, "--episodes", 16)
+    assert result.exit_code == 0, result.output
+    assert "this session changes episodes 8 -> 16, lr 0.0003 -> 0.002, gamma 1.0 -> 0.5" in result.stdout
+    line, = lines_of(run / "resumes.jsonl")
+    assert line["changed"] == {"episodes": [8, 16], "gamma": [1.0, 0.5], "lr": [0.0003, 0.002]}
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert (state["config"]["lr"], state["config"]["gamma"], state["update_count"]) == (0.002, 0.5, 2)
+    assert [m["lr"] for m in lines_of(run / "metrics.jsonl")] == [0.0003, 0.002]
+    assert moments.keys() == load_file(run / "checkpoint" / "optimizer.safetensors").keys()
+    # the next resume finds the checkpoint and config.toml agreeing: nothing more to record
+    assert cli("train", "--resume", run, "--episodes", 24).exit_code == 0
+    assert [line["changed"] for line in lines_of(run / "resumes.jsonl")][1:] == [{"episodes": [16, 24]}]
+
+
+def test_resume_may_change_the_step_limit_and_nothing_else_of_the_env(cli, tmp_path):
+    """Longer episodes once a policy reaches the old limit: ``--max-episode-steps`` on resume
+    applies to the envs the run plays from then on; another env setting is still refused."""
+    run = tmp_path / "run"
+    config = write_fast(tmp_path).read_text().replace("episodes = 8", "episodes = 4")
+    (tmp_path / "short.toml").write_text(config.replace("episodes_per_update = 8", "episodes_per_update = 4"))
+    result = cli("train", "cartpole", "--config", tmp_path / "short.toml", "--out", run, "--check-every", "0",
+                 "--num-envs", 4, "--max-episode-steps", 2, "--quiet")
+    assert result.exit_code == 0, result.output
+    result = cli("train", "--resume", run, "--episodes", 8, "--max-episode-steps", 3)
+    assert result.exit_code == 0, result.output
+    assert "max_episode_steps 2 -> 3" in result.stdout
+    assert [line["changed"] for line in lines_of(run / "resumes.jsonl")] == [
+        {"episodes": [4, 8], "max_episode_steps": [2, 3]}]
+    assert [m["length_mean"] for m in lines_of(run / "metrics.jsonl")] == [2.0, 2.5]  # window of 8
+    state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
+    assert state["env_kwargs"]["max_episode_steps"] == 3
+    edit_config(run, "word = \"heading\"", "word = \"none\"")
+    line = one_error_line(cli("train", "--resume", run, "--episodes", 12))
+    assert "[env_kwargs] word='none'" in line and "keeps its env settings but max_episode_steps" in line, line
 
 
 # --- 3. an env that raises mid-run -----------------------------------------------------------------

@@ -34,6 +34,9 @@ class PPOConfig(TrainConfig):
     normalize_advantages: bool = setting(True)
     """Normalise advantages over the batch."""
 
+    #: The value head's width is the shape of its checkpointed weights.
+    fixed_on_resume = (*TrainConfig.fixed_on_resume, "value_hidden")
+
     algorithm = "ppo"
     trainer = "textgym.trainers.algorithms.ppo:PPOTrainer"
 

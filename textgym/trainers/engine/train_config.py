@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from textgym import distributed, seeds
 from textgym.lora import LoraSettings
@@ -197,6 +197,14 @@ class TrainConfig:
     The trackers besides ``metrics.jsonl``, comma-separated: ``tensorboard`` (written when
     installed), ``trackio``, ``wandb`` (:mod:`~textgym.trainers.reporting.trackers`), or ``none``."""
 
+    #: What a resumed run keeps (:meth:`with_changes` refuses to change them): the seeds that make
+    #: its episodes and its held-out ones, and the adapter's shape, which its checkpoint's weights
+    #: and optimizer moments have. Every other field may change between updates (a new ``gamma``,
+    #: ``lr`` or ``explore_floor`` from the next update on).
+    fixed_on_resume: ClassVar[tuple[str, ...]] = (
+        "seed", "eval_seed", "use_lora", "lora_r", "lora_alpha", "lora_dropout", "lora_target_modules",
+        "lora_layers")
+
     algorithm = "base"  # not a field: the name make_trainer knows this config by
     trainer = ""  # not a field: "module:Class" of the algorithm's trainer (imported on first use)
 
@@ -222,6 +230,33 @@ class TrainConfig:
                 (or group).
         """
         return distributed.episode_shard(self.episodes_per_update, world_size, rank, self.episodes_per_group)
+
+    def with_changes(self, changes: dict[str, Any]) -> TrainConfig:
+        """This config with ``changes`` (``{field: value}``) applied, checked as a new config is:
+        how a resumed run continues with other settings.
+
+        Raises:
+            ValueError: a field not of this config, one of :attr:`fixed_on_resume`, or a value out
+                of its range.
+
+        Example:
+            >>> from textgym.trainers import GRPOConfig
+            >>> GRPOConfig(gamma=0.3).with_changes({"gamma": 0.95}).gamma
+            0.95
+            >>> GRPOConfig().with_changes({"lora_layers": 4})
+            Traceback (most recent call last):
+            ...
+            ValueError: a resumed run keeps its lora_layers (None): the seeds and the adapter's shape are the run's
+        """
+        names = {f.name for f in dataclasses.fields(self)}
+        unknown = sorted(set(changes) - names)
+        if unknown:
+            raise ValueError(f"{type(self).__name__} has no field(s) {unknown}")
+        for name in changes:
+            if name in self.fixed_on_resume and changes[name] != getattr(self, name):
+                raise ValueError(f"a resumed run keeps its {name} ({getattr(self, name)!r}): the seeds and "
+                                 f"the adapter's shape are the run's")
+        return dataclasses.replace(self, **changes)
 
     @classmethod
     def coerce(cls, config: TrainConfig | dict | None = None) -> TrainConfig:

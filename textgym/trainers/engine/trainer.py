@@ -420,14 +420,18 @@ class Trainer:
 
     @classmethod
     def resume(cls, path: str | Path, policy: Policy | None = None, env: str | Envs | None = None,
-               out_dir: str | Path | None = None, process: ProcessContext | None = None) -> Trainer:
+               out_dir: str | Path | None = None, process: ProcessContext | None = None,
+               changes: dict[str, Any] | None = None, env_kwargs: dict[str, Any] | None = None) -> Trainer:
         """Rebuild a trainer from checkpoint ``path`` and continue the same run: ``policy`` on the
         *same base model* (without adapter; default: built from the checkpoint's record), ``env``
         (default: its env id), ``out_dir`` (default: its run folder), ``process`` (default:
-        :func:`textgym.distributed.init`). Called on :class:`Trainer`, the checkpoint's algorithm
+        :func:`textgym.distributed.init`), ``changes`` (algorithm settings to continue with instead
+        of the recorded ones, e.g. ``{"gamma": 0.95}``; :meth:`TrainConfig.with_changes`: the
+        optimizer's moments are kept), ``env_kwargs`` (default: the checkpoint's; a resumed run
+        changes only the step limit). Called on :class:`Trainer`, the checkpoint's algorithm
         picks the class among its subclasses (:meth:`subclass_for`)."""
         return trainer_state.resume(path, cls.subclass_for, policy=policy, env=env, out_dir=out_dir,
-                                    process=process)
+                                    process=process, changes=changes, env_kwargs=env_kwargs)
 
     @classmethod
     def subclass_for(cls, algorithm: str) -> type[Trainer]:

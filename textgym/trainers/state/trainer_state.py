@@ -78,6 +78,7 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
         trainer.online_sft.make_optimizer(trainer.trainable_parameters())
     state = ckpt.load_checkpoint(path, model=trainer.model, optimizers=optimizers(trainer),
                                  value_head=trainer._value_head())
+    _hyperparameters_from_config(trainer)
     reference = ckpt.checkpoint_dir(path) / ckpt.REFERENCE_FILE
     if reference.is_file():  # the KL reference: a warm start's adapter, or a full fine-tune's copy
         trainer.policy.load_reference_state(ckpt.load_tensors(reference))
@@ -99,12 +100,28 @@ def load(trainer: Trainer, path: str | Path) -> dict[str, Any]:
     return state
 
 
+def _hyperparameters_from_config(trainer: Trainer) -> None:
+    """Set the loaded optimizers' learning rates and weight decay from ``trainer.config``: a
+    checkpoint's optimizer state carries the values it was saved with, and a resumed run may have
+    changed them (``TrainConfig.with_changes``); the moments are kept."""
+    for group, fresh in zip(trainer.optimizer.param_groups, trainer._param_groups(), strict=True):
+        group["base_lr"] = group["lr"] = fresh["base_lr"]
+        group["weight_decay"] = trainer.config.weight_decay
+    if trainer.online_sft.optimizer is not None:
+        for group in trainer.online_sft.optimizer.param_groups:
+            group["lr"] = trainer.config.sft_lr
+
+
 def resume(path: str | Path, trainer_class: Callable[[str], type[Trainer]], policy: Policy | None = None,
            env: str | Envs | None = None, out_dir: str | Path | None = None,
-           process: ProcessContext | None = None) -> Trainer:
+           process: ProcessContext | None = None, changes: dict[str, Any] | None = None,
+           env_kwargs: dict[str, Any] | None = None) -> Trainer:
     """A trainer of the algorithm, config and env recorded in checkpoint ``path``, loaded from it:
     ``trainer_class(algorithm)`` builds it (the algorithms sit above this module; see
-    ``Trainer.resume`` for the other arguments). The recorded config is checked before a model loads."""
+    ``Trainer.resume`` for the other arguments). ``changes``: settings of the algorithm's config
+    that differ from the recorded ones from now on (``TrainConfig.with_changes``: not the seeds
+    nor the adapter's shape); the optimizer's moments are kept. The config is checked before a
+    model loads."""
     state = ckpt.read_state(path)
     config = dict(state["config"])
     algorithm = config.pop("algorithm", state["algorithm"])
@@ -113,6 +130,8 @@ def resume(path: str | Path, trainer_class: Callable[[str], type[Trainer]], poli
         config = cls.config_class.coerce(config)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{ckpt.checkpoint_dir(path) / ckpt.STATE_FILE}: {exc}") from None
+    if changes:
+        config = config.with_changes(changes)
     process = process if process is not None else distributed.init()
     if policy is None:  # on this process's device (its GPU in a multi-GPU run)
         policy = ckpt.policy_from_record(state.get("policy", {}),
@@ -121,7 +140,8 @@ def resume(path: str | Path, trainer_class: Callable[[str], type[Trainer]], poli
     if env is None:
         raise ValueError("the checkpoint's env was a vector env object: pass env=")
     out_dir = out_dir if out_dir is not None else state.get("out_dir")
-    trainer = cls(policy, env=env, config=config, out_dir=out_dir, env_kwargs=state.get("env_kwargs"),
+    env_kwargs = env_kwargs if env_kwargs is not None else state.get("env_kwargs")
+    trainer = cls(policy, env=env, config=config, out_dir=out_dir, env_kwargs=env_kwargs,
                   process=process)
     trainer.load_state(path)
     return trainer
