@@ -5,7 +5,8 @@ shape and every setting of the policy come from its checkpoint. ``config.toml`` 
 of the run, so a resume first checks that it still says what the checkpoint was trained with: an
 edited ``env`` (or ``temperature``, ``lora_layers``...) would otherwise train a Bandit checkpoint
 on CartPole, or be silently ignored while the file misdescribes the run. What a session may change
-(:data:`CHANGEABLE_ON_RESUME`: the budget, the early stop, reporting, device and precision, and
+(:data:`CHANGEABLE_ON_RESUME`: the budget, the early stop, reporting, device and precision (the
+acting precision too), and
 the algorithm's settings but ``TrainConfig.fixed_on_resume``: a new ``gamma`` or ``lr`` from the
 next update on, the optimizer's moments kept) is applied and appended to ``resumes.jsonl`` in the
 run folder, one line per session that changed something; ``config.toml`` then says what the next
@@ -39,6 +40,11 @@ CHANGEABLE_ON_RESUME = ("updates", "episodes", "minutes", "until", "check_every"
 #: The env settings a resumed run may change: the step limit (Gymnasium's ``TimeLimit`` around the
 #: env, not its dynamics), e.g. longer training episodes once the policy reaches the old limit.
 ENV_KWARGS_CHANGEABLE_ON_RESUME = ("max_episode_steps",)
+
+#: The policy settings a resumed run may change: the precision it acts and evaluates in (like
+#: ``dtype``, where and how fast the model runs, not what it is); the update corrects for the
+#: acting precision (``TrainConfig.act_correction``).
+POLICY_CHANGEABLE_ON_RESUME = ("act_dtype", "eval_act_dtype")
 
 #: What identifies a run: a checkpoint of one never continues as another.
 KEPT_ON_RESUME = ("env", "model", "algo", "mode")
@@ -109,10 +115,11 @@ def with_none_settings(trainer_table: dict[str, Any], state: dict[str, Any]) -> 
 
 def check_settings(run_dir: Path, state: dict[str, Any], trainer_settings: dict[str, Any],
                    policy_settings: dict[str, Any], fixed: tuple[str, ...]) -> dict[str, list[Any]]:
-    """The algorithm's settings a resume changes, ``{field: [trained, new]}`` (``trainer_settings``:
-    the algorithm's config resolved from ``config.toml`` and the flags, against the one the
-    checkpoint's ``state`` records). Refuses (CLIError, one line) a new value of a ``fixed``
-    setting (``TrainConfig.fixed_on_resume``) or of a policy setting (``policy_settings``)."""
+    """The algorithm's and the policy's settings a resume changes, ``{field: [trained, new]}``
+    (``trainer_settings``: the algorithm's config resolved from ``config.toml`` and the flags;
+    ``policy_settings``: the policy's; against those the checkpoint's ``state`` records).
+    Refuses (CLIError, one line) a new value of a ``fixed`` setting (``TrainConfig.fixed_on_resume``)
+    or of a policy setting but :data:`POLICY_CHANGEABLE_ON_RESUME`."""
     trained = {"trainer": state.get("config") or {}, "policy": state.get("policy") or {}}
     changes: dict[str, list[Any]] = {}
     for table, settings in (("trainer", trainer_settings), ("policy", policy_settings)):
@@ -122,7 +129,7 @@ def check_settings(run_dir: Path, state: dict[str, Any], trainer_settings: dict[
             was = trained[table][key]
             if _plain(value) == _plain(was):
                 continue
-            if table == "trainer" and key not in fixed:
+            if (table == "trainer" and key not in fixed) or (table == "policy" and key in POLICY_CHANGEABLE_ON_RESUME):
                 changes[key] = [was, value]
                 continue
             kept = "its seeds and adapter shape" if table == "trainer" else "the policy's settings"

@@ -123,7 +123,8 @@ def _resume_config(run_dir: Path, file_layer: dict[str, Any], flags: dict[str, A
         if isinstance(value, dict):  # a table: only the keys given must match
             changes = [(f"{name}.{k}", v, (was or {}).get(k)) for k, v in value.items()
                        if (was or {}).get(k) != v
-                       and not (name == "env_kwargs" and k in resuming.ENV_KWARGS_CHANGEABLE_ON_RESUME)]
+                       and not (name == "env_kwargs" and k in resuming.ENV_KWARGS_CHANGEABLE_ON_RESUME)
+                       and not (name == "policy" and k in resuming.POLICY_CHANGEABLE_ON_RESUME)]
         else:
             changes = [(name, value, was)] if value != was else []
         for key, new_value, old_value in changes:
@@ -450,8 +451,9 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
                     process: distributed.ProcessContext, changes: dict[str, list[Any]],
                     env_kwargs: dict[str, Any], env_changes: dict[str, list[Any]]) -> Any:
     """The trainer of the run in the locked folder ``run_dir``, from its checkpoint (whatever
-    number of processes wrote it), with the algorithm settings ``changes`` (``{field: [trained,
-    new]}``, checked by :func:`resuming.check_settings`) and the env settings ``env_kwargs``
+    number of processes wrote it), with the algorithm's and policy's settings ``changes``
+    (``{field: [trained, new]}``, checked by :func:`resuming.check_settings`; the policy was built
+    with its own) and the env settings ``env_kwargs``
     (``env_changes`` from the checkpoint's: :func:`resuming.check_env_kwargs`)."""
     from textgym.trainers import Trainer
     from textgym.trainers.state.checkpoint import remove_stale_temporary
@@ -462,7 +464,8 @@ def _resume_trainer(cfg: run_config.RunConfig, policy: Any, run_dir: Path, quiet
     try:
         # env: the id checked by _resume_config, never the one trainer_state.json names.
         trainer = Trainer.resume(checkpoint, policy=policy, env=cfg.env, out_dir=run_dir, process=process,
-                                 changes={name: new for name, (_, new) in changes.items()},
+                                 changes={name: new for name, (_, new) in changes.items()
+                                          if name not in resuming.POLICY_CHANGEABLE_ON_RESUME},
                                  env_kwargs=env_kwargs)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         raise CLIError(f"cannot resume from {checkpoint}: {exc}") from exc

@@ -74,11 +74,14 @@ def test_resume_continues_with_an_edited_algorithm_setting_and_records_it(cli, r
     edit_config(run, "lr = 0.0003", "lr = 0.002")
     edit_config(run, "gamma = 1.0", "gamma = 0.5")
     moments = load_file(run / "checkpoint" / "optimizer.safetensors")
-    result = cli("train", "--resume", run, "--episodes", 16)
+    result = cli("train", "--resume", run, "--episodes", 16, "--act-dtype", "bfloat16")
     assert result.exit_code == 0, result.output
-    assert "this session changes episodes 8 -> 16, lr 0.0003 -> 0.002, gamma 1.0 -> 0.5" in result.stdout
+    assert ("this session changes episodes 8 -> 16, lr 0.0003 -> 0.002, gamma 1.0 -> 0.5, act_dtype "
+            "'float32' -> 'bfloat16'") in result.stdout
     line, = lines_of(run / "resumes.jsonl")
-    assert line["changed"] == {"episodes": [8, 16], "gamma": [1.0, 0.5], "lr": [0.0003, 0.002]}
+    assert line["changed"] == {"episodes": [8, 16], "gamma": [1.0, 0.5], "lr": [0.0003, 0.002],
+                               "act_dtype": ["float32", "bfloat16"]}
+    assert json.loads((run / "checkpoint" / "policy.json").read_text())["act_dtype"] == "bfloat16"
     state = json.loads((run / "checkpoint" / "trainer_state.json").read_text())
     assert (state["config"]["lr"], state["config"]["gamma"], state["update_count"]) == (0.002, 0.5, 2)
     assert [m["lr"] for m in lines_of(run / "metrics.jsonl")] == [0.0003, 0.002]
