@@ -91,6 +91,19 @@ def test_resume_continues_with_an_edited_algorithm_setting_and_records_it(cli, r
     assert [line["changed"] for line in lines_of(run / "resumes.jsonl")][1:] == [{"episodes": [16, 24]}]
 
 
+def test_resume_takes_algorithm_settings_from_a_config_file(cli, run, tmp_path):
+    changes = tmp_path / "changes.toml"
+    changes.write_text("[trainer]\nentropy_coef = 0.05\n")
+    result = cli("train", "--resume", run, "--config", changes, "--episodes", 16)
+    assert result.exit_code == 0, result.output
+    assert [line["changed"] for line in lines_of(run / "resumes.jsonl")] == [
+        {"episodes": [8, 16], "entropy_coef": [0.0, 0.05]}]
+    assert "entropy_coef = 0.05" in (run / "config.toml").read_text()
+    changes.write_text("[trainer]\nlora_r = 4\n")
+    line = one_error_line(cli("train", "--resume", run, "--config", changes, "--episodes", 24))
+    assert "lora_r=4" in line and "keeps its seeds and adapter shape" in line, line
+
+
 def test_resume_may_change_the_step_limit_and_nothing_else_of_the_env(cli, tmp_path):
     """Longer episodes once a policy reaches the old limit: ``--max-episode-steps`` on resume
     applies to the envs the run plays from then on; another env setting is still refused."""
