@@ -8,7 +8,8 @@ balances the pole but drifts along the track shows itself here, and a credit hor
 too short to see the drift is the first thing to suspect.
 
 Usage:
-    python bench/cartpole_endings.py RUN_OR_CHECKPOINT [--episodes 50] [--max-steps 200] [--json OUT]
+    python bench/cartpole_endings.py RUN_OR_CHECKPOINT [--episodes 50] [--max-steps 200] [--act-dtype float32]
+        [--json OUT]
 """
 
 from __future__ import annotations
@@ -55,13 +56,15 @@ def main() -> None:
     parser.add_argument("--episodes", type=int, default=50)
     parser.add_argument("--max-steps", type=int, default=200, help="the step cap (the benchmark's 200)")
     parser.add_argument("--num-envs", type=int, default=16)
+    parser.add_argument("--act-dtype", default=None,
+                        help="the precision the greedy policy acts in (default: the checkpoint's evaluation one)")
     parser.add_argument("--json", type=Path, default=None, help="also write the endings here")
     args = parser.parse_args()
 
     checkpoint = checkpoint_of(args.run)
     state = json.loads((checkpoint / "trainer_state.json").read_text())
     env_kwargs = {k: v for k, v in (state.get("env_kwargs") or {}).items() if k != "max_episode_steps"}
-    policy = textgym.Policy.load(checkpoint)
+    policy = textgym.Policy.load(checkpoint, **({"eval_act_dtype": args.act_dtype} if args.act_dtype else {}))
     venv = textgym.make_vec(ENV_ID, num_envs=args.num_envs, max_episode_steps=args.max_steps, **env_kwargs)
     with policy.evaluating():  # the precision `textgym eval` acts in
         rollout = collect(policy, venv, episodes=args.episodes, seed=EVAL_SEED, greedy=True,
@@ -83,6 +86,7 @@ def main() -> None:
               f"(cart at {e['cart_position']:+.2f}, pole {e['pole_angle']:+.3f} rad)")
     if args.json is not None:
         args.json.write_text(json.dumps({"checkpoint": str(checkpoint), "env_kwargs": env_kwargs,
+                                         "act_dtype": policy.config.eval_act_dtype,
                                          "max_steps": args.max_steps, "return_mean": mean, "causes": causes,
                                          "episodes": endings}, indent=1) + "\n")
 
