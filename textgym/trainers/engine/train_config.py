@@ -248,15 +248,11 @@ class TrainConfig:
             ...
             ValueError: a resumed run keeps its lora_layers (None): the seeds and the adapter's shape are the run's
         """
-        names = {f.name for f in dataclasses.fields(self)}
-        unknown = sorted(set(changes) - names)
-        if unknown:
-            raise ValueError(f"{type(self).__name__} has no field(s) {unknown}")
-        for name in changes:
-            if name in self.fixed_on_resume and changes[name] != getattr(self, name):
+        for name in self.fixed_on_resume:
+            if name in changes and changes[name] != getattr(self, name):
                 raise ValueError(f"a resumed run keeps its {name} ({getattr(self, name)!r}): the seeds and "
                                  f"the adapter's shape are the run's")
-        return dataclasses.replace(self, **changes)
+        return type(self).from_dict({**self.to_dict(), **changes})  # unknown fields refused there
 
     @classmethod
     def coerce(cls, config: TrainConfig | dict | None = None) -> TrainConfig:
