@@ -66,21 +66,31 @@ VARIANTS["grpo-anchors-floor1"] = {**VARIANTS["grpo-anchors-3e-4"], "importance_
 # it keeps HIT from vanishing in a state (where the importance-weighted gradient cannot bring it
 # back), at the cost of a pull toward HIT where STICK is better by less than ~kl_coef x log 9
 VARIANTS["grpo-anchors-kl"] = {**VARIANTS["grpo-anchors-3e-4"], "kl_coef": 0.03}
+# the same, the penalty lowered to 0.01 from update 32 (``later``: settings changed from that update
+# on): a KL to an always-HIT model keeps HIT where STICK is better by less than ~kl_coef x 2.3, which
+# are basic strategy's sticks at 12-16 against a 2-6; once the table is past stick at 12+, a third
+# of the pull
+VARIANTS["grpo-anchors-kl-fade"] = {**VARIANTS["grpo-anchors-kl"], "later": {"from_update": 32, "kl_coef": 0.01}}
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
-                on_point=None) -> dict:
+                on_point=None, act_dtype: str = "float32", minutes: float | None = None) -> dict:
     exact = registry.exact_return(ENV_ID)
-    policy = textgym.Policy.from_pretrained(model, mode="score")
+    # the greedy tables are read in float32 (eval_act_dtype) whatever precision the policy acts in
+    policy = textgym.Policy.from_pretrained(model, mode="score", act_dtype=act_dtype, eval_act_dtype="float32")
     settings = dict(settings)
     algorithm = settings.pop("algorithm", "reinforce")
+    later = settings.pop("later", None)
     trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
     curve = [{"update": 0, "exact_return": exact(trainer.policy), "seconds": 0.0}]
     started = time.monotonic()
     print(f"{name}: start {curve[0]['exact_return']:+.4f}", flush=True)
     for k in range(updates):
+        if later is not None and k == later["from_update"]:
+            trainer.config = trainer.config.with_changes({n: v for n, v in later.items() if n != "from_update"})
         metrics = trainer.train(updates=1)[-1]
-        if (k + 1) % every == 0 or k + 1 == updates:
+        out_of_time = minutes is not None and time.monotonic() - started >= minutes * 60
+        if (k + 1) % every == 0 or k + 1 == updates or out_of_time:
             point = {"update": k + 1, "exact_return": exact(trainer.policy),
                      "sampled_return": metrics.get("return_mean"),
                      "importance_weight": metrics.get("importance_weight"),
@@ -92,7 +102,11 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
             print(f"{name}: update {k + 1} exact {point['exact_return']:+.4f} sampled "
                   f"{point['sampled_return']:+.3f} entropy {point['entropy']:.3f} ({point['seconds']:.0f} s)",
                   flush=True)
-    return {"algorithm": algorithm, "settings": {**BASE, **settings, "seed": seed}, "curve": curve,
+        if out_of_time:  # the update that crossed the budget is the last
+            break
+    return {"algorithm": algorithm, "settings": {**BASE, **settings, "seed": seed, **({"later": later} if later else {})},
+            "act_dtype": act_dtype,
+            "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
 
@@ -104,6 +118,10 @@ def main() -> None:
     parser.add_argument("--every", type=int, default=2, help="exact return every this many updates")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--act-dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the precision of the sampled play (greedy tables are read in float32)")
+    parser.add_argument("--minutes", type=float, default=None,
+                        help="stop after the update that ends past this wall time (per variant)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
     args = parser.parse_args()
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
@@ -122,7 +140,8 @@ def main() -> None:
             write()
 
         results["variants"][name] = run_variant(name, VARIANTS[name], args.updates, args.every, args.seed,
-                                                args.model, on_point=partial)
+                                                args.model, on_point=partial, act_dtype=args.act_dtype,
+                                                minutes=args.minutes)
         write()
     for name, result in results["variants"].items():
         print(f"{name:14s} exact {result['start_exact_return']:+.4f} -> {result['exact_return']:+.4f} "
