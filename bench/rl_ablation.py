@@ -67,7 +67,7 @@ VARIANTS["grpo-anchors-floor1"] = {**VARIANTS["grpo-anchors-3e-4"], "importance_
 # back), at the cost of a pull toward HIT where STICK is better by less than ~kl_coef x log 9
 VARIANTS["grpo-anchors-kl"] = {**VARIANTS["grpo-anchors-3e-4"], "kl_coef": 0.03}
 # the same, the penalty lowered to 0.01 from update 32 (``later``: settings changed from that update
-# on): a KL to an always-HIT model keeps HIT where STICK is better by less than ~kl_coef x 2.3, which
+# on): a KL to an always-HIT model keeps HIT where STICK is better by less than ~kl_coef x log 9, which
 # are basic strategy's sticks at 12-16 against a 2-6; once the table is past stick at 12+, a third
 # of the pull
 VARIANTS["grpo-anchors-kl-fade"] = {**VARIANTS["grpo-anchors-kl"], "later": {"from_update": 32, "kl_coef": 0.01}}
@@ -104,9 +104,8 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
                   flush=True)
         if out_of_time:  # the update that crossed the budget is the last
             break
-    return {"algorithm": algorithm, "settings": {**BASE, **settings, "seed": seed, **({"later": later} if later else {})},
-            "act_dtype": act_dtype,
-            "curve": curve,
+    recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {})}
+    return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
 
