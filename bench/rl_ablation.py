@@ -3,9 +3,10 @@
 Each variant trains REINFORCE (or GRPO) from the untrained SmolLM2-135M (no warm start), with the same seed
 and budget, and differs from the others in one setting (``explore_floor``, ``state_credit``...).
 Before training and after every ``--every`` updates, the greedy table of the policy is read in all
-280 states and its exact expected return computed (:func:`textgym.envs.classic.blackjack_exact_return`,
-reached through ``textgym.registry.exact_return``): no sample of hands, so two variants are
-compared without the luck of the deal. Variants run one after the other in this process.
+280 states (:func:`textgym.envs.classic.blackjack_greedy_table`, recorded as one H or S per state)
+and its exact expected return computed (:func:`textgym.envs.classic.blackjack_value`): no sample of
+hands, so two variants are compared without the luck of the deal. Variants run one after the other
+in this process.
 
 Usage:
     OMP_NUM_THREADS=2 python bench/rl_ablation.py --updates 8 --json bench/results/rl_blackjack_ablation.json
@@ -23,7 +24,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
 import textgym
-from textgym import registry
 from textgym.trainers import make_trainer
 
 ENV_ID = "textgym/Blackjack-v1"
@@ -71,27 +71,46 @@ VARIANTS["grpo-anchors-kl"] = {**VARIANTS["grpo-anchors-3e-4"], "kl_coef": 0.03}
 # are basic strategy's sticks at 12-16 against a 2-6; once the table is past stick at 12+, a third
 # of the pull
 VARIANTS["grpo-anchors-kl-fade"] = {**VARIANTS["grpo-anchors-kl"], "later": {"from_update": 32, "kl_coef": 0.01}}
+# a stronger penalty while the rest of the play is poor, then grpo-anchors-kl's: at first HIT is
+# worse than STICK at 12-16 (the HITs that follow bust), by ~0.2-0.4; at kl_coef 0.03 its
+# probability falls to ~0 there and the importance weights stop the floor's HITs from bringing it
+# back once it is the better move against a 7 or more (every grpo-anchors-kl seed sat at stick at
+# 12+ until update 28-44). At 0.1 it keeps ~0.3; from update 20 the penalty is 0.03, whose pull
+# toward HIT costs the best table at most ~0.002 (blackjack_value of basic strategy with every
+# stick better by less than 0.066 turned into a hit: -0.0487 against -0.0466)
+VARIANTS["grpo-anchors-kl-early"] = {**VARIANTS["grpo-anchors-kl"], "kl_coef": 0.1,
+                                     "later": [{"from_update": 20, "kl_coef": 0.03}]}
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
                 on_point=None, act_dtype: str = "float32", minutes: float | None = None) -> dict:
-    exact = registry.exact_return(ENV_ID)
+    from textgym.envs.classic import BLACKJACK_STATES, blackjack_greedy_table, blackjack_value
+
+    def read_table() -> tuple[float, str]:
+        """The greedy table's exact return, and the table itself (H or S per BLACKJACK_STATES)."""
+        table = blackjack_greedy_table(trainer.policy)
+        value = blackjack_value(lambda total, dealer, usable: table[(total, dealer, usable)])
+        return value, "".join("H" if table[state] else "S" for state in BLACKJACK_STATES)
+
     # the greedy tables are read in float32 (eval_act_dtype) whatever precision the policy acts in
     policy = textgym.Policy.from_pretrained(model, mode="score", act_dtype=act_dtype, eval_act_dtype="float32")
     settings = dict(settings)
     algorithm = settings.pop("algorithm", "reinforce")
     later = settings.pop("later", None)
+    changes = {} if later is None else {c["from_update"]: c for c in ([later] if isinstance(later, dict) else later)}
     trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
-    curve = [{"update": 0, "exact_return": exact(trainer.policy), "seconds": 0.0}]
+    value, table = read_table()
+    curve = [{"update": 0, "exact_return": value, "table": table, "seconds": 0.0}]
     started = time.monotonic()
     print(f"{name}: start {curve[0]['exact_return']:+.4f}", flush=True)
     for k in range(updates):
-        if later is not None and k == later["from_update"]:
-            trainer.config = trainer.config.with_changes({n: v for n, v in later.items() if n != "from_update"})
+        if k in changes:
+            trainer.config = trainer.config.with_changes({n: v for n, v in changes[k].items() if n != "from_update"})
         metrics = trainer.train(updates=1)[-1]
         out_of_time = minutes is not None and time.monotonic() - started >= minutes * 60
         if (k + 1) % every == 0 or k + 1 == updates or out_of_time:
-            point = {"update": k + 1, "exact_return": exact(trainer.policy),
+            value, table = read_table()
+            point = {"update": k + 1, "exact_return": value, "table": table,
                      "sampled_return": metrics.get("return_mean"),
                      "importance_weight": metrics.get("importance_weight"),
                      "optimizer_steps": metrics.get("optimizer_steps"), "kl": metrics.get("kl"),
