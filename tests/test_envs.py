@@ -196,6 +196,23 @@ def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy():
     assert abs(np.mean(returns) - exact) < 4 * np.std(returns) / np.sqrt(len(returns))
 
 
+def test_blackjack_action_values_rank_basic_strategys_moves():
+    from textgym.envs.classic import BLACKJACK_STATES, basic_strategy_hits, blackjack_action_values, blackjack_value
+
+    values = blackjack_action_values()
+    assert set(values) == set(BLACKJACK_STATES)
+    for state, (hit, stick) in values.items():
+        if abs(hit - stick) > 1e-12:  # the better move is basic strategy's
+            assert (hit > stick) == basic_strategy_hits(*state), state
+    assert values[(21, 10, False)][0] == -1.0  # a hard 21 busts on any card
+    assert values[(21, 10, True)][0] > -1.0  # a soft 21 cannot bust
+    # one state's wrong move costs its margin times the chance of reaching it: less than the margin
+    hit, stick = values[(16, 6, False)]
+    wrong = blackjack_value(lambda total, dealer, ace: basic_strategy_hits(total, dealer, ace)
+                            or (total, dealer, ace) == (16, 6, False))
+    assert 0 < blackjack_value() - wrong < stick - hit
+
+
 @pytest.mark.parametrize("total", range(4, 22))
 def test_hit_bust_chance_matches_gymnasiums_deck(total):
     # Gymnasium deals from DECK with replacement; count the cards that take the total past 21.

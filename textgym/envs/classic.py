@@ -44,6 +44,7 @@ __all__ = [
     "MountainCarText",
     "TaxiText",
     "basic_strategy_hits",
+    "blackjack_action_values",
     "blackjack_exact_return",
     "blackjack_greedy_table",
     "blackjack_value",
@@ -593,17 +594,9 @@ def _stick_value(total: int, showing: int) -> float:
     return sum(p * ((total > final) - (total < final)) for final, p in _dealer_finals(showing).items())
 
 
-def blackjack_value(hits: Callable[[int, int, bool], bool] | None = None) -> float:
-    """The exact expected return of a Blackjack-v1 policy that sees what the text env shows
-    (``hits(total, dealer_card, usable_ace) -> True`` to HIT), or of the best such policy when
-    ``hits`` is ``None``. No sample of hands: what a sampled mean estimates.
-
-    Example:
-        >>> round(blackjack_value(), 4)                                  # the best hit/stick policy
-        -0.0466
-        >>> round(blackjack_value(lambda total, dealer, ace: total < 17), 4)   # "stick at 17+"
-        -0.0793
-    """
+def _hand_values(hits: Callable[[int, int, bool], bool] | None) -> Callable[[int, bool, int], float]:
+    """The expected return of a hand (its hard total, whether it holds an ace, the dealer's card)
+    played by ``hits`` from here on, or by the best hit/stick policy when ``hits`` is ``None``."""
     @functools.cache
     def value(hard: int, ace: bool, showing: int) -> float:
         if hard > 21:
@@ -616,9 +609,41 @@ def blackjack_value(hits: Callable[[int, int, bool], bool] | None = None) -> flo
             return max(hit, stick)
         return hit if hits(total, showing, usable) else stick
 
+    return value
+
+
+def blackjack_value(hits: Callable[[int, int, bool], bool] | None = None) -> float:
+    """The exact expected return of a Blackjack-v1 policy that sees what the text env shows
+    (``hits(total, dealer_card, usable_ace) -> True`` to HIT), or of the best such policy when
+    ``hits`` is ``None``. No sample of hands: what a sampled mean estimates.
+
+    Example:
+        >>> round(blackjack_value(), 4)                                  # the best hit/stick policy
+        -0.0466
+        >>> round(blackjack_value(lambda total, dealer, ace: total < 17), 4)   # "stick at 17+"
+        -0.0793
+    """
+    value = _hand_values(hits)
     n = len(BLACKJACK_DECK)
     return sum(value(a + b, a == 1 or b == 1, showing) for a in BLACKJACK_DECK for b in BLACKJACK_DECK
                for showing in BLACKJACK_DECK) / n ** 3
+
+
+def blackjack_action_values() -> dict[tuple[int, int, bool], tuple[float, float]]:
+    """``(HIT, STICK)`` expected returns in each of :data:`BLACKJACK_STATES`, the best hit/stick
+    policy playing the rest of the hand: how much a wrong answer in a state costs there.
+
+    Example:
+        >>> hit, stick = blackjack_action_values()[(16, 10, False)]   # hard 16 against a 10
+        >>> round(hit, 3), round(stick, 3)
+        (-0.569, -0.576)
+    """
+    value = _hand_values(None)
+    n = len(BLACKJACK_DECK)
+    return {(total, showing, usable): (
+                sum(value(total - 10 * usable + card, usable or card == 1, showing) for card in BLACKJACK_DECK) / n,
+                _stick_value(total, showing))
+            for total, showing, usable in BLACKJACK_STATES}
 
 
 #: Every state a Blackjack hand can reach before its last decision, as the text env shows it
