@@ -83,10 +83,24 @@ VARIANTS["grpo-anchors-kl-early"] = {**VARIANTS["grpo-anchors-kl"], "kl_coef": 0
 # the same at twice the learning rate: is the way out of stick at 12+ (HIT at 12-16 against a 7 or
 # more) as slow as the step? At 1e-3 without a KL one seed went deterministic in 6 updates
 VARIANTS["grpo-anchors-kl-early-6e-4"] = {**VARIANTS["grpo-anchors-kl-early"], "lr": 6e-4}
+# grpo-anchors-kl with the step shrunk over the last 40% of the time budget (linearly to a tenth;
+# ``lr_decay``, needs --minutes): past stick at 12+ its greedy tables moved by up to 0.015 between
+# checks 4 updates apart, so the last table was partly the luck of where the run stopped
+VARIANTS["grpo-anchors-kl-decay"] = {**VARIANTS["grpo-anchors-kl"], "lr_decay": {"from_fraction": 0.6, "to": 0.1}}
+
+
+def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
+    """The learning rate's multiplier at ``elapsed`` seconds of a ``budget`` (``lr_decay``: 1
+    until ``from_fraction`` of the budget, then linearly down to ``to`` at its end)."""
+    if not decay or not budget:
+        return 1.0
+    progress = (elapsed / budget - decay["from_fraction"]) / (1.0 - decay["from_fraction"])
+    return 1.0 - (1.0 - decay["to"]) * min(1.0, max(0.0, progress))
 
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
-                on_point=None, act_dtype: str = "float32", minutes: float | None = None) -> dict:
+                on_point=None, act_dtype: str = "float32", minutes: float | None = None,
+                save: Path | None = None) -> dict:
     from textgym.envs.classic import BLACKJACK_STATES, blackjack_greedy_table, blackjack_value
 
     def read_table() -> tuple[float, str]:
@@ -100,15 +114,22 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
     settings = dict(settings)
     algorithm = settings.pop("algorithm", "reinforce")
     later = settings.pop("later", None)
+    decay = settings.pop("lr_decay", None)
+    if decay and minutes is None:
+        raise SystemExit(f"{name}: lr_decay follows the time budget: give --minutes")
     changes = {} if later is None else {c["from_update"]: c for c in ([later] if isinstance(later, dict) else later)}
     trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
     value, table = read_table()
     curve = [{"update": 0, "exact_return": value, "table": table, "seconds": 0.0}]
     started = time.monotonic()
     print(f"{name}: start {curve[0]['exact_return']:+.4f}", flush=True)
+    peak = [group["base_lr"] for group in trainer.optimizer.param_groups]
     for k in range(updates):
         if k in changes:
             trainer.config = trainer.config.with_changes({n: v for n, v in changes[k].items() if n != "from_update"})
+        scale = lr_scale(decay, time.monotonic() - started, None if minutes is None else minutes * 60)
+        for group, lr in zip(trainer.optimizer.param_groups, peak):  # the trainer sets lr from base_lr
+            group["base_lr"] = lr * scale
         metrics = trainer.train(updates=1)[-1]
         out_of_time = minutes is not None and time.monotonic() - started >= minutes * 60
         if (k + 1) % every == 0 or k + 1 == updates or out_of_time:
@@ -120,7 +141,10 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
                      "entropy": metrics.get("entropy"), "rollout_seconds": metrics.get("rollout_seconds"),
                      "update_seconds": metrics.get("update_seconds"),
                      "seconds": round(time.monotonic() - started, 1)}
+            point["lr_scale"] = round(scale, 4)
             curve.append(point)
+            if save is not None:  # a later variant can branch from here (Trainer.load_state)
+                trainer.save_checkpoint(save / f"{name}-seed{seed}-update{k + 1}")
             if on_point is not None:  # a long run keeps its curve so far
                 on_point(curve)
             print(f"{name}: update {k + 1} exact {point['exact_return']:+.4f} sampled "
@@ -128,7 +152,8 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
                   flush=True)
         if out_of_time:  # the update that crossed the budget is the last
             break
-    recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {})}
+    recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {}),
+                **({"lr_decay": decay} if decay else {})}
     return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
@@ -146,6 +171,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop after the update that ends past this wall time (per variant)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
+    parser.add_argument("--save", type=Path, default=None,
+                        help="save the trainer's checkpoint here at every check (one folder each)")
     args = parser.parse_args()
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True,
                             check=False, cwd=Path(__file__).resolve().parents[1]).stdout.strip()
@@ -164,7 +191,7 @@ def main() -> None:
 
         results["variants"][name] = run_variant(name, VARIANTS[name], args.updates, args.every, args.seed,
                                                 args.model, on_point=partial, act_dtype=args.act_dtype,
-                                                minutes=args.minutes)
+                                                minutes=args.minutes, save=args.save)
         write()
     for name, result in results["variants"].items():
         print(f"{name:14s} exact {result['start_exact_return']:+.4f} -> {result['exact_return']:+.4f} "
