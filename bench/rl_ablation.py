@@ -66,11 +66,11 @@ VARIANTS["grpo-anchors-floor1"] = {**VARIANTS["grpo-anchors-3e-4"], "importance_
 # it keeps HIT from vanishing in a state (where the importance-weighted gradient cannot bring it
 # back), at the cost of a pull toward HIT where STICK is better by less than ~kl_coef x log 9
 VARIANTS["grpo-anchors-kl"] = {**VARIANTS["grpo-anchors-3e-4"], "kl_coef": 0.03}
-# the same, the penalty lowered to 0.01 from update 32 (``later``: settings changed from that update
-# on): a KL to an always-HIT model keeps HIT where STICK is better by less than ~kl_coef x log 9, which
+# the same, the penalty lowered to 0.01 from update 32 (``later``: a list of settings changed from an
+# update on): a KL to an always-HIT model keeps HIT where STICK is better by less than ~kl_coef x log 9, which
 # are basic strategy's sticks at 12-16 against a 2-6. Measured since: those sticks played as hits cost
 # the best table ~0.002 at 0.03 (bench/blackjack_exact.py's margin rows), so the fade changes little
-VARIANTS["grpo-anchors-kl-fade"] = {**VARIANTS["grpo-anchors-kl"], "later": {"from_update": 32, "kl_coef": 0.01}}
+VARIANTS["grpo-anchors-kl-fade"] = {**VARIANTS["grpo-anchors-kl"], "later": [{"from_update": 32, "kl_coef": 0.01}]}
 # a stronger penalty while the rest of the play is poor, then grpo-anchors-kl's: at first HIT is
 # worse than STICK at 12-16 (the HITs that follow bust), by ~0.2-0.4; at kl_coef 0.03 its
 # probability falls to ~0 there and the importance weights stop the floor's HITs from bringing it
@@ -113,7 +113,7 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
     decay = settings.pop("lr_decay", None)
     if decay and minutes is None:
         raise SystemExit(f"{name}: lr_decay follows the time budget: give --minutes")
-    changes = {} if later is None else {c["from_update"]: c for c in ([later] if isinstance(later, dict) else later)}
+    changes = {change["from_update"]: change for change in later or ()}
     trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
     value, table = read_table()
     curve = [{"update": 0, "exact_return": value, "table": table, "seconds": 0.0}]
@@ -135,9 +135,8 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
                      "importance_weight": metrics.get("importance_weight"),
                      "optimizer_steps": metrics.get("optimizer_steps"), "kl": metrics.get("kl"),
                      "entropy": metrics.get("entropy"), "rollout_seconds": metrics.get("rollout_seconds"),
-                     "update_seconds": metrics.get("update_seconds"),
+                     "update_seconds": metrics.get("update_seconds"), "lr_scale": round(scale, 4),
                      "seconds": round(time.monotonic() - started, 1)}
-            point["lr_scale"] = round(scale, 4)
             curve.append(point)
             if save is not None:  # a later variant can branch from here (Trainer.load_state)
                 trainer.save_checkpoint(save / f"{name}-seed{seed}-update{k + 1}")
