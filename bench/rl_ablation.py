@@ -83,6 +83,12 @@ VARIANTS["grpo-anchors-kl-early"] = {**VARIANTS["grpo-anchors-kl"], "kl_coef": 0
 # ``lr_decay``, needs --minutes): past stick at 12+ its greedy tables moved by up to 0.015 between
 # checks 4 updates apart, so the last table was partly the luck of where the run stopped
 VARIANTS["grpo-anchors-kl-decay"] = {**VARIANTS["grpo-anchors-kl"], "lr_decay": {"from_fraction": 0.6, "to": 0.1}}
+# grpo-anchors-kl-decay on four times the hands per update, without state centering: an update lays
+# out each state's decisions in one minibatch and re-scores them with one row (Trainer.optimize), so
+# its cost follows the states met (at most 280), not the hands; centering would compare a minibatch's
+# few states with each other, so the layout is off with it
+VARIANTS["grpo-anchors-kl-1024"] = {**VARIANTS["grpo-anchors-kl-decay"], "state_centering": 0.0,
+                                    "episodes_per_update": 1024}
 
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:

@@ -650,16 +650,18 @@ def test_think_answers_train_with_every_generated_token(tiny_model_and_tokenizer
 def test_long_prompts_are_rescored_in_chunks_that_fit_the_token_budget(tiny_policy):
     from textgym.trainers.engine.optimization import sequence_cost
 
-    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
-                           config={**SMALL, "max_chunk_tokens": 100})
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/CartPole-v1",
+                           config={**SMALL, "max_chunk_tokens": 100, "max_train_episode_steps": 4})
     rollout = trainer.collect()
     decisions = [d for ep in rollout.episodes for d in ep.decisions]
     longest = max(len(d.prompt_ids) + sum(map(len, d.candidates)) for d in decisions)
-    assert len(decisions) * sequence_cost(longest) > 100       # the whole minibatch would not fit
+    states = len({d.rescoring_key() for d in decisions})
+    assert states * sequence_cost(longest) > 100       # the whole minibatch would not fit
     rescored = []  # (rows, the longest prompt plus candidates) of every re-scoring pass of the update
     evaluate = tiny_policy.evaluate
     tiny_policy.evaluate = lambda batch: rescored.append(
-        (len(batch), max(len(d.prompt_ids) + sum(map(len, d.candidates)) for d in batch))) or evaluate(batch)
+        (len({d.rescoring_key() for d in batch}),
+         max(len(d.prompt_ids) + sum(map(len, d.candidates)) for d in batch))) or evaluate(batch)
     metrics = trainer.update(rollout.episodes, stats=rollout.stats)
     assert math.isfinite(metrics["loss"]) and metrics["optimizer_steps"] >= 1
     assert len(rescored) > 1 and all(rows * sequence_cost(n) <= 100 for rows, n in rescored)

@@ -64,6 +64,15 @@ class Decision:
                 and self.prompt_ids[:n] == earlier.prompt_ids
                 and self.prompt_ids[n:n + len(earlier.answer_ids)] == earlier.answer_ids)
 
+    def rescoring_key(self) -> int:
+        """Equal for decisions that :meth:`Policy.evaluate <textgym.policy.Policy.evaluate>` re-scores
+        with one row of the model: the same context and, in score mode, the same candidates (the
+        chosen one may differ), in generate mode the same answer. A hash of token ids, so the same
+        in every process; updates lay such decisions out side by side to run them once."""
+        if self.candidates is not None:
+            return hash((tuple(self.prompt_ids), tuple(map(tuple, self.candidates))))
+        return hash((tuple(self.prompt_ids), tuple(self.answer_ids)))
+
 
 @dataclass
 class Evaluation:

@@ -20,6 +20,7 @@ import torch
 
 from textgym.policy import Decision, Evaluation, Policy
 from textgym.trainers.engine.losses import approx_kl, masked_mean
+from textgym.trainers.engine.optimization import row_batches
 
 __all__ = ["flat_units", "pad_units", "reference_kl", "reference_logprobs", "rollout_kl"]
 
@@ -39,12 +40,13 @@ def pad_units(units: Sequence[torch.Tensor], mask: torch.Tensor) -> torch.Tensor
 @torch.no_grad()
 def reference_logprobs(policy: Policy, decisions: Sequence[Decision], batch_size: int) -> list[torch.Tensor]:
     """Per decision, the reference policy's log-probs of its units (adapter disabled), computed
-    once per update in batches of ``batch_size``."""
-    out: list[torch.Tensor] = []
+    once per update in batches of ``batch_size`` states (a state's decisions in one batch: one row)."""
+    out: list[torch.Tensor | None] = [None] * len(decisions)
     with policy.reference():
-        for start in range(0, len(decisions), batch_size):
-            ev = policy.evaluate(list(decisions[start:start + batch_size]))
-            out.extend(flat_units(ev.logprobs, ev.mask))
+        for rows in row_batches([d.rescoring_key() for d in decisions], batch_size):
+            ev = policy.evaluate([decisions[i] for i in rows])
+            for i, units in zip(rows, flat_units(ev.logprobs, ev.mask)):
+                out[i] = units
     return out
 
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -35,7 +35,8 @@ from textgym.trainers.engine.train_config import TrainConfig
 if TYPE_CHECKING:
     from textgym.distributed import ProcessContext
 
-__all__ = ["LossFn", "MinibatchPlan", "chunk_costs", "chunks_of", "lr_factor", "minibatches", "optimizer_step", "run_minibatches"]
+__all__ = ["LossFn", "MinibatchPlan", "chunk_costs", "chunks_of", "lr_factor", "minibatches", "optimizer_step",
+           "row_batches", "run_minibatches"]
 
 logger = logging.getLogger("textgym.trainers")
 
@@ -116,42 +117,73 @@ def chunk_costs(decisions: Sequence[Any], max_answer_tokens: int | None,
 
 
 def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Sequence[float] | None = None,
-              max_chunk_tokens: float | None = None) -> list[torch.Tensor]:
+              max_chunk_tokens: float | None = None, keys: Sequence[Hashable] | None = None) -> list[torch.Tensor]:
     """``minibatch`` (decision indices) split into at least ``accumulation_steps`` chunks, and into
-    enough that no chunk holds more than ``max_chunk_tokens`` padded tokens (its size times its
-    longest ``token_counts``). Only when that needs more chunks are the decisions sorted by length
-    (short with short: less padding); otherwise they keep their order (the turns of a conversation
-    stay next to each other, re-scored in one pass).
+    enough that no chunk holds more than ``max_chunk_tokens`` padded tokens (its rows times its
+    longest ``token_counts``; a row per decision, or per distinct ``keys`` value: decisions the
+    policy re-scores with one row, :meth:`Decision.rescoring_key`). Only when that needs more chunks
+    are the decisions sorted by length (short with short: less padding; equal keys stay next to each
+    other); otherwise they keep their order (the turns of a conversation stay next to each other,
+    re-scored in one pass).
 
     Example:
         >>> [c.tolist() for c in chunks_of(torch.tensor([0, 1, 2, 3]), 1, [100, 2, 100, 2], 256)]
         [[1, 3], [0, 2]]
+        >>> [c.tolist() for c in chunks_of(torch.tensor([0, 1, 2, 3]), 1, [100] * 4, 256)]
+        [[0, 1], [2, 3]]
+        >>> [c.tolist() for c in chunks_of(torch.tensor([0, 1, 2, 3]), 1, [100] * 4, 256, keys="abab")]
+        [[0, 1, 2, 3]]
+
+    (Four decisions in two states are two rows: one pass.)
     """
     parts = min(accumulation_steps, len(minibatch))
     if token_counts is None or max_chunk_tokens is None or not len(minibatch):
         return list(minibatch.chunk(parts)) if len(minibatch) else []
 
+    def rows(chunk: list[int]) -> int:
+        return len(chunk) if keys is None else len({keys[i] for i in chunk})
+
     def too_long(chunks: tuple[torch.Tensor, ...]) -> bool:
-        return max(len(c) * max(token_counts[i] for i in c.tolist()) for c in chunks) > max_chunk_tokens
+        return max(rows(c.tolist()) * max(token_counts[i] for i in c.tolist()) for c in chunks) > max_chunk_tokens
 
     if not too_long(minibatch.chunk(parts)):
         return list(minibatch.chunk(parts))
     lengths = torch.tensor([token_counts[i] for i in minibatch.tolist()])
     minibatch = minibatch[lengths.argsort(stable=True)]
+    if keys is not None:  # a row's duplicates next to it (they are the same length)
+        order = {}
+        for i in minibatch.tolist():
+            order.setdefault(keys[i], []).append(i)
+        minibatch = torch.tensor([i for same in order.values() for i in same], dtype=minibatch.dtype)
     while parts < len(minibatch) and too_long(minibatch.chunk(parts)):
         parts += 1
     return list(minibatch.chunk(parts))
 
 
-def minibatches(num_decisions: int, minibatch_size: int,
-                groups: Sequence[Sequence[int]] | None = None) -> list[torch.Tensor]:
+def minibatches(num_decisions: int, minibatch_size: int, groups: Sequence[Sequence[int]] | None = None,
+                keys: Sequence[Hashable] | None = None) -> list[torch.Tensor]:
     """One epoch's minibatches of decision indices, shuffled.
 
-    Without ``groups`` the decisions are shuffled one by one. With ``groups`` (the turns of one
-    conversation, :func:`textgym.rollout.conversation_runs`) a group stays together, cut into
-    pieces of at most ``minibatch_size``; the pieces are shuffled and packed into minibatches of
-    at most ``minibatch_size``, so one pass over a conversation re-scores all its turns.
+    Without ``groups`` or ``keys`` the decisions are shuffled one by one. With ``groups`` (the turns
+    of one conversation, :func:`textgym.rollout.conversation_runs`) a group stays together, cut
+    into pieces of at most ``minibatch_size``; the pieces are shuffled and packed into minibatches
+    of at most ``minibatch_size``, so one pass over a conversation re-scores all its turns. With
+    ``keys`` instead (per decision, :meth:`Decision.rescoring_key`) the distinct keys are shuffled
+    and each one's decisions laid out together before the cut into minibatches of
+    ``minibatch_size``: as many minibatches as one by one, but the decisions of a state met many
+    times (Blackjack's hands, a GRPO group's first turn) sit in one minibatch, re-scored by one row.
+
+    Example:
+        >>> sorted(sorted(b.tolist()) for b in minibatches(4, 2, keys="abab"))   # one state each
+        [[0, 2], [1, 3]]
     """
+    if groups is None and keys is not None:
+        same: dict[Hashable, list[int]] = {}
+        for i, key in enumerate(keys):
+            same.setdefault(key, []).append(i)
+        runs = list(same.values())
+        order = [i for k in torch.randperm(len(runs)).tolist() for i in runs[k]]
+        return list(torch.tensor(order, dtype=torch.long).split(minibatch_size))
     if groups is None:
         return list(torch.randperm(num_decisions).split(minibatch_size))
     pieces = [list(g[i:i + minibatch_size]) for g in groups for i in range(0, len(g), minibatch_size)]
@@ -161,6 +193,22 @@ def minibatches(num_decisions: int, minibatch_size: int,
             batches.append([])
         batches[-1].extend(pieces[k])
     return [torch.tensor(b) for b in batches if b]
+
+
+def row_batches(keys: Sequence[Hashable], rows: int) -> list[list[int]]:
+    """Indices ``0 .. len(keys) - 1`` in batches of at most ``rows`` distinct keys, every index with
+    the others of its key: no-grad passes over an update's decisions (reference log-probs, the
+    acting-precision check) run each state once (:meth:`Decision.rescoring_key`).
+
+    Example:
+        >>> row_batches("abacbd", 2)
+        [[0, 2, 1, 4], [3, 5]]
+    """
+    same: dict[Hashable, list[int]] = {}
+    for i, key in enumerate(keys):
+        same.setdefault(key, []).append(i)
+    runs = list(same.values())
+    return [[i for run in runs[start:start + rows] for i in run] for start in range(0, len(runs), rows)]
 
 
 class MinibatchPlan:
@@ -178,15 +226,17 @@ class MinibatchPlan:
         process: the data-parallel context (``None``: one process).
         groups: this rank's decisions that stay in one minibatch (local indices; see
             :func:`minibatches`).
+        keys: per decision of this rank, its :meth:`Decision.rescoring_key` (equal keys laid out
+            together; see :func:`minibatches`).
     """
 
     def __init__(self, num_decisions: int, minibatch_size: int, process: ProcessContext | None = None,
-                 groups: Sequence[Sequence[int]] | None = None):
+                 groups: Sequence[Sequence[int]] | None = None, keys: Sequence[Hashable] | None = None):
         self.process = process if process is not None and process.is_distributed else None
         self.minibatch_size = minibatch_size
         self.num_decisions = num_decisions
         if self.process is None:
-            self.total, self.offset, self.groups = num_decisions, 0, groups
+            self.total, self.offset, self.groups, self.keys = num_decisions, 0, groups, keys
         else:
             counts = self.process.gather([num_decisions])
             self.total, self.offset = sum(counts), sum(counts[:self.process.rank])
@@ -194,11 +244,13 @@ class MinibatchPlan:
             local = None if groups is None else [[self.offset + i for i in g] for g in groups]
             gathered = self.process.gather([local])
             self.groups = None if groups is None else [g for rank_groups in gathered for g in rank_groups]
+            # every rank's keys in rank order (a state met on two ranks: one minibatch, a row on each)
+            self.keys = None if keys is None else self.process.gather(list(keys))
 
     def epoch(self) -> list[torch.Tensor]:
         """The local index tensor of each minibatch of a new epoch."""
         # The one-process plan of the global batch (with several processes: rank 0's draw, for all).
-        planned = minibatches(self.total, self.minibatch_size, self.groups)
+        planned = minibatches(self.total, self.minibatch_size, self.groups, self.keys)
         if self.process is None:
             return planned
         planned = [torch.tensor(m, dtype=torch.long) for m in self.process.broadcast_object([m.tolist() for m in planned])]
@@ -211,7 +263,8 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
                     process: ProcessContext | None = None,
                     groups: Sequence[Sequence[int]] | None = None,
                     token_counts: Sequence[float] | None = None,
-                    max_chunk_tokens: float | None = None) -> dict[str, float]:
+                    max_chunk_tokens: float | None = None,
+                    keys: Sequence[Hashable] | None = None) -> dict[str, float]:
     """Minimise ``loss_fn`` over shuffled minibatches of decision indices for ``epochs`` passes.
 
     ``loss_fn(indices) -> (loss, stats)`` returns the mean loss over those decisions and float
@@ -232,10 +285,12 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
     averaged in :func:`optimizer_step`, and the statistics returned are the decision-weighted
     means over all ranks: every rank returns the same metrics and keeps the same weights.
     ``groups``: decisions that stay in one minibatch (the turns of one conversation, see
-    :func:`minibatches`).
+    :func:`minibatches`). ``keys``: per decision, its :meth:`Decision.rescoring_key`: decisions the
+    policy re-scores with one row are laid out in the same minibatch and chunk (one row in the
+    chunk's token budget), unless ``groups`` are given.
     """
     distributed = process is not None and process.is_distributed
-    plan = MinibatchPlan(num_decisions, minibatch_size, process, groups)
+    plan = MinibatchPlan(num_decisions, minibatch_size, process, groups, keys)
     sums: dict[str, float] = {}
     counts: dict[str, int] = {}
     # Several processes: per minibatch, each statistic's (sum of chunk value x chunk size, size) here.
@@ -249,7 +304,7 @@ def run_minibatches(optimizer: torch.optim.Optimizer, num_decisions: int, loss_f
             minibatch_kl: list[float] = []
             share: dict[str, tuple[float, int]] = {}
             shares.append(share)
-            for chunk in chunks_of(minibatch, gradient_accumulation_steps, token_counts, max_chunk_tokens):
+            for chunk in chunks_of(minibatch, gradient_accumulation_steps, token_counts, max_chunk_tokens, keys):
                 loss, stats = loss_fn(chunk)
                 if not torch.isfinite(loss):
                     finite = False

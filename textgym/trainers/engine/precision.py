@@ -29,6 +29,7 @@ import torch
 from textgym.policy import Decision, Evaluation, Policy
 from textgym.trainers.engine.kl import flat_units, pad_units
 from textgym.trainers.engine.losses import precision_mismatch, truncated_importance_weights
+from textgym.trainers.engine.optimization import row_batches
 
 __all__ = ["ActingCorrection"]
 
@@ -55,12 +56,12 @@ class ActingCorrection:
         ``None`` when the policy acts in float32 (acting and training log-probs are the same)."""
         if policy.act_precision == "float32":
             return None
-        train: list[torch.Tensor] = []
-        act: list[torch.Tensor] = []
-        for start in range(0, len(decisions), batch_size):
-            ev = policy.evaluate(list(decisions[start:start + batch_size]))
-            train.extend(flat_units(ev.logprobs, ev.mask))
-            act.extend(flat_units(ev.old_logprobs, ev.mask))
+        train: list[torch.Tensor | None] = [None] * len(decisions)
+        act: list[torch.Tensor | None] = [None] * len(decisions)
+        for rows in row_batches([d.rescoring_key() for d in decisions], batch_size):
+            ev = policy.evaluate([decisions[i] for i in rows])
+            for i, now, then in zip(rows, flat_units(ev.logprobs, ev.mask), flat_units(ev.old_logprobs, ev.mask)):
+                train[i], act[i] = now, then
         return cls(train, act, cap if enabled else None)
 
     def apply(self, ev: Evaluation, indices: torch.Tensor) -> tuple[Evaluation, torch.Tensor | None]:

@@ -307,17 +307,24 @@ class Trainer:
         """The algorithm's minibatch loop over this process's ``decisions`` (or their number) with
         this trainer's optimizer and config, planned over every process's decisions
         (:func:`~textgym.trainers.engine.optimization.run_minibatches`). ``groups``: decisions kept in one
-        minibatch (a conversation's turns: :func:`textgym.rollout.conversation_runs`)."""
+        minibatch (a conversation's turns: :func:`textgym.rollout.conversation_runs`). Without them,
+        the decisions of one state (:meth:`Decision.rescoring_key`) are laid out in one minibatch,
+        re-scored by one row, unless ``state_centering`` is set."""
         cfg = self.config
         costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
                                                                     cfg.max_chunk_tokens)
+        # Decisions re-scored by one row (the same state) share a minibatch: the update runs it once.
+        # Not with state_centering, which compares each minibatch's states with each other.
+        by_state = not isinstance(decisions, int) and not cfg.state_centering
+        keys = [d.rescoring_key() for d in decisions] if by_state else None
         count = decisions if isinstance(decisions, int) else len(decisions)
         return run_minibatches(self.optimizer, count, loss_fn,
                                epochs=cfg.epochs if epochs is None else epochs,
                                minibatch_size=self.minibatch_size(count),
                                gradient_accumulation_steps=cfg.gradient_accumulation_steps,
                                max_grad_norm=cfg.max_grad_norm, target_kl=cfg.target_kl, process=self.process,
-                               groups=groups, token_counts=costs, max_chunk_tokens=None if costs is None else 1.0)
+                               groups=groups, token_counts=costs, max_chunk_tokens=None if costs is None else 1.0,
+                               keys=keys)
 
     def minibatch_size(self, decisions: int) -> int:
         """Decisions per minibatch of an update of this process's ``decisions``: the global batch
