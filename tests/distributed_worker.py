@@ -160,13 +160,18 @@ def trainers(ctx, report: dict) -> None:
             optimizer.step()
         return flat(p for g in optimizer.param_groups for p in g["params"])
 
+    # Minibatches shuffled one by one: every step is one process's computation up to the order of
+    # its sums. Laid out by state (the default), a state met on both ranks is one row in one process
+    # and a row on each rank here: the same minibatches, other roundings ("-by-state" variants).
     common = {"num_envs": 4, "episodes_per_update": 8, "minibatch_size": 6, "epochs": 2, "seed": 3,
-              "lr": 1e-2, "max_grad_norm": 0.5}
+              "lr": 1e-2, "max_grad_norm": 0.5, "minibatch_by_state": False}
     # state credit: batch-wide states for REINFORCE (gathered from every rank), states within
     # each group for GRPO (a group stays in one process)
     variants = (("reinforce", "reinforce", {}), ("ppo", "ppo", {}), ("grpo", "grpo", {"group_size": 2}),
                 ("reinforce-state-credit", "reinforce", {"state_credit": 1.0}),
-                ("grpo-state-credit", "grpo", {"group_size": 2, "state_credit": 1.0}))
+                ("grpo-state-credit", "grpo", {"group_size": 2, "state_credit": 1.0}),
+                ("ppo-by-state", "ppo", {"minibatch_by_state": True}),
+                ("grpo-by-state", "grpo", {"group_size": 2, "minibatch_by_state": True}))
     for name, algorithm, extra in variants:
         group = extra.get("group_size", 1)
         # The global batch: every rank plays the same 8 Blackjack episodes (1 to 3 decisions each)

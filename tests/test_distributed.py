@@ -263,6 +263,18 @@ def test_the_trainers_compute_the_one_process_update_of_the_global_batch(trainer
         for key, value in single.items():
             assert dp[key] == pytest.approx(value, rel=1e-4, abs=1e-6), (algorithm, key)
         assert a["world_size_metric"] == 2
+    # Laid out by state: the same minibatches and steps, identical ranks. Only the first step is
+    # taken from the same weights in both trainers: from there AdamW turns a rounding-sized
+    # gradient (a state's row summed in one process, per rank here) into a step of up to lr on
+    # that weight (above), so later gradients are not compared by the rounding bound.
+    for algorithm in ("ppo-by-state", "grpo-by-state"):
+        a, b = rank0[algorithm], rank1[algorithm]
+        assert a["steps"] == b["steps"] and a["steps"][0] == a["steps"][1] >= 3, algorithm
+        assert a["grad_diffs"][0] < 2**-10 * max(a["grad_max"]), algorithm
+        assert a["weights_checksum"] == b["weights_checksum"] and a["weights_moved"] > 1e-3, algorithm
+        assert a["replayed_equal"] == b["replayed_equal"] == [True, True], algorithm
+        dp, single = a["metrics"]
+        assert dp == b["metrics"][0] and dp["optimizer_steps"] == single["optimizer_steps"], algorithm
     for algorithm in ("reinforce", "grpo"):   # the state credit changed the update it was part of
         assert rank0[f"{algorithm}-state-credit"]["metrics"][1]["loss"] != rank0[algorithm]["metrics"][1]["loss"]
 

@@ -647,6 +647,57 @@ def test_think_answers_train_with_every_generated_token(tiny_model_and_tokenizer
     assert len(rescored) > 1 and all(rows * longest <= 64 for rows, longest in rescored)
 
 
+def test_minibatches_by_state_keep_each_state_together_and_the_number_of_steps():
+    from textgym.trainers.engine.optimization import minibatches, row_batches
+
+    keys = [i % 5 for i in range(40)]  # 5 states met 8 times each, interleaved
+    for seed in range(5):
+        torch.manual_seed(seed)
+        batches = [b.tolist() for b in minibatches(40, 10, keys=keys)]
+        assert sorted(i for b in batches for i in b) == list(range(40))
+        assert len(batches) == 4  # as many optimizer steps as shuffled one by one
+        rows = sum(len({keys[i] for i in b}) for b in batches)
+        assert rows <= 5 + len(batches) - 1  # a state is cut only where a minibatch ends
+    assert row_batches(keys[:10], 2) == [[0, 5, 1, 6], [2, 7, 3, 8], [4, 9]]
+
+
+def test_an_update_rescores_each_state_of_a_minibatch_once(tiny_policy):
+    from textgym.rollout import decisions_of
+
+    trainer = make_trainer("grpo", tiny_policy, env="textgym/Blackjack-v1",
+                           config={"num_envs": 8, "episodes_per_update": 32, "group_size": 8, "minibatches": 2,
+                                   "epochs": 1, "kl_coef": 0.0})
+    rollout = trainer.collect()
+    decisions = decisions_of(rollout.episodes)
+    states = len({d.rescoring_key() for d in decisions})
+    assert states < len(decisions) / 2  # a group of 8 deals the same first hand 8 times
+    rows = []  # distinct states of every re-scoring pass of the update
+    evaluate = tiny_policy.evaluate
+    tiny_policy.evaluate = lambda batch: rows.append(len({d.rescoring_key() for d in batch})) or evaluate(batch)
+    metrics = trainer.update(rollout.episodes, stats=rollout.stats)
+    assert metrics["optimizer_steps"] == 2
+    assert sum(rows) <= states + 1  # each state once, but one cut between the two minibatches
+
+
+def test_reference_logprobs_run_each_state_once_and_keep_each_decisions_answer(tiny_policy):
+    from textgym.rollout import decisions_of
+    from textgym.trainers.engine.kl import reference_logprobs
+
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=SMALL)
+    decisions = decisions_of(trainer.collect().episodes)
+    answers: dict[int, set] = {}
+    for d in decisions:
+        answers.setdefault(d.rescoring_key(), set()).add(d.action_index)
+    assert len(answers) <= 2 and any(len(chosen) > 1 for chosen in answers.values())  # one state, two answers
+    passes = []
+    evaluate = tiny_policy.evaluate
+    tiny_policy.evaluate = lambda batch: passes.append(len(batch)) or evaluate(batch)
+    together = reference_logprobs(tiny_policy, decisions, 2)
+    assert passes == [len(decisions)]  # two states at most: one pass of two rows holds every decision
+    for decision, units in zip(decisions, together, strict=True):
+        assert torch.allclose(units, reference_logprobs(tiny_policy, [decision], 1)[0], atol=1e-5)
+
+
 def test_long_prompts_are_rescored_in_chunks_that_fit_the_token_budget(tiny_policy):
     from textgym.trainers.engine.optimization import sequence_cost
 

@@ -56,6 +56,13 @@ class TrainConfig:
     episodes lengthen as it learns would otherwise take ever more steps per update). Long
     minibatches are still split into chunks for memory (``max_chunk_tokens``). ``None``:
     minibatches of ``minibatch_size`` decisions."""
+    minibatch_by_state: bool = True
+    """Lay out the decisions taken in one state (:meth:`Decision.rescoring_key`: the same prompt
+    and valid actions) in one minibatch, the states shuffled, so each state is re-scored by one
+    row, not once per decision: an update's cost then follows the states met, not the decisions
+    (Blackjack's 280 states, a GRPO group's shared first turn). The number of minibatches is the
+    same. Off with ``state_centering`` (which compares each minibatch's states with each other) and
+    in conversation mode (a conversation's turns stay together instead). ``False``: shuffled one by one."""
     gradient_accumulation_steps: int = setting(1, at_least=1)
     """Forward/backward chunks per minibatch (gradients accumulate over them): trades speed for memory."""
     max_chunk_answer_tokens: int | None = setting(2048, at_least=1)
@@ -132,7 +139,9 @@ class TrainConfig:
     the same way is scaled by ``1 - state_centering``, and a policy sure of its answers gets no push
     from it. With a small model whose prompts differ in a few tokens, that shared shift dominates a
     noisy policy gradient and the policy collapses to one action before it learns to read the state
-    (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode."""
+    (``bench/probes/centering.py`` measures it). 0: the plain gradient. Ignored in generate mode.
+    Set, it keeps minibatches shuffled one by one (``minibatch_by_state`` off): a minibatch of a few
+    states would remove most of each one's own gradient."""
     act_correction: bool = True
     """When the policy acts in another precision than it trains in (``PolicyConfig.act_dtype``),
     re-score the rollout in the training precision once per update, measure the mismatch

@@ -308,14 +308,13 @@ class Trainer:
         this trainer's optimizer and config, planned over every process's decisions
         (:func:`~textgym.trainers.engine.optimization.run_minibatches`). ``groups``: decisions kept in one
         minibatch (a conversation's turns: :func:`textgym.rollout.conversation_runs`). Without them,
-        the decisions of one state (:meth:`Decision.rescoring_key`) are laid out in one minibatch,
-        re-scored by one row, unless ``state_centering`` is set."""
+        the decisions of one state are laid out in one minibatch (``config.minibatch_by_state``)."""
         cfg = self.config
         costs = None if isinstance(decisions, int) else chunk_costs(decisions, cfg.max_chunk_answer_tokens,
                                                                     cfg.max_chunk_tokens)
         # Decisions re-scored by one row (the same state) share a minibatch: the update runs it once.
         # Not with state_centering, which compares each minibatch's states with each other.
-        by_state = not isinstance(decisions, int) and not cfg.state_centering
+        by_state = not isinstance(decisions, int) and cfg.minibatch_by_state and not cfg.state_centering
         keys = [d.rescoring_key() for d in decisions] if by_state else None
         count = decisions if isinstance(decisions, int) else len(decisions)
         return run_minibatches(self.optimizer, count, loss_fn,
