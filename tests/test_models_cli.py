@@ -77,7 +77,8 @@ def test_quantize_without_bitsandbytes_is_one_line(cli, tmp_path, monkeypatch):
 def test_a_bfloat16_run_saves_its_precision_and_a_resume_may_change_it(cli, tmp_path, fast_config):
     run = tmp_path / "run"
     result = cli("train", "bandit", "--config", fast_config, "--episodes", "24", "--out", run,
-                 "--device", "cpu", "--dtype", "bfloat16", "--stop-after", "1")
+                 "--device", "cpu", "--dtype", "bfloat16", "--stop-after", "1",
+                 "--check-every", "0")  # every update of the budget, solved or not
     assert result.exit_code == 130, result.output
     assert "(cpu, bfloat16)" in result.stdout  # what was loaded, said once
     saved = tomllib.loads((run / "config.toml").read_text())
