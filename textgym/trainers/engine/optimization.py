@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -151,10 +151,7 @@ def chunks_of(minibatch: torch.Tensor, accumulation_steps: int, token_counts: Se
     lengths = torch.tensor([token_counts[i] for i in minibatch.tolist()])
     minibatch = minibatch[lengths.argsort(stable=True)]
     if keys is not None:  # a row's duplicates next to it (they are the same length)
-        order = {}
-        for i in minibatch.tolist():
-            order.setdefault(keys[i], []).append(i)
-        minibatch = torch.tensor([i for same in order.values() for i in same], dtype=minibatch.dtype)
+        minibatch = torch.tensor([i for run in key_runs(minibatch.tolist(), keys) for i in run], dtype=minibatch.dtype)
     while parts < len(minibatch) and too_long(minibatch.chunk(parts)):
         parts += 1
     return list(minibatch.chunk(parts))
@@ -178,10 +175,7 @@ def minibatches(num_decisions: int, minibatch_size: int, groups: Sequence[Sequen
         [[0, 2], [1, 3]]
     """
     if groups is None and keys is not None:
-        same: dict[Hashable, list[int]] = {}
-        for i, key in enumerate(keys):
-            same.setdefault(key, []).append(i)
-        runs = list(same.values())
+        runs = key_runs(range(len(keys)), keys)
         order = [i for k in torch.randperm(len(runs)).tolist() for i in runs[k]]
         return list(torch.tensor(order, dtype=torch.long).split(minibatch_size))
     if groups is None:
@@ -195,6 +189,14 @@ def minibatches(num_decisions: int, minibatch_size: int, groups: Sequence[Sequen
     return [torch.tensor(b) for b in batches if b]
 
 
+def key_runs(indices: Iterable[int], keys: Sequence[Hashable]) -> list[list[int]]:
+    """``indices`` grouped by their ``keys``, groups in order of first appearance."""
+    runs: dict[Hashable, list[int]] = {}
+    for i in indices:
+        runs.setdefault(keys[i], []).append(i)
+    return list(runs.values())
+
+
 def row_batches(keys: Sequence[Hashable], rows: int) -> list[list[int]]:
     """Indices ``0 .. len(keys) - 1`` in batches of at most ``rows`` distinct keys, every index with
     the others of its key: no-grad passes over an update's decisions (reference log-probs, the
@@ -204,10 +206,7 @@ def row_batches(keys: Sequence[Hashable], rows: int) -> list[list[int]]:
         >>> row_batches("abacbd", 2)
         [[0, 2, 1, 4], [3, 5]]
     """
-    same: dict[Hashable, list[int]] = {}
-    for i, key in enumerate(keys):
-        same.setdefault(key, []).append(i)
-    runs = list(same.values())
+    runs = key_runs(range(len(keys)), keys)
     return [[i for run in runs[start:start + rows] for i in run] for start in range(0, len(runs), rows)]
 
 
