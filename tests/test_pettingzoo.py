@@ -182,7 +182,7 @@ def test_generic_renderer_for_other_envs():
 
 
 @pytest.mark.parametrize("env_id", ["textgym/TicTacToe-v0", "textgym/ConnectFour-v3"])
-@pytest.mark.parametrize("opponent", ["random", "scripted", "callable"])
+@pytest.mark.parametrize("opponent", ["random", "opportunist", "scripted", "callable"])
 def test_views_pass_check_env(env_id, opponent):
     games.register_envs()
     opp = (lambda text, valid: valid[-1]) if opponent == "callable" else opponent
@@ -235,17 +235,64 @@ def test_scripted_tictactoe_wins_and_blocks():
     assert games.scripted_tictactoe(obs([], []), rng) == 4                # takes the centre
 
 
+def _connect_four_observation(mine, theirs):
+    """A PettingZoo connect-four observation from (row, col) cells; row 5 is the bottom."""
+    planes = np.zeros((6, 7, 2), np.int8)
+    for plane, cells in ((0, mine), (1, theirs)):
+        for row, col in cells:
+            planes[row, col, plane] = 1
+    mask = (planes[0].sum(1) == 0).astype(np.int8)
+    return {"observation": planes, "action_mask": mask}
+
+
+def test_the_opportunist_takes_every_win_and_otherwise_plays_at_random():
+    rng = np.random.default_rng(0)
+    # tic-tac-toe: its column 0-1-2 is open (and so is the opponent's middle row: no block)
+    wins = {games.opportunist_move("tictactoe_v3", _tictactoe_observation([0, 1], [4, 5]), rng) for _ in range(50)}
+    assert wins == {2}
+    # two wins open (cell 2 and cell 8): both are drawn, nothing else
+    two = _tictactoe_observation([0, 1, 4], [3, 5, 7])
+    assert {games.opportunist_move("tictactoe_v3", two, rng) for _ in range(100)} == {2, 8}
+    # no win: uniform over the free cells, threats of the other side ignored (no block)
+    free = {games.opportunist_move("tictactoe_v3", _tictactoe_observation([0], [4, 5]), rng) for _ in range(300)}
+    assert free == {1, 2, 3, 6, 7, 8}
+    # connect four: three in the bottom row, the fourth column open
+    c4 = _connect_four_observation([(5, 0), (5, 1), (5, 2)], [(4, 0), (4, 1), (4, 2)])
+    assert {games.opportunist_move("connect_four_v3", c4, rng) for _ in range(50)} == {3}
+
+
+def test_every_missed_block_loses_against_the_opportunist():
+    """The same seeded games: a player that never blocks loses more to the opportunist than to
+    random play, and the optimal player (the best response to the opportunist's known play) none."""
+    never_blocks = lambda view: min(int(c) for c in np.flatnonzero(view.raw_observation()["action_mask"]))
+    losses = {}
+    for opponent in ("random", "opportunist"):
+        env = textgym.make("textgym/TicTacToe-v0", opponent=opponent)
+        view, outcomes = env.unwrapped, []
+        for seed in range(100):
+            env.reset(seed=seed)
+            terminated = truncated = False
+            while not (terminated or truncated):
+                _, _, terminated, truncated, info = env.step(view.action_names[never_blocks(view)])
+            outcomes.append(info["outcome"])
+        losses[opponent] = outcomes.count("loss")
+    assert losses["opportunist"] > losses["random"] + 10
+    optimal = evaluate_baseline(textgym.make("textgym/TicTacToe-v0", opponent="opportunist"), "optimal", 200, seed=0)
+    assert optimal["loss_rate"] == 0.0 and optimal["win_rate"] >= 0.9
+
+
 def test_optimal_tictactoe_takes_a_win_and_is_deterministic():
     obs = _tictactoe_observation
-    for opponent in ("random", "scripted", "unknown"):
+    for opponent in ("random", "opportunist", "scripted", "unknown"):
         assert games.optimal_tictactoe(obs([0, 1], [4, 8]), opponent) == 2    # completes its column
         assert games.optimal_tictactoe(obs([0, 4], [1, 2]), opponent) == 8    # completes the diagonal
     assert games.optimal_tictactoe(obs([], []), "random") == games.optimal_tictactoe(obs([], []), "random")
-    # against the worst case, a threat must be blocked (anything else loses)
+    # against the worst case or a player who takes every win, a threat must be blocked
     assert games.optimal_tictactoe(obs([0], [4, 5]), "unknown") == 3
+    assert games.optimal_tictactoe(obs([0], [4, 5]), "opportunist") == 3
 
 
-@pytest.mark.parametrize("opponent", ["random", "scripted"])
+@pytest.mark.parametrize("opponent", ["random", "opportunist", "scripted"])
 def test_optimal_tictactoe_never_loses_and_outscores_the_scripted_player(opponent):
     """The best response to the opponent's known play, from both seats, on the same seeded games."""
     env = textgym.make("textgym/TicTacToe-v0", opponent=opponent)

@@ -1,8 +1,9 @@
 """Board games from PettingZoo's classic suite as single-agent text envs, and their scripted players.
 
-* Players: ``"random"`` (a uniformly random legal move) and ``"scripted"`` (win if you can,
-  block if you must, then a positional preference), for tic-tac-toe and connect four. They are
-  the fixed opponents of the views below and the ``scripted`` reference policy of their envs.
+* Players: ``"random"`` (a uniformly random legal move), ``"opportunist"`` (a random legal move,
+  but a winning one whenever it has one) and ``"scripted"`` (win if you can, block if you must,
+  then a positional preference), for tic-tac-toe and connect four. They are the fixed opponents
+  of the views below; ``scripted`` is also the reference policy of their envs.
 * :class:`TwoPlayerGameEnv`: a single-agent Gymnasium text env in which the learner takes one
   seat of a PettingZoo game and a fixed opponent plays the other. Registered as
   ``textgym/TicTacToe-v0`` and ``textgym/ConnectFour-v3`` by :func:`register_envs`.
@@ -48,6 +49,7 @@ from textgym.wrappers.invalid_answer import renamed_invalid_kwargs
 __all__ = [
     "CONNECT_FOUR_TRAINING_DEFAULTS",
     "SCRIPTED",
+    "WINNING_MOVES",
     "TEXT_GAMES",
     "TICTACTOE_TRAINING_DEFAULTS",
     "TextGame",
@@ -57,6 +59,7 @@ __all__ = [
     "make_tictactoe",
     "optimal_player",
     "optimal_tictactoe",
+    "opportunist_move",
     "random_move",
     "register_envs",
     "safe_player",
@@ -119,6 +122,9 @@ def _opponent_moves(board: tuple[int, ...], opponent: str) -> list[tuple[int, fl
     free = [c for c in range(9) if board[c] == 0]
     if opponent == "random":
         return [(c, 1 / len(free)) for c in free]
+    if opponent == "opportunist":
+        wins = [c for c in free if _ttt_winner(_play(board, c, -1)) == -1] or free
+        return [(c, 1 / len(wins)) for c in wins]
     if opponent == "scripted":  # the scripted player from its own side of the board
         own = [cell == -1 for cell in board]
         other = [cell == 1 for cell in board]
@@ -130,8 +136,8 @@ def _opponent_moves(board: tuple[int, ...], opponent: str) -> list[tuple[int, fl
 @functools.cache
 def _ttt_value(board: tuple[int, ...], learner_to_move: bool, opponent: str, safe: bool = False) -> float:
     """The learner's expected return (+1 win, -1 loss, 0 draw) from ``board`` when it plays
-    best: the mean over the opponent's moves where it is ``"random"`` or ``"scripted"`` (its
-    distribution is known), the worst of them otherwise (minimax). ``safe``: the learner only
+    best: the mean over the opponent's moves where it is ``"random"``, ``"opportunist"`` or
+    ``"scripted"`` (its distribution is known), the worst of them otherwise (minimax). ``safe``: the learner only
     plays moves that keep the minimax value (:func:`_safe_moves`)."""
     winner = _ttt_winner(board)
     if winner or all(board):
@@ -159,8 +165,8 @@ def _play(board: tuple[int, ...], cell: int, mark: int) -> tuple[int, ...]:
 
 
 def optimal_tictactoe(observation: Any, opponent: str = "random", safe: bool = False) -> int:
-    """The move of highest expected return against ``opponent`` (``"random"`` or ``"scripted"``:
-    the best response to its known play, found by searching the whole game; any other name:
+    """The move of highest expected return against ``opponent`` (``"random"``, ``"opportunist"``
+    or ``"scripted"``: the best response to its known play, found by searching the whole game; any other name:
     minimax, the best against the worst case). Among moves of equal value, a win now, then the
     lowest cell index: the player is deterministic (one answer per position, what imitation can
     learn exactly). ``safe``: only among the moves that keep the minimax value, so that no
@@ -233,6 +239,34 @@ def random_move(observation: Any, rng: np.random.Generator) -> int:
     return int(rng.choice(np.flatnonzero(np.asarray(observation["action_mask"]))))
 
 
+def _ttt_winning_moves(observation: Any) -> list[int]:
+    mine, theirs = _ttt_cells(observation)
+    board = tuple(int(m) - int(t) for m, t in zip(mine, theirs))
+    return [c for c in range(9) if board[c] == 0 and _ttt_winner(_play(board, c, 1)) == 1]
+
+
+def _c4_winning_moves(observation: Any) -> list[int]:
+    planes = np.asarray(observation["observation"])
+    board = planes[:, :, 0].astype(np.int8) - planes[:, :, 1].astype(np.int8)
+    legal = (int(c) for c in np.flatnonzero(np.asarray(observation["action_mask"])))
+    return [col for col in legal if (row := _c4_drop_row(board, col)) is not None and _c4_wins(board, 1, row, col)]
+
+
+#: The moves that win at once for the player to move, by PettingZoo game.
+WINNING_MOVES: dict[str, Callable[[Any], list[int]]] = {
+    "tictactoe_v3": _ttt_winning_moves,
+    "connect_four_v3": _c4_winning_moves,
+}
+
+
+def opportunist_move(game: str, observation: Any, rng: np.random.Generator) -> int:
+    """A winning move of PettingZoo game ``game`` when the player to move has one (drawn among
+    them), else a uniformly random legal move: a random player that never misses a win, so a
+    learner's missed block loses every time, not once in a few games."""
+    wins = WINNING_MOVES[game](observation)
+    return int(rng.choice(wins)) if wins else random_move(observation, rng)
+
+
 SCRIPTED: dict[str, Callable[[Any, np.random.Generator], int]] = {
     "tictactoe_v3": scripted_tictactoe,
     "connect_four_v3": scripted_connect_four,
@@ -252,10 +286,10 @@ _GAMES = {
 
 Opponent = Any  # "random" | "scripted" | "self" | f(text, valid_actions) -> str | an object with .act (textgym.Policy)
 
-def check_opponent(opponent: Opponent, scripted: bool, where: str) -> None:
-    """One clear ``ValueError`` for an opponent name that is not one (``scripted``: whether
-    ``where`` has a scripted player)."""
-    names = ("random", "scripted", SELF_PLAY) if scripted else ("random", SELF_PLAY)
+def check_opponent(opponent: Opponent, players: tuple[str, ...], where: str) -> None:
+    """One clear ``ValueError`` for an opponent name that is not one (``players``: the named
+    fixed opponents ``where`` has besides ``"random"``)."""
+    names = ("random", *players, SELF_PLAY)
     if isinstance(opponent, str) and opponent not in names:
         raise ValueError(f"opponent={opponent!r} for {where}: choose {', '.join(map(repr, names))}, a "
                          "function f(text, valid_actions) -> answer, or a policy with .act()")
@@ -295,7 +329,8 @@ class TwoPlayerGameEnv(gym.Env):
 
     Args:
         game: ``"tictactoe"`` or ``"connect_four"``.
-        opponent: ``"random"`` (a random legal move), ``"scripted"`` (win, block, then position),
+        opponent: ``"random"`` (a random legal move), ``"opportunist"`` (a random legal move, but
+            a winning one whenever it has one), ``"scripted"`` (win, block, then position),
             ``"self"`` (self-play: a trainer plays the learner's policy here, :data:`textgym.registry.SELF_PLAY`),
             a function ``f(observation_text, valid_actions) -> answer`` or an object with
             ``act(observations, system_prompts, valid_actions)`` such as a :class:`textgym.Policy`
@@ -329,7 +364,7 @@ class TwoPlayerGameEnv(gym.Env):
             type(self).__name__, invalid, penalty, invalid_policy, invalid_penalty, ("penalty", -1.0))
         if seat not in ("first", "second", "random"):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
-        check_opponent(opponent, scripted=True, where=game)
+        check_opponent(opponent, ("opportunist", "scripted"), where=game)
         if render_mode not in (None, "ansi"):
             raise ValueError(f"render_mode={render_mode!r}: only 'ansi' (the board as text) is supported")
         self.game_name = _GAMES.get(game, game)
@@ -363,6 +398,8 @@ class TwoPlayerGameEnv(gym.Env):
         raw = self.aec.env.observe(agent)
         if self.opponent == "random":
             answer = self.action_names[random_move(raw, self._opponent_rng)]
+        elif self.opponent == "opportunist":
+            answer = self.action_names[opportunist_move(self.game_name, raw, self._opponent_rng)]
         elif self.opponent == "scripted":
             answer = self.action_names[SCRIPTED[self.game_name](raw, self._opponent_rng)]
         elif self.opponent == SELF_PLAY:
@@ -501,14 +538,14 @@ def register_envs() -> None:
     from textgym.registry import register
 
     register("textgym/TicTacToe-v0", "textgym.envs.games:make_tictactoe",
-             description="Tic-tac-toe against a random/scripted/policy opponent (PettingZoo tictactoe_v3)",
+             description="Tic-tac-toe against a random/opportunist/scripted/policy opponent (PettingZoo tictactoe_v3)",
              action_names=TICTACTOE_ACTION_NAMES, source="textgym", kwargs={"max_episode_steps": None},
              training_defaults=TICTACTOE_TRAINING_DEFAULTS,
              reference_policies={"scripted": "textgym.envs.games:scripted_player",
                                  "optimal": "textgym.envs.games:optimal_player",
                                  "safe": "textgym.envs.games:safe_player"})
     register("textgym/ConnectFour-v3", "textgym.envs.games:make_connect_four",
-             description="Connect four against a random/scripted/policy opponent (PettingZoo connect_four_v3)",
+             description="Connect four against a random/opportunist/scripted/policy opponent (PettingZoo connect_four_v3)",
              action_names=CONNECT_FOUR_ACTION_NAMES, source="textgym",
              kwargs={"max_episode_steps": None}, training_defaults=CONNECT_FOUR_TRAINING_DEFAULTS,
              reference_policies={"scripted": "textgym.envs.games:scripted_player"})

@@ -172,7 +172,7 @@ class TextArenaEnv(gym.Env):
             raise ValueError(f"seat={seat!r}: choose 'first', 'second' or 'random'")
         from textgym.envs.games import check_opponent
 
-        check_opponent(opponent, scripted=True, where=f"textarena/{game}")
+        check_opponent(opponent, ("scripted",), where=f"textarena/{game}")
         if opponent == "scripted" and _game_name(game) not in SCRIPTED:
             raise ValueError(f"textarena/{game} has no scripted player; games with one: "
                              f"{', '.join(sorted(SCRIPTED))} (use opponent='random' or a policy)")
