@@ -161,7 +161,8 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
 
     check_option_names(device, dtype, quantize)
     overrides = run_config.policy_flags(policy_flags or {}).get("policy", {})
-    # --config (a train config file): its mode, env_kwargs and policy tables, for a bare model
+    # --config (a train config file): its mode, env_kwargs and policy tables, for a bare model;
+    # its env_kwargs also over a checkpoint's
     given = run_config.load_toml(config) if config is not None else {}
     given_kwargs, given_policy = given.get("env_kwargs") or {}, given.get("policy") or {}
     for name, table in (("env_kwargs", given_kwargs), ("policy", given_policy)):
@@ -195,7 +196,8 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
     for one in checkpoints or ([None] if model is not None else []):
         label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
-                                                      overrides, max_episode_steps, given_kwargs,
+                                                      overrides, max_episode_steps,
+                                                      env_overrides=given_kwargs, given_kwargs=given_kwargs,
                                                       given_policy=given_policy)
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:

@@ -157,7 +157,8 @@ def evaluate(
     json_out: bool = typer.Option(False, "--json", help="Print the results as JSON."),
     config: Path | None = typer.Option(
         None, "--config", help="TOML file: its mode, env_kwargs and policy tables, for --model "
-        "and --baseline (as for train; a checkpoint plays with its run's)."),
+        "and --baseline (as for train); its env_kwargs also over a checkpoint's run settings "
+        "(another opponent, a step cap)."),
 ) -> None:
     """Greedy evaluation on held-out seeds: mean return +- standard error, length, invalid rate."""
     from textgym.cli import evaluation

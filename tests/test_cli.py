@@ -463,6 +463,15 @@ def test_train_writes_every_run_file_and_eval_reads_its_checkpoint(cli, tmp_path
     assert 0.0 <= model["return_mean"] <= 1.0 and model["return_stderr"] >= 0.0
     assert model["invalid_rate"] == 0.0                     # score mode always answers validly
     assert report["results"]["scripted"]["return_mean"] == 1.0
+    # --config's env_kwargs over the run's (another opponent, here the arms swapped): on the same
+    # cues, each greedy answer right before is wrong now and the reverse
+    assert model["return_mean"] != 0.5  # (the tiny model learns the Bandit in these 2 updates)
+    swapped = tmp_path / "swapped.toml"
+    swapped.write_text("[env_kwargs]\nmapping = [1, 0]\n")
+    result = cli("eval", "bandit", "--checkpoint", run, "--episodes", "8", "--num-envs", "8",
+                 "--config", swapped, "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["results"]["checkpoint"]["return_mean"] == 1.0 - model["return_mean"]
     table = cli("eval", "bandit", "--checkpoint", run / "checkpoint", "--episodes", "4",
                 "--num-envs", "4")
     assert table.exit_code == 0, table.output
