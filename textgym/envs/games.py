@@ -81,15 +81,24 @@ def _ttt_cells(observation: Any) -> tuple[np.ndarray, np.ndarray]:
     return planes[:, :, 0].reshape(9), planes[:, :, 1].reshape(9)
 
 
+def _ttt_completions(player: Any, mask: np.ndarray) -> list[int]:
+    """The free cells that complete a line of ``player``'s marks, in line order."""
+    cells = []
+    for line in _TTT_LINES:
+        owned = [c for c in line if player[c]]
+        free = [c for c in line if mask[c]]
+        if len(owned) == 2 and len(free) == 1 and int(free[0]) not in cells:
+            cells.append(int(free[0]))
+    return cells
+
+
 def _scripted_tictactoe_moves(mine: Any, theirs: Any, mask: np.ndarray) -> tuple[list[int], bool]:
     """The scripted player's moves: ``([cell], True)`` when one is forced (a win, else a block),
     else the equally likely cells of the first free group (centre, corners, sides) and ``False``."""
     for player in (mine, theirs):  # first our winning move, then their winning move to block
-        for line in _TTT_LINES:
-            owned = [c for c in line if player[c]]
-            free = [c for c in line if mask[c]]
-            if len(owned) == 2 and len(free) == 1:
-                return [int(free[0])], True
+        completions = _ttt_completions(player, mask)
+        if completions:
+            return completions[:1], True
     for group in ([4], [0, 2, 6, 8], [1, 3, 5, 7]):
         free = [c for c in group if mask[c]]
         if free:
@@ -209,16 +218,25 @@ def _c4_wins(board: np.ndarray, player: int, row: int, col: int) -> bool:
     return False
 
 
+def _c4_position(observation: Any) -> tuple[np.ndarray, list[int]]:
+    """The board (1 mine, -1 theirs) and the legal columns of a connect-four observation."""
+    planes = np.asarray(observation["observation"])
+    board = planes[:, :, 0].astype(np.int8) - planes[:, :, 1].astype(np.int8)
+    return board, [int(c) for c in np.flatnonzero(np.asarray(observation["action_mask"]))]
+
+
+def _c4_winning_columns(board: np.ndarray, legal: list[int], player: int) -> list[int]:
+    """The legal columns where a disc of ``player`` (1 or -1) completes four."""
+    return [col for col in legal if (row := _c4_drop_row(board, col)) is not None and _c4_wins(board, player, row, col)]
+
+
 def scripted_connect_four(observation: Any, rng: np.random.Generator) -> int:
     """Win now, else block, else avoid giving the opponent a win on top, preferring central columns."""
-    planes = np.asarray(observation["observation"])
-    board = planes[:, :, 0].astype(np.int8) - planes[:, :, 1].astype(np.int8)  # 1 mine, -1 theirs
-    legal = [int(c) for c in np.flatnonzero(np.asarray(observation["action_mask"]))]
+    board, legal = _c4_position(observation)
     for player in (1, -1):
-        for col in legal:
-            row = _c4_drop_row(board, col)
-            if row is not None and _c4_wins(board, player, row, col):
-                return col
+        wins = _c4_winning_columns(board, legal, player)
+        if wins:
+            return wins[0]
     safe = []
     for col in legal:
         row = _c4_drop_row(board, col)
@@ -240,16 +258,13 @@ def random_move(observation: Any, rng: np.random.Generator) -> int:
 
 
 def _ttt_winning_moves(observation: Any) -> list[int]:
-    mine, theirs = _ttt_cells(observation)
-    board = tuple(int(m) - int(t) for m, t in zip(mine, theirs))
-    return [c for c in range(9) if board[c] == 0 and _ttt_winner(_play(board, c, 1)) == 1]
+    mine, _ = _ttt_cells(observation)
+    return _ttt_completions(mine, np.asarray(observation["action_mask"]).astype(bool))
 
 
 def _c4_winning_moves(observation: Any) -> list[int]:
-    planes = np.asarray(observation["observation"])
-    board = planes[:, :, 0].astype(np.int8) - planes[:, :, 1].astype(np.int8)
-    legal = (int(c) for c in np.flatnonzero(np.asarray(observation["action_mask"])))
-    return [col for col in legal if (row := _c4_drop_row(board, col)) is not None and _c4_wins(board, 1, row, col)]
+    board, legal = _c4_position(observation)
+    return _c4_winning_columns(board, legal, 1)
 
 
 #: The moves that win at once for the player to move, by PettingZoo game.
