@@ -132,7 +132,7 @@ def _opponent_moves(board: tuple[int, ...], opponent: str) -> list[tuple[int, fl
     if opponent == "random":
         return [(c, 1 / len(free)) for c in free]
     if opponent == "opportunist":
-        wins = [c for c in free if _ttt_winner(_play(board, c, -1)) == -1] or free
+        wins = _ttt_completions([cell == -1 for cell in board], np.array([cell == 0 for cell in board])) or free
         return [(c, 1 / len(wins)) for c in wins]
     if opponent == "scripted":  # the scripted player from its own side of the board
         own = [cell == -1 for cell in board]
