@@ -52,14 +52,14 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
                       dtype: str | None = None, quantize: str | None = None,
                       overrides: dict[str, Any] | None = None, max_episode_steps: int | None = None,
                       env_overrides: dict[str, Any] | None = None, announce: bool = True,
-                      given_kwargs: dict[str, Any] | None = None,
                       given_policy: dict[str, Any] | None = None,
                       ) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Evaluate a checkpoint or a bare model: ``(label, result, env_kwargs of the run)``.
-    ``overrides``: policy settings given as flags, over the checkpoint's own; ``given_kwargs``,
-    ``given_policy``: env kwargs and policy settings (``--config``) over a bare model's registered
-    ones (under the flags); ``env_overrides``: env
-    settings over the run's (``textgym benchmark``: a step cap, held-out TextWorld games);
+    ``overrides``: policy settings given as flags, over the checkpoint's own; ``given_policy``:
+    policy settings (``--config``) over a bare model's registered ones (under the flags);
+    ``env_overrides``: env settings over the run's or a bare model's registered ones (``--config``'s
+    ``[env_kwargs]``; ``textgym benchmark``: a step cap, held-out TextWorld games), under
+    ``max_episode_steps`` (the flag);
     ``announce``: the lines and progress on stderr (``textgym benchmark`` shows its own)."""
     from textgym.cli.training import build_policy
 
@@ -92,10 +92,10 @@ def _model_evaluation(env_id: str, checkpoint: Path | None, model: str | None, m
 
         registered = training_defaults(env_id, mode)
         settings = {**registered.policy, **(given_policy or {})}
-        env_kwargs = {**registered.env_kwargs, **(given_kwargs or {})}
-    if max_episode_steps is not None:  # the env's own step limit, over the run's
-        env_kwargs = {**(env_kwargs or {}), "max_episode_steps": max_episode_steps}
+        env_kwargs = registered.env_kwargs
     env_kwargs = {**(env_kwargs or {}), **(env_overrides or {})}
+    if max_episode_steps is not None:  # the env's own step limit, over the run's and the file's
+        env_kwargs = {**env_kwargs, "max_episode_steps": max_episode_steps}
     overrides = overrides or {}
     if checkpoint is not None and announce:
         _say_settings(settings, overrides)
@@ -197,8 +197,7 @@ def run(env: str, checkpoint: Path | list[Path] | None, model: str | None, mode:
         label, result, env_kwargs = _model_evaluation(env_id, one, model, mode, episodes,
                                                       num_envs, seed, device, dtype, quantize,
                                                       overrides, max_episode_steps,
-                                                      env_overrides=given_kwargs, given_kwargs=given_kwargs,
-                                                      given_policy=given_policy)
+                                                      env_overrides=given_kwargs, given_policy=given_policy)
         results[str(one) if len(checkpoints) > 1 else label] = result  # several: each by its path
     if baselines:
         from textgym.baselines import evaluate_baseline

@@ -336,10 +336,13 @@ def test_eval_config_gives_a_bare_model_its_mode_policy_and_env_settings(cli, tm
     # the file's policy table, under the flags
     assert mode == "generate" and settings["normalization"] == "token" and settings["max_new_tokens"] == 2
     assert json.loads(result.stdout)["results"]["tiny"]["length_mean"] <= 2  # its env_kwargs
+    flag = cli("eval", "cartpole", "--model", "tiny", "--config", config, "--episodes", "2",
+               "--max-new-tokens", "2", "--max-episode-steps", "1", "--json")
+    assert json.loads(flag.stdout)["results"]["tiny"]["length_mean"] == 1  # the flag over the file
     config.write_text('[policy]\nnormalization = "loud"\n')
     line = one_error_line(cli("eval", "cartpole", "--model", "tiny", "--config", config))
     assert "invalid policy settings" in line and "normalization" in line
-    assert len(built) == 1  # refused before a model loads
+    assert len(built) == 2  # refused before a model loads
 
 
 def test_eval_needs_something_to_evaluate(cli):
@@ -780,7 +783,7 @@ def test_sigterm_stops_after_the_update_saves_a_checkpoint_and_resumes(cli, tmp_
     command = [str(TEXTGYM)] if TEXTGYM.exists() else [sys.executable, "-m", "textgym.cli"]
     process = subprocess.Popen(
         [*command, "train", "bandit", "--config", str(fast_config), "--episodes", "100000",
-         "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+         "--check-every", "0", "--out", str(run)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         _wait_for_first_update(run, process)
         # the folder is locked by the training process: a second writer gets one line
@@ -797,7 +800,7 @@ def test_sigterm_stops_after_the_update_saves_a_checkpoint_and_resumes(cli, tmp_
     updates = _check_stopped_run(run, stderr, "SIGTERM")
 
     # --resume continues from that checkpoint
-    result = cli("train", "--resume", run, "--episodes", 8 * (updates + 1), "--quiet")
+    result = cli("train", "--resume", run, "--episodes", 8 * (updates + 1), "--check-every", "0", "--quiet")
     assert result.exit_code == 0, result.output
     assert [m["update"] for m in lines_of(run / "metrics.jsonl")] == list(range(1, updates + 2))
 
@@ -816,8 +819,9 @@ def test_ctrl_c_stops_after_the_update_and_says_so(cli, tmp_path, fast_config):
 
     presser = threading.Thread(target=press_ctrl_c, daemon=True)
     presser.start()
-    result = cli("train", "bandit", "--config", fast_config, "--episodes", 100000, "--out", run,
-                 "--quiet")
+    # no greedy check: the tiny model can solve the Bandit and stop before the signal arrives
+    result = cli("train", "bandit", "--config", fast_config, "--episodes", 100000, "--check-every", "0",
+                 "--out", run, "--quiet")
     presser.join()
     assert result.exit_code == 130, result.output
     assert result.stdout == ""                               # --quiet: no progress ...
