@@ -90,6 +90,11 @@ VARIANTS["grpo-anchors-kl-decay"] = {**VARIANTS["grpo-anchors-kl"], "lr_decay": 
 VARIANTS["grpo-anchors-kl-1024"] = {**VARIANTS["grpo-anchors-kl-decay"], "state_centering": 0.0,
                                     "episodes_per_update": 1024}
 
+# grpo-anchors-kl-1024 with the dealer drawing from a random stream of its own (the env's
+# ``common_cards``): a group's hands then meet the same cards whatever they do, so a state's HIT
+# and STICK are compared on the same deck, the dealer's hand included (common random numbers)
+VARIANTS["grpo-anchors-kl-1024-common"] = {**VARIANTS["grpo-anchors-kl-1024"], "env_kwargs": {"common_cards": True}}
+
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
     """The learning rate's multiplier at ``elapsed`` seconds of a ``budget`` (``lr_decay``: 1
@@ -117,10 +122,12 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
     algorithm = settings.pop("algorithm", "reinforce")
     later = settings.pop("later", None)
     decay = settings.pop("lr_decay", None)
+    env_kwargs = settings.pop("env_kwargs", None)
     if decay and minutes is None:
         raise SystemExit(f"{name}: lr_decay follows the time budget: give --minutes")
     changes = {change["from_update"]: change for change in later or ()}
-    trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed})
+    trainer = make_trainer(algorithm, policy, env=ENV_ID, config={**BASE, **settings, "seed": seed},
+                           env_kwargs=env_kwargs)
     value, table = read_table()
     curve = [{"update": 0, "exact_return": value, "table": table, "seconds": 0.0}]
     started = time.monotonic()
@@ -154,7 +161,7 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
         if out_of_time:  # the update that crossed the budget is the last
             break
     recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {}),
-                **({"lr_decay": decay} if decay else {})}
+                **({"lr_decay": decay} if decay else {}), **({"env_kwargs": env_kwargs} if env_kwargs else {})}
     return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}

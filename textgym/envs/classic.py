@@ -40,6 +40,7 @@ __all__ = [
     "AcrobotText",
     "BlackjackText",
     "CartPoleText",
+    "DealerStream",
     "GridText",
     "MountainCarText",
     "TaxiText",
@@ -355,6 +356,7 @@ def _text_env(
     system_prompt: str | None,
     max_episode_steps: int | None,
     kwargs: dict[str, Any],
+    base_wrapper: Callable[[gym.Env], gym.Env] | None = None,
 ) -> gym.Env:
     from textgym.wrap import wrap
     from textgym.wrappers.inner_time_limit import InnerTimeLimit
@@ -365,6 +367,8 @@ def _text_env(
     # The step limit goes on the base env, inside the text wrappers, so that EpisodeStats sees
     # truncations. The outer gym.make adds the env checker once.
     base = gym.make(base_id, max_episode_steps=-1, disable_env_checker=True, **env_kwargs)
+    if base_wrapper is not None:
+        base = base_wrapper(base)
     limit = gym.spec(base_id).max_episode_steps if max_episode_steps is None else max_episode_steps
     if limit is not None and limit > 0:
         base = InnerTimeLimit(base, limit)
@@ -508,10 +512,56 @@ make_acrobot = _maker(
                  "only at the middle joint: LEFT is torque -1, RIGHT is +1 (counterclockwise), "
                  "NONE is 0."))
 
-make_blackjack = _maker(
-    "Blackjack-v1", lambda env: BlackjackText(),
-    lambda env: ("Play blackjack: finish closer to 21 than the dealer without going over. HIT takes "
-                 "a card, STICK stops."))
+def _blackjack_prompt(env) -> str:
+    return ("Play blackjack: finish closer to 21 than the dealer without going over. HIT takes "
+            "a card, STICK stops.")
+
+
+class DealerStream(gym.Wrapper):
+    """Gymnasium's Blackjack with the dealer's drawn cards from a random stream of their own.
+
+    Gymnasium draws every card from one stream: a hand that HITs once before it STICKs sees the
+    dealer draw the cards a hand that STICKs at once would not have. Here the dealer draws from a
+    second generator, seeded at each reset from the first, so hands reset with one seed meet the
+    same cards in the same order whatever they do: the player's next card is the same, and so is
+    the dealer's hand, whenever they stick (common random numbers, as in PEGASUS, Ng & Jordan
+    2000). Each card is still drawn uniformly from the infinite deck, so every hand's distribution,
+    and every policy's expected return, is Gymnasium's; only the pairing between hands changes.
+    """
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        observation, info = self.env.reset(seed=seed, options=options)
+        base = self.env.unwrapped
+        self._dealer_random = np.random.default_rng(int(base.np_random.integers(2**63)))
+        return observation, info
+
+    def step(self, action):
+        if int(action) != 0:   # HIT: the player's card, from Gymnasium's own stream
+            return self.env.step(action)
+        base = self.env.unwrapped   # STICK: the dealer plays out from the dealer's stream
+        own, base.np_random = base.np_random, self._dealer_random
+        try:
+            return self.env.step(action)
+        finally:
+            base.np_random = own
+
+
+def make_blackjack(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
+                   common_cards: bool = False, **kwargs: Any) -> gym.Env:
+    """The text version of Gymnasium's ``Blackjack-v1``: actions STICK, HIT.
+
+    Args:
+        formatter: replaces the renderer (``observation -> str`` or a format string).
+        system_prompt: replaces the default system prompt.
+        max_episode_steps: step limit (``-1``: none); default: Gymnasium's.
+        common_cards: the dealer draws from a stream of its own (:class:`DealerStream`): hands
+            dealt from one seed then meet the same cards whatever they do, so GRPO's hands of a
+            group compare HIT and STICK on the same deck. The same game in distribution.
+        **kwargs: ``Blackjack-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
+    """
+    return _text_env("Blackjack-v1", lambda env: BlackjackText(), _blackjack_prompt, formatter=formatter,
+                     system_prompt=system_prompt, max_episode_steps=max_episode_steps, kwargs=kwargs,
+                     base_wrapper=DealerStream if common_cards else None)
 
 make_frozenlake = _maker("FrozenLake-v1", _frozenlake_renderer, _frozenlake_prompt)
 
