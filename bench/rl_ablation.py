@@ -94,6 +94,12 @@ VARIANTS["grpo-anchors-kl-1024"] = {**VARIANTS["grpo-anchors-kl-decay"], "state_
 # ``common_cards``): a group's hands then meet the same cards whatever they do, so a state's HIT
 # and STICK are compared on the same deck, the dealer's hand included (common random numbers)
 VARIANTS["grpo-anchors-kl-1024-common"] = {**VARIANTS["grpo-anchors-kl-1024"], "env_kwargs": {"common_cards": True}}
+# the same with every exploration draw weighed at least 1 (importance_floor) and an upper clip of
+# the ratio of 1 (clip_eps_high): once stick at 12+ holds, the exact policy gradient toward a better
+# HIT is ~pi(HIT), ~0.01, and the symmetric clip lets pi(HIT) grow by at most 1.2 an update; the
+# floor's HITs, compared on the same cards as the group's STICKs, then move it at full weight
+VARIANTS["grpo-anchors-kl-1024-common-high"] = {**VARIANTS["grpo-anchors-kl-1024-common"], "importance_floor": 1.0,
+                                                "clip_eps_high": 1.0}
 
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:

@@ -177,14 +177,16 @@ def test_blackjack_text():
     assert BlackjackText()((25, 7, 0)) == "Your total 25 (bust). Dealer shows 7."
 
 
-def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy():
-    from textgym.envs.classic import basic_strategy_hits, blackjack_value
+@pytest.mark.parametrize("common_cards", [False, True], ids=["gymnasium", "common-cards"])
+def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy(common_cards):
+    from textgym.envs.classic import DealerStream, basic_strategy_hits, blackjack_value
 
     assert blackjack_value(basic_strategy_hits) == pytest.approx(blackjack_value(), abs=1e-12)
     always_stick = blackjack_value(lambda total, dealer, ace: False)
     assert always_stick < blackjack_value(lambda total, dealer, ace: total < 17) < blackjack_value()
-    # Gymnasium's own env agrees: 20,000 seeded hands of "stick at 17+", within 4 standard errors
-    env = gym.make("Blackjack-v1")
+    # Gymnasium's own env agrees, and so does it with the dealer's own stream (the same game in
+    # distribution): 20,000 seeded hands of "stick at 17+", within 4 standard errors
+    env = DealerStream(gym.make("Blackjack-v1")) if common_cards else gym.make("Blackjack-v1")
     returns = []
     for seed in range(20_000):
         (total, *_), _ = env.reset(seed=seed)
@@ -194,6 +196,43 @@ def test_blackjack_value_is_exact_and_basic_strategy_is_the_best_policy():
         returns.append(reward)
     exact = blackjack_value(lambda total, dealer, ace: total < 17)
     assert abs(np.mean(returns) - exact) < 4 * np.std(returns) / np.sqrt(len(returns))
+
+
+def test_blackjack_common_cards_deal_one_deck_to_every_hand_of_a_seed():
+    from textgym.envs.classic import DealerStream
+
+    def play(env, seed, hits):
+        """The dealer's and the player's final hands after ``hits`` HITs, then STICK."""
+        env.reset(seed=seed)
+        done = False
+        for _ in range(hits):
+            _, _, done, _, _ = env.step(1)
+            if done:
+                break
+        if not done:
+            env.step(0)
+        return list(env.unwrapped.dealer), list(env.unwrapped.player)
+
+    common, plain = DealerStream(gym.make("Blackjack-v1")), gym.make("Blackjack-v1")
+    dealers_differ = 0
+    for seed in range(200):
+        stick_dealer, stick_player = play(common, seed, 0)
+        hit_dealer, hit_player = play(common, seed, 1)
+        twice_dealer, twice_player = play(common, seed, 2)
+        assert hit_player[:3] == twice_player[:3]        # the same next card, whatever came before
+        assert hit_player[:2] == stick_player            # the same first two cards
+        if sum(hit_player) <= 21:                        # the hand that hit, then stuck,
+            assert hit_dealer == stick_dealer, seed      # met the dealer's very hand
+        plain_stick, _ = play(plain, seed, 0)
+        plain_hit, plain_player = play(plain, seed, 1)
+        dealers_differ += len(plain_player) == 3 and sum(plain_player) <= 21 and plain_hit != plain_stick
+    assert dealers_differ > 20   # Gymnasium's one stream: a hit shifts the dealer's cards
+    text = gym.make("textgym/Blackjack-v1", common_cards=True)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*different from the unwrapped version.*")
+        check_env(text, skip_render_check=True)
+    text.reset(seed=3)
+    assert text.step("STICK")[2]
 
 
 def test_blackjack_action_values_rank_basic_strategys_moves():

@@ -296,6 +296,27 @@ def test_target_kl_stops_the_epochs_of_an_update_that_exceeds_it(tiny_policy):
 def test_reinforce_clips_its_ratio_by_default():
     assert ReinforceConfig().clip_eps == 0.2
     assert ReinforceConfig(clip_eps=None).clip_eps is None
+    assert ReinforceConfig().clip_eps_high is None   # symmetric unless set
+    with pytest.raises(ValueError, match="clip_eps_high"):
+        ReinforceConfig(clip_eps=None, clip_eps_high=0.28)
+
+
+@pytest.mark.parametrize("algorithm", ["reinforce", "grpo", "ppo"])
+def test_clip_higher_reaches_every_algorithm_s_surrogate(algorithm, tiny_policy, monkeypatch):
+    import importlib
+
+    module = importlib.import_module(f"textgym.trainers.algorithms.{algorithm}")
+    seen = []
+    original = module.clipped_surrogate
+
+    def spy(*args, **kwargs):
+        seen.append(kwargs.get("clip_eps_high"))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, "clipped_surrogate", spy)
+    config = {**SMALL, "clip_eps_high": 0.28, **({"group_size": 2} if algorithm == "grpo" else {})}
+    make_trainer(algorithm, tiny_policy, env="textgym/Bandit-v0", config=config).train(updates=1)
+    assert seen and set(seen) == {0.28}
 
 
 # --- 4. the benchmark's exact return, through the registry ---------------------------------------

@@ -111,6 +111,24 @@ def test_clipped_surrogate_by_hand():
     assert clip_frac.item() == 0.0
 
 
+def test_clip_higher_lets_a_better_action_grow_past_clip_eps_and_keeps_the_lower_clip():
+    old = torch.log(torch.tensor([[0.01], [0.5]]))
+    new = torch.log(torch.tensor([[0.0125], [0.375]])).requires_grad_(True)  # ratios 1.25 and 0.75
+    adv = torch.tensor([1.0, -1.0])
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    loss, clip_frac = clipped_surrogate(new, old, adv, mask, clip_eps=0.2)
+    loss.backward()
+    assert new.grad.squeeze(1).tolist() == pytest.approx([0.0, 0.0])   # both clipped: no push
+    assert clip_frac.item() == 1.0
+    new.grad = None
+    loss, clip_frac = clipped_surrogate(new, old, adv, mask, clip_eps=0.2, clip_eps_high=0.28)
+    loss.backward()
+    # the rare action still gains (d/dlogp -ratio*A = -1.25 / 2 decisions); the falling one stays clipped
+    assert new.grad.squeeze(1).tolist() == pytest.approx([-0.625, 0.0])
+    assert clip_frac.item() == 0.5
+    assert loss.item() == pytest.approx(-(1.25 * 1.0 + 0.8 * -1.0) / 2)
+
+
 def test_clipped_surrogate_averages_tokens_per_decision():
     # Decision 0 has 2 real tokens, decision 1 has 1; padding must not count.
     logp = torch.zeros(2, 2)

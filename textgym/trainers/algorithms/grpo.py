@@ -139,7 +139,7 @@ class GRPOTrainer(Trainer):
                       idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             adv = advantages[idx].to(ev.logprobs.device)
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask, cfg.clip_eps,
-                                                      weights)
+                                                      weights, clip_eps_high=cfg.clip_eps_high)
             return policy_loss, {"policy_loss": policy_loss.item(), "clip_frac": clip_frac.item()}
 
         # 5. Several epochs of minibatch steps (clipping, target-KL stop: Trainer.optimize).

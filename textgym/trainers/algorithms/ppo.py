@@ -116,7 +116,8 @@ class PPOTrainer(Trainer):
                       idx: torch.Tensor) -> tuple[torch.Tensor, dict[str, float]]:
             device = ev.logprobs.device
             policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, advantages[idx].to(device),
-                                                       ev.mask, cfg.clip_eps, weights)
+                                                       ev.mask, cfg.clip_eps, weights,
+                                                       clip_eps_high=cfg.clip_eps_high)
             hidden = ev.hidden.detach() if cfg.value_detach else ev.hidden
             new_values = self.value_head(hidden)
             value_loss = clipped_value_loss(new_values, values[idx].to(device), returns[idx].to(device),

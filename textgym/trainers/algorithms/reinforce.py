@@ -95,7 +95,8 @@ class ReinforceTrainer(Trainer):
             adv = advantages[idx].to(ev.logprobs.device)
             if cfg.clip_eps is not None:
                 policy_loss, clip_frac = clipped_surrogate(ev.logprobs, ev.old_logprobs, adv, ev.mask,
-                                                           cfg.clip_eps, weights, sum_units=True)
+                                                           cfg.clip_eps, weights, sum_units=True,
+                                                           clip_eps_high=cfg.clip_eps_high)
                 return policy_loss, {"policy_loss": policy_loss.item(), "clip_frac": clip_frac.item()}
             units = ev.logprobs * ev.mask if weights is None else ev.logprobs * weights
             logprob = units.sum(dim=1)  # log pi of the whole answer

@@ -31,5 +31,11 @@ class ReinforceConfig(TrainConfig):
     algorithm = "reinforce"
     trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.clip_eps is None and self.clip_eps_high is not None:
+            raise ValueError("clip_eps_high is the upper clip of the ratio: it needs clip_eps "
+                             f"(got clip_eps=None, clip_eps_high={self.clip_eps_high})")
+
 
 __all__ = ["ReinforceConfig"]

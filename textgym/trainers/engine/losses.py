@@ -172,11 +172,12 @@ def masked_mean(x: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> 
 def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advantages: torch.Tensor,
                       mask: torch.Tensor, clip_eps: float,
                       weights: torch.Tensor | None = None,
-                      sum_units: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+                      sum_units: bool = False,
+                      clip_eps_high: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """PPO's clipped surrogate loss over units (answer tokens or whole candidates).
 
     Each unit's ratio ``exp(logprob - old_logprob)`` is multiplied by its decision's advantage;
-    the loss is ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps) * A)``, averaged over each
+    the loss is ``-min(ratio * A, clip(ratio, 1 - eps, 1 + eps_high) * A)``, averaged over each
     decision's real units, then over decisions.
 
     Args:
@@ -189,6 +190,7 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
             ratios of :func:`truncated_importance_weights`); ``None``: 1.
         sum_units: add up each decision's units instead of averaging them (REINFORCE's
             ``-A log pi(answer)``: at ratio 1 the gradient is exactly REINFORCE's).
+        clip_eps_high: the upper clip range (DAPO's clip-higher); ``None``: ``clip_eps``.
 
     Returns:
         ``(loss, clip_fraction)``: the scalar loss and the fraction of real units whose ratio was clipped.
@@ -196,7 +198,8 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
     ratio = torch.exp(logprobs - old_logprobs)
     adv = advantages.unsqueeze(1)
     unclipped = ratio * adv
-    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * adv
+    high = clip_eps if clip_eps_high is None else clip_eps_high
+    clipped = torch.clamp(ratio, 1.0 - clip_eps, 1.0 + high) * adv
     per_unit = -torch.min(unclipped, clipped)
     if weights is not None:
         per_unit = per_unit * weights
@@ -204,7 +207,7 @@ def clipped_surrogate(logprobs: torch.Tensor, old_logprobs: torch.Tensor, advant
         loss = (per_unit * mask.to(per_unit.dtype)).sum(dim=1).mean()
     else:
         loss = masked_mean(per_unit, mask, dim=1).mean()
-    clip_frac = masked_mean(((ratio - 1.0).abs() > clip_eps).float(), mask)
+    clip_frac = masked_mean(((ratio < 1.0 - clip_eps) | (ratio > 1.0 + high)).float(), mask)
     return loss, clip_frac.detach()
 
 
