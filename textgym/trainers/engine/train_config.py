@@ -134,9 +134,10 @@ class TrainConfig:
     """The upper clip of the importance ratio, where the algorithm clips it (``clip_eps``):
     ``clip(ratio, 1 - clip_eps, 1 + clip_eps_high)``, DAPO's clip-higher (Yu et al., 2025, arXiv
     2503.14476; TRL's ``epsilon_high``). The symmetric clip lets an action's probability grow by
-    at most ``1 + clip_eps`` an epoch, so an action the policy gives 0.01 needs ~20 updates to lead
-    however much better it is; a larger upper clip lets a rare better action grow faster while the
-    lower one still bounds how fast a likely action falls. ``None``: ``clip_eps``."""
+    at most ``1 + clip_eps`` an update (every epoch's ratio is to the rollout's log-probs), so an
+    action the policy gives 0.01 needs ~20 updates to lead however much better it is; a larger
+    upper clip lets a rare better action grow faster while the lower one still bounds how fast a
+    likely action falls. ``None``: ``clip_eps``."""
     entropy_coef: float = setting(0.0, at_least=0)
     """Weight of the entropy bonus (subtracted from the loss)."""
     state_centering: float = setting(0.0, at_least=0, at_most=1)
