@@ -503,3 +503,31 @@ def test_cartpole_heading_word_names_a_rule_that_balances_the_whole_episode():
     assert info["reward_terms"]["heading"] == pytest.approx(pole_heading_potential(env.unwrapped) - before)
     with pytest.raises(ValueError, match="potential must be one of"):
         textgym.make("textgym/CartPole-v1", potential="cart")
+
+
+@pytest.mark.parametrize("lean", [-0.1, 0.1])
+def test_cartpole_centring_potential_keeps_a_rule_that_reads_the_sign_off_on_the_track(lean):
+    """A rule that pushes toward the sign of the heading 0.1 rad off holds the pole but drives the
+    cart off the track; with the centring potential's cart terms the same bias holds 500 steps."""
+    from textgym.envs.classic import _CART_GAINS, pole_centring_potential
+
+    def play(cart_gains) -> list[tuple[int, float]]:
+        env = textgym.make("textgym/CartPole-v1", word="none", shaping=1.0, potential="centring")
+        endings = []
+        for seed in range(20):
+            env.reset(seed=seed)
+            done, steps = False, 0
+            while not done:
+                x, velocity, angle, spin = env.unwrapped.state
+                heading = angle + 0.3 * spin + cart_gains[0] * x + cart_gains[1] * velocity - lean
+                before = pole_centring_potential(env.unwrapped)
+                _, _, terminated, truncated, info = env.step("RIGHT" if heading > 0 else "LEFT")
+                assert info["reward_terms"]["centring"] == pytest.approx(
+                    pole_centring_potential(env.unwrapped) - before)
+                done, steps = terminated or truncated, steps + 1
+            endings.append((steps, float(env.unwrapped.state[0])))
+        return endings
+
+    assert all(steps == 500 for steps, _ in play(_CART_GAINS))
+    drifted = play((0.0, 0.0))
+    assert all(steps < 200 and abs(x) > 2.4 for steps, x in drifted)   # off the track, pole up

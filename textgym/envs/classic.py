@@ -58,6 +58,7 @@ __all__ = [
     "make_mountaincar",
     "make_taxi",
     "planned_tabular",
+    "pole_centring_potential",
     "pole_heading_potential",
     "pole_spin_potential",
     "scripted_acrobot",
@@ -452,7 +453,21 @@ def pole_heading_potential(env: Any) -> float:
     return -abs(angle + CartPoleText.LOOKAHEAD * spin) / CartPoleText.LOOKAHEAD
 
 
-_POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential}
+def pole_centring_potential(env: Any) -> float:
+    """The heading potential with the cart in it: ``-|angle + 0.3 * spin + 0.1 * x + 0.2 * velocity|
+    / 0.3``. Pushing toward the sign of that sum balances the pole and brings the cart back (the
+    cart's terms make the pole lean toward the centre first, the way a cart-pole is steered), so a
+    policy that reads the sign a little off stays on the track instead of drifting off it: a rule
+    0.1 rad off either way holds all 500 steps of 20 seeded episodes with the cart's terms, and
+    without them drives the cart off the track in every one, after ~125 steps (``tests/test_envs.py``)."""
+    x, velocity, angle, spin = (float(v) for v in env.state)
+    heading = angle + CartPoleText.LOOKAHEAD * spin + _CART_GAINS[0] * x + _CART_GAINS[1] * velocity
+    return -abs(heading) / CartPoleText.LOOKAHEAD
+
+
+#: the cart's position and velocity gains in :func:`pole_centring_potential`
+_CART_GAINS = (0.1, 0.2)
+_POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential, "centring": pole_centring_potential}
 
 
 def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
@@ -465,7 +480,9 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
     that credits each push for what it does to the pole: with ``potential="spin"``,
     ``phi = -|pole angular velocity|`` (slowing the pole's rotation); with ``"heading"``,
     ``phi = -|angle + 0.3 * angular velocity| / 0.3`` (bringing its lean a moment ahead back to
-    upright, which rewards the angle as well as the spin). One push changes the angular velocity
+    upright, which rewards the angle as well as the spin); with ``"centring"``, the heading plus
+    ``0.1 * cart position + 0.2 * cart velocity`` (:func:`pole_centring_potential`: it also steers
+    the cart back to the centre). One push changes the angular velocity
     by about 0.29 rad/s, so each decision gets its own signal instead of sharing the credit for a
     fall a few steps later. An episode's shaping terms add up to ``phi(last) - phi(first)``, a
     few tenths whatever happened in between (``phi`` of the fallen state is kept, not zeroed, so
@@ -479,8 +496,9 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
         shaping: weight of the shaping (0: none).
         word: the renderer's direction word (:class:`CartPoleText`): ``"spin"``, ``"heading"``,
             or ``"none"`` (the numbers only).
-        potential: the shaping potential, ``"spin"`` or ``"heading"``; default: the one ``word``
-            names (``"heading"`` for the numbers only: the reward may say what the prompt does not).
+        potential: the shaping potential, ``"spin"``, ``"heading"`` or ``"centring"``; default:
+            the one ``word`` names (``"heading"`` for the numbers only: the reward may say what
+            the prompt does not).
         compact: the renderer's short form (:class:`CartPoleText`: the word first, integers).
         **kwargs: ``CartPole-v1``'s own kwargs, else :func:`textgym.wrap` kwargs.
     """
