@@ -131,7 +131,7 @@ def test_cartpole_compact_text_puts_the_word_first_and_the_numbers_in_hundredths
 
 def test_cartpole_numbers_only_text_names_no_direction():
     """word="none": the same numbers, no direction word anywhere in the prompt (the benchmark's
-    hard form of CartPole); shaping still defaults to the heading potential."""
+    hard form of CartPole); its shaping defaults to the centring potential (heading and cart)."""
     state = [-1.9, 1.2, -0.15, 0.8]
     assert CartPoleText("none")(state) == "Pole -0.15 rad, spin +0.80; cart at -1.90, velocity +1.20."
     assert CartPoleText("none", compact=True)(state) == "Pole: angle -15, spin +80; cart -190, velocity +120."
@@ -141,7 +141,8 @@ def test_cartpole_numbers_only_text_names_no_direction():
     assert obs == CartPoleText("none")(base_obs)
     assert not any(word in obs.lower() for word in ("left", "right", "falling", "turning"))
     _, reward, _, _, info = env.step("LEFT")
-    assert reward != 1.0 and info["reward_env"] == 1.0  # the heading shaping applies
+    assert reward != 1.0 and info["reward_env"] == 1.0  # the centring shaping applies
+    assert set(info["reward_terms"]) == {"scale", "centring"}
     with pytest.raises(ValueError, match="word must be one of"):
         CartPoleText("sideways")
 
