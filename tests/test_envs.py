@@ -219,7 +219,7 @@ def test_blackjack_common_cards_deal_one_deck_to_every_hand_of_a_seed():
     for seed in range(200):
         stick_dealer, stick_player = play(common, seed, 0)
         hit_dealer, hit_player = play(common, seed, 1)
-        twice_dealer, twice_player = play(common, seed, 2)
+        _, twice_player = play(common, seed, 2)
         assert hit_player[:3] == twice_player[:3]        # the same next card, whatever came before
         assert hit_player[:2] == stick_player            # the same first two cards
         if sum(hit_player) <= 21:                        # the hand that hit, then stuck,
@@ -237,7 +237,12 @@ def test_blackjack_common_cards_deal_one_deck_to_every_hand_of_a_seed():
 
 
 def test_blackjack_action_values_rank_basic_strategys_moves():
-    from textgym.envs.classic import BLACKJACK_STATES, basic_strategy_hits, blackjack_action_values, blackjack_value
+    from textgym.envs.classic import (
+        BLACKJACK_STATES,
+        basic_strategy_hits,
+        blackjack_action_values,
+        blackjack_value,
+    )
 
     values = blackjack_action_values()
     assert set(values) == set(BLACKJACK_STATES)
@@ -499,7 +504,7 @@ def test_cartpole_heading_word_names_a_rule_that_balances_the_whole_episode():
     env = textgym.make("textgym/CartPole-v1", word="heading", shaping=1.0)
     env.reset(seed=0)
     before = pole_heading_potential(env.unwrapped)
-    _, reward, *_, info = env.step("LEFT")
+    *_, info = env.step("LEFT")
     assert set(info["reward_terms"]) == {"scale", "heading"}
     assert info["reward_terms"]["heading"] == pytest.approx(pole_heading_potential(env.unwrapped) - before)
     with pytest.raises(ValueError, match="potential must be one of"):

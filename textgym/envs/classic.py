@@ -459,7 +459,8 @@ def pole_centring_potential(env: Any) -> float:
     cart's terms make the pole lean toward the centre first, the way a cart-pole is steered), so a
     policy that reads the sign a little off stays on the track instead of drifting off it: a rule
     0.1 rad off either way holds all 500 steps of 20 seeded episodes with the cart's terms, and
-    without them drives the cart off the track in every one, after ~125 steps (``tests/test_envs.py``)."""
+    without them drives the cart off the track in every one, after ~125 steps
+    (``tests/test_envs.py``)."""
     x, velocity, angle, spin = (float(v) for v in env.state)
     heading = angle + CartPoleText.LOOKAHEAD * spin + _CART_GAINS[0] * x + _CART_GAINS[1] * velocity
     return -abs(heading) / CartPoleText.LOOKAHEAD
@@ -467,7 +468,8 @@ def pole_centring_potential(env: Any) -> float:
 
 #: the cart's position and velocity gains in :func:`pole_centring_potential`
 _CART_GAINS = (0.1, 0.2)
-_POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential, "centring": pole_centring_potential}
+_POTENTIALS = {"spin": pole_spin_potential, "heading": pole_heading_potential,
+               "centring": pole_centring_potential}
 
 
 def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_steps: int | None = None,
@@ -482,9 +484,8 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
     ``phi = -|angle + 0.3 * angular velocity| / 0.3`` (bringing its lean a moment ahead back to
     upright, which rewards the angle as well as the spin); with ``"centring"``, the heading plus
     ``0.1 * cart position + 0.2 * cart velocity`` (:func:`pole_centring_potential`: it also steers
-    the cart back to the centre). One push changes the angular velocity
-    by about 0.29 rad/s, so each decision gets its own signal instead of sharing the credit for a
-    fall a few steps later. An episode's shaping terms add up to ``phi(last) - phi(first)``, a
+    the cart back to the centre). One push changes the angular velocity by about 0.29 rad/s, so
+    each decision gets its own signal instead of sharing the credit for a fall a few steps later. An episode's shaping terms add up to ``phi(last) - phi(first)``, a
     few tenths whatever happened in between (``phi`` of the fallen state is kept, not zeroed, so
     the push that let the pole fall is not paid for ending the episode). The env's own return is
     kept in ``info["reward_env"]``; trainers report that one.
