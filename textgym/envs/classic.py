@@ -128,6 +128,11 @@ class CartPoleText(Renderer):
     #: ``angle + LOOKAHEAD * spin``: the pole's lean this many seconds ahead, roughly.
     LOOKAHEAD = 0.3
 
+    @classmethod
+    def heading(cls, angle: float, spin: float) -> float:
+        """The pole's lean about ``LOOKAHEAD`` seconds ahead: its sign is where the pole is falling."""
+        return angle + cls.LOOKAHEAD * spin
+
     def __init__(self, word: str = "spin", compact: bool = False):
         if word not in self.WORDS:
             raise ValueError(f"word must be one of {self.WORDS}, got {word!r}")
@@ -143,7 +148,7 @@ class CartPoleText(Renderer):
             if self.word == "none":
                 return (f"Pole: angle {round(100 * angle):+d}, spin {round(100 * spin):+d}; "
                         f"cart {round(100 * x):+d}, velocity {round(100 * velocity):+d}.")
-            side = angle + self.LOOKAHEAD * spin if self.word == "heading" else spin
+            side = self.heading(angle, spin) if self.word == "heading" else spin
             words = "falling" if self.word == "heading" else "turning"
             cent = [round(100 * v) for v in (angle, spin, x, velocity)]
             return (f"Pole {words} {'left' if side < 0 else 'right'}: angle {cent[0]:+d}, spin {cent[1]:+d}; "
@@ -151,7 +156,7 @@ class CartPoleText(Renderer):
         if self.word == "none":
             pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}"
         elif self.word == "heading":
-            falling = "left" if angle + self.LOOKAHEAD * spin < 0 else "right"
+            falling = "left" if self.heading(angle, spin) < 0 else "right"
             pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f}, falling {falling}"
         else:
             pole = f"Pole {angle:+.2f} rad, spin {spin:+.2f} turning {'left' if spin < 0 else 'right'}"
@@ -450,7 +455,7 @@ def pole_heading_potential(env: Any) -> float:
     effect: one push changes the angular velocity by about 0.29 rad/s, so this term by about
     0.09; dividing by 0.3 puts it on the spin potential's scale."""
     angle, spin = float(env.state[2]), float(env.state[3])
-    return -abs(angle + CartPoleText.LOOKAHEAD * spin) / CartPoleText.LOOKAHEAD
+    return -abs(CartPoleText.heading(angle, spin)) / CartPoleText.LOOKAHEAD
 
 
 def pole_centring_potential(env: Any) -> float:
@@ -462,8 +467,8 @@ def pole_centring_potential(env: Any) -> float:
     without them drives the cart off the track in every one, after ~125 steps
     (``tests/test_envs.py``)."""
     x, velocity, angle, spin = (float(v) for v in env.state)
-    heading = angle + CartPoleText.LOOKAHEAD * spin + _CART_GAINS[0] * x + _CART_GAINS[1] * velocity
-    return -abs(heading) / CartPoleText.LOOKAHEAD
+    toward_centre = CartPoleText.heading(angle, spin) + _CART_GAINS[0] * x + _CART_GAINS[1] * velocity
+    return -abs(toward_centre) / CartPoleText.LOOKAHEAD
 
 
 #: the cart's position and velocity gains in :func:`pole_centring_potential`
@@ -485,9 +490,10 @@ def make_cartpole(formatter=None, system_prompt: str | None = None, max_episode_
     upright, which rewards the angle as well as the spin); with ``"centring"``, the heading plus
     ``0.1 * cart position + 0.2 * cart velocity`` (:func:`pole_centring_potential`: it also steers
     the cart back to the centre). One push changes the angular velocity by about 0.29 rad/s, so
-    each decision gets its own signal instead of sharing the credit for a fall a few steps later. An episode's shaping terms add up to ``phi(last) - phi(first)``, a
-    few tenths whatever happened in between (``phi`` of the fallen state is kept, not zeroed, so
-    the push that let the pole fall is not paid for ending the episode). The env's own return is
+    each decision gets its own signal instead of sharing the credit for a fall a few steps later.
+    An episode's shaping terms add up to ``phi(last) - phi(first)``, a few tenths whatever happened
+    in between (``phi`` of the fallen state is kept, not zeroed, so the push that let the pole fall
+    is not paid for ending the episode). The env's own return is
     kept in ``info["reward_env"]``; trainers report that one.
 
     Args:
