@@ -612,7 +612,8 @@ def scripted_cartpole(env: gym.Env, seed: int | None = None) -> ReferencePlayer:
 
     def player(info: dict[str, Any]) -> str:
         x, x_dot, theta, theta_dot = (float(v) for v in env.unwrapped.state)
-        return names[int(theta + 0.3 * theta_dot + 0.01 * x + 0.1 * x_dot > 0)]
+        # the centring potential's form (pole_centring_potential), with smaller cart gains
+        return names[int(CartPoleText.heading(theta, theta_dot) + 0.01 * x + 0.1 * x_dot > 0)]
 
     return player
 
