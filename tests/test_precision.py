@@ -10,6 +10,7 @@ import warnings
 import pytest
 import torch
 
+from textgym.lora import LoraSettings, add_lora
 from textgym.policy import Policy, PolicyConfig
 
 SYSTEM = "You balance a pole on a cart. Answer with one word: LEFT or RIGHT."
@@ -53,8 +54,6 @@ def test_a_bf16_acting_copy_follows_the_weights(tiny_model_and_tokenizer):
 
 
 def test_a_lora_policy_acts_on_the_merged_copy(tiny_model_and_tokenizer):
-    from textgym.lora import LoraSettings, add_lora
-
     model, tok = tiny_model_and_tokenizer
     lora = add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8))
     with torch.no_grad():  # a trained adapter (B starts at 0)
@@ -338,3 +337,64 @@ def test_int8_acting_is_refused_on_a_gpu_with_the_reason(tiny_model_and_tokenize
         Policy(model, tok, mode="score", act_dtype="int8", device="cuda")
     with pytest.raises(ValueError, match="int8 acting is unavailable on meta"):
         make_acting_copy(copy.deepcopy(model).to("meta"), "int8")
+
+
+def _linear_output_dtypes(policy, run):
+    """The dtypes the decoder's Linear layers and the output head returned during ``run()``."""
+    head = policy.model.get_output_embeddings()
+    seen: dict[str, set] = {"layers": set(), "head": set()}
+    handles = [m.register_forward_hook(lambda m, a, out, kind=("head" if m is head else "layers"):
+                                       seen[kind].add(out.dtype))
+               for m in policy.model.modules() if isinstance(m, torch.nn.Linear)]
+    try:
+        result = run()
+    finally:
+        for h in handles:
+            h.remove()
+    return result, seen
+
+
+@pytest.mark.parametrize("mode", ["score", "generate"])
+def test_a_bf16_update_runs_the_layers_in_bf16_and_the_head_in_float32(tiny_model_and_tokenizer, mode):
+    from textgym.lora import LoraSettings, add_lora
+
+    model, tok = tiny_model_and_tokenizer
+    adapted = add_lora(copy.deepcopy(model), LoraSettings(r=4, alpha=8))
+    with torch.no_grad():  # a trained-looking adapter, so that its gradients are not all zero
+        generator = torch.Generator().manual_seed(0)
+        for name, param in adapted.named_parameters():
+            if "lora_B" in name:
+                param.copy_(torch.randn(param.shape, generator=generator) * 0.1)
+    exact = Policy(adapted, tok, mode=mode, seed=0, max_new_tokens=4)
+    fast = Policy(adapted, tok, mode=mode, seed=0, max_new_tokens=4, update_dtype="bfloat16")
+    actions = [["LEFT", "RIGHT"]] * 2 if mode == "score" else None
+    decisions = exact.act(OBSERVATIONS, [SYSTEM] * 2, actions)
+    # acting is not the update: the same draws, in float32, with either setting
+    again, seen = _linear_output_dtypes(fast, lambda: fast.act(OBSERVATIONS, [SYSTEM] * 2, actions))
+    assert [d.answer_ids for d in again] == [d.answer_ids for d in decisions]
+    assert seen == {"layers": {torch.float32}, "head": {torch.float32}}
+
+    params = fast.parameters_to_train()
+    gradients = {}
+    for name, policy in (("float32", exact), ("bfloat16", fast)):
+        for p in params:
+            p.grad = None
+        ev, seen = _linear_output_dtypes(policy, lambda policy=policy: policy.evaluate(decisions))
+        assert seen == {"layers": {getattr(torch, name)}, "head": {torch.float32}}
+        assert ev.logprobs.dtype == torch.float32
+        ev.logprobs[ev.mask].sum().backward()
+        gradients[name] = (ev.logprobs[ev.mask].detach(), torch.cat([p.grad.flatten() for p in params]))
+        assert all(p.grad.dtype == torch.float32 for p in params)
+    assert not torch.is_autocast_enabled("cpu")  # the update's autocast ends with it
+    (logprobs, grad), (logprobs16, grad16) = gradients["float32"], gradients["bfloat16"]
+    # bf16 keeps 8 significant bits (relative rounding 2^-9 per product); the tiny model's two layers
+    # round the hidden states a handful of times, so the log-probs move by a few parts in a thousand
+    # of their size and the gradient keeps its direction.
+    assert torch.allclose(logprobs16, logprobs, rtol=0, atol=0.02 * (1 + logprobs.abs().max().item()))
+    assert not torch.equal(logprobs16, logprobs)  # the setting did change the arithmetic
+    assert torch.nn.functional.cosine_similarity(grad16, grad, dim=0) > 0.99
+
+
+def test_update_dtype_is_checked():
+    with pytest.raises(ValueError, match="update_dtype"):
+        PolicyConfig(update_dtype="float16")

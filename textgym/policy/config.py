@@ -20,13 +20,14 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["ACT_DTYPES", "MODES", "NORMALIZATIONS", "PolicyConfig"]
+__all__ = ["ACT_DTYPES", "MODES", "NORMALIZATIONS", "UPDATE_DTYPES", "PolicyConfig"]
 
 from textgym.settings import check, setting
 
 MODES = ("score", "generate")
 NORMALIZATIONS = ("sum", "token", "word")
 ACT_DTYPES = ("auto", "float32", "bfloat16", "int8")
+UPDATE_DTYPES = ("float32", "bfloat16")
 #: The longest answer a policy may generate, in tokens (beyond the context of any model textgym
 #: supports: a larger limit only lets a runaway answer run for hours).
 MAX_NEW_TOKENS = 32_768
@@ -113,6 +114,15 @@ class PolicyConfig:
     and corrected; see :mod:`textgym.policy.frozen_trunk`). Off: the frozen layers run in float32
     in the update, 2-4x slower (docs/results.md, "Frozen layers in bf16"); CartPole solved as
     often and sooner with it on (docs/results.md, "Time to solve CartPole")."""
+    update_dtype: str = setting("float32", choices=UPDATE_DTYPES, flag=True, panel=POLICY_PANEL, metavar="DTYPE")
+    """The precision of the update's pass: float32 or bfloat16 (autocast). ``"bfloat16"`` runs
+    :meth:`Policy.evaluate` (the re-scoring with grad, and the reference and correction passes
+    that share it) under ``torch.autocast``: the decoder's matmuls in bf16, the output head and
+    the log-probs in float32, the trained weights, their gradients and the optimizer in float32.
+    On a CPU with bf16 units (AVX512-BF16, AMX) the trained layers' forward and backward ran
+    2.8x faster (SmolLM2's top 8 layers, 1 thread, ``bench/update_cost.py``); a model loaded in
+    bf16 (on a GPU) is there already. The log-probs then carry bf16's rounding, as acting in
+    bf16 does (the trainers measure and correct the acting copy's mismatch)."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""

@@ -48,6 +48,8 @@ from textgym.policy.precision import (
     PrecisionChoice,
     check_acting_device,
     choose_act_dtype,
+    float32_output_head,
+    update_precision,
 )
 from textgym.policy.prompts import ChatPrompts, end_token_ids
 from textgym.policy.reference import ReferenceWeights
@@ -117,6 +119,7 @@ class Policy:
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
         contiguous_output_head(self.model)
+        float32_output_head(self.model)  # only acts under autocast (update_dtype)
         self._reference = ReferenceWeights()
         self._top_rescorer = TopRescorer()
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
@@ -484,10 +487,14 @@ class Policy:
         weights ``logprobs`` equal ``old_logprobs`` (to float precision). Call it on minibatches; it
         respects the caller's grad mode (wrap in ``torch.no_grad()`` for reference log-probs).
         Turns of one conversation (conversation mode) are re-scored in one pass over the longest
-        context among them.
+        context among them. ``update_dtype`` "bfloat16": under bf16 autocast, the head in float32.
         """
         if not decisions:
             raise ValueError("evaluate() needs at least one decision")
+        with update_precision(self._config.update_dtype, self.device):
+            return self._evaluate(decisions)
+
+    def _evaluate(self, decisions: Sequence[Decision]) -> Evaluation:
         score = decisions[0].candidates is not None
         if any((d.candidates is not None) != score for d in decisions):
             raise ValueError("cannot evaluate score-mode and generate-mode decisions together")
@@ -519,24 +526,34 @@ class Policy:
         c = self._config
         settings = {"temperature": c.temperature, "normalization": c.normalization, "tokenizer": self.tokenizer,
                     "device": self.device}
-        prefix = self._top_rescorer.prefix_output(self.model, trunk, decisions[0].prompt_ids[:prefix_length],
-                                                  self.device)
-        if self._top_rescorer.needs_check(self.model):
-            sample = list(decisions[:8])
-            if c.trunk_in_act_dtype and self.act_precision != "float32":  # records in the copy's precision
-                sample = own_records(self.model, trunk, sample)
-            with torch.no_grad():
-                full = rescore_candidates(self.model, sample, prefix_length, pad_id=self.pad_id,
-                                          chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
-                try:
-                    top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
-                except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
-                    top = None  # a decoder whose layers are called otherwise: the full pass it is
-            self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
-            if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
-                return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
-                                          chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
+        # The shared prefix (computed once, no grad) and the check in the weights' own precision,
+        # whatever update_dtype: the check asks whether the decoder can run its top alone, which
+        # bf16's rounding would hide.
+        with torch.autocast(device_type=self.device.type, enabled=False):
+            prefix = self._top_rescorer.prefix_output(self.model, trunk, decisions[0].prompt_ids[:prefix_length],
+                                                      self.device)
+            if self._top_rescorer.needs_check(self.model):
+                self._check_top(trunk, decisions, prefix_length, prefix, settings)
+        if not self._top_rescorer.trunk_for(self.model, decisions, prefix_length):
+            return rescore_candidates(self.model, decisions, prefix_length, pad_id=self.pad_id,
+                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
         return rescore_candidates_from_trunk(self.model, trunk, decisions, prefix, **settings)
+
+    def _check_top(self, trunk: Trunk, decisions: Sequence[Decision], prefix_length: int, prefix: torch.Tensor,
+                   settings: dict[str, Any]) -> None:
+        """Whether the top path reproduces the full pass for this model, on a few decisions."""
+        c = self._config
+        sample = list(decisions[:8])
+        if c.trunk_in_act_dtype and self.act_precision != "float32":  # records in the copy's precision
+            sample = own_records(self.model, trunk, sample)
+        with torch.no_grad():
+            full = rescore_candidates(self.model, sample, prefix_length, pad_id=self.pad_id,
+                                      chunk_bytes=c.score_chunk_bytes, counters=self.counters, **settings)
+            try:
+                top = rescore_candidates_from_trunk(self.model, trunk, sample, prefix, **settings)
+            except (TypeError, ValueError, RuntimeError, AttributeError, IndexError):
+                top = None  # a decoder whose layers are called otherwise: the full pass it is
+        self._top_rescorer.record_check(self.model, top is not None and same_evaluation(top, full))
 
 
 # Every setting reads as an attribute: policy.temperature is policy.config.temperature (read-only;

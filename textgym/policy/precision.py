@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import hashlib
 import json
@@ -33,6 +34,8 @@ import os
 import platform
 import time
 import warnings
+import weakref
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +45,8 @@ import torch
 from textgym.policy.config import ACT_DTYPES
 
 __all__ = ["ACT_DTYPES", "AUTO_MIN_PARAMETERS", "ActingCopy", "PrecisionChoice", "check_act_dtype",
-           "check_acting_device", "choose_act_dtype", "make_acting_copy"]
+           "check_acting_device", "choose_act_dtype", "float32_output_head", "make_acting_copy",
+           "update_precision"]
 
 #: The precisions ``auto`` tries, in this order (ties go to the earlier one).
 _CANDIDATES = ("float32", "bfloat16", "int8")
@@ -71,6 +75,54 @@ def check_acting_device(dtype: str, device: torch.device | str) -> None:
     if dtype == "int8" and device.type != "cpu":
         raise ValueError(f"int8 acting is unavailable on {device}: torch's dynamic int8 quantization runs on "
                          "CPUs only; act in bfloat16 or float32 there (act_dtype, --act-dtype)")
+
+
+@contextlib.contextmanager
+def update_precision(dtype: str, device: torch.device) -> Iterator[None]:
+    """The update's pass in ``dtype`` (``PolicyConfig.update_dtype``): ``"bfloat16"`` autocasts
+    the matmuls to bf16 (the weights and their gradients stay in their own precision; the head
+    stays in float32 where :func:`float32_output_head` is installed); ``"float32"``: unchanged."""
+    if dtype == "float32":
+        yield
+        return
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16):
+        yield
+
+
+_FLOAT32_HEADS: weakref.WeakSet[torch.nn.Module] = weakref.WeakSet()
+
+
+def float32_output_head(model: torch.nn.Module) -> bool:
+    """Make ``model``'s output head compute in its weights' precision (float32 on a CPU) under
+    autocast (once per head).
+
+    The logits of a 49,152-word vocabulary run to tens of nats; bf16 keeps 8 bits of them, an
+    error of ~0.06 nats a token at 16, the size of the changes a clipped update makes. The head
+    is one matmul per scored position, so float32 there costs little of what bf16 saves in the
+    layers. Outside autocast the hooks do nothing. Returns whether they were installed now.
+    """
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    if head is None or head in _FLOAT32_HEADS:
+        return False
+    _FLOAT32_HEADS.add(head)
+    paused: list[contextlib.ExitStack] = []
+
+    def enter(module: torch.nn.Module, args: tuple) -> tuple | None:
+        if not args or not isinstance(args[0], torch.Tensor) or not torch.is_autocast_enabled(args[0].device.type):
+            paused.append(contextlib.ExitStack())  # nothing to pause; keeps enter and leave paired
+            return None
+        stack = contextlib.ExitStack()
+        stack.enter_context(torch.autocast(device_type=args[0].device.type, enabled=False))
+        paused.append(stack)
+        weight = getattr(module, "weight", None)
+        return (args[0].to(weight.dtype if isinstance(weight, torch.Tensor) else torch.float32), *args[1:])
+
+    def leave(module: torch.nn.Module, args: tuple, output: Any) -> None:
+        paused.pop().close()
+
+    head.register_forward_pre_hook(enter)
+    head.register_forward_hook(leave, always_call=True)
+    return True
 
 
 def make_acting_copy(model: torch.nn.Module, dtype: str) -> torch.nn.Module:
