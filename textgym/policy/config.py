@@ -119,9 +119,9 @@ class PolicyConfig:
     :meth:`Policy.evaluate` (the re-scoring with grad, and the reference and correction passes
     that share it) under ``torch.autocast``: the decoder's matmuls in bf16, the output head and
     the log-probs in float32, the trained weights, their gradients and the optimizer in float32.
-    On a CPU with bf16 units (AVX512-BF16, AMX) the trained layers' forward and backward ran
-    2.8x faster (SmolLM2's top 8 layers, 1 thread, ``bench/update_cost.py``); a model loaded in
-    bf16 (on a GPU) is there already. The log-probs then carry bf16's rounding, as acting in
+    On a CPU with bf16 units (AVX512-BF16, AMX) the re-scoring with grad of SmolLM2's top 8
+    layers ran 2.1x faster (``bench/update_precision.py``); a model loaded in bf16 (on a GPU) is
+    there already. The log-probs then carry bf16's rounding, as acting in
     bf16 does (the trainers measure and correct the acting copy's mismatch)."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
