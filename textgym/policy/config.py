@@ -121,8 +121,8 @@ class PolicyConfig:
     the log-probs in float32, the trained weights, their gradients and the optimizer in float32.
     On a CPU with bf16 units (AVX512-BF16, AMX) the re-scoring with grad of SmolLM2's top 8
     layers ran 2.1x faster (``bench/update_precision.py``); a model loaded in bf16 (on a GPU) is
-    there already. The log-probs then carry bf16's rounding, as acting in
-    bf16 does (the trainers measure and correct the acting copy's mismatch)."""
+    there already. The log-probs then carry bf16's rounding, as acting in bf16 does (the
+    trainers measure and correct the acting copy's mismatch)."""
     history_tokens: int = setting(4096, at_least=1)
     """Conversation mode: the most tokens an env's context holds; beyond it the context is rebuilt
     with the most recent turns that fit in half of it (bounds the KV cache and the work per decision)."""

@@ -119,7 +119,8 @@ class Policy:
         self.seed(settings.seed)
         self.model.eval()  # no dropout: acting and re-scoring must see the same function
         contiguous_output_head(self.model)
-        float32_output_head(self.model)  # only acts under autocast (update_dtype)
+        if settings.update_dtype != "float32":  # the head stays float32 under the update's autocast
+            float32_output_head(self.model)
         self._reference = ReferenceWeights()
         self._top_rescorer = TopRescorer()
         self._acting: ActingCopy | None = None  # resolved at the first act (auto measures then)
