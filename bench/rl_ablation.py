@@ -100,6 +100,12 @@ VARIANTS["grpo-anchors-kl-1024-common"] = {**VARIANTS["grpo-anchors-kl-1024"], "
 # floor's HITs, compared on the same cards as the group's STICKs, then move it at full weight
 VARIANTS["grpo-anchors-kl-1024-common-high"] = {**VARIANTS["grpo-anchors-kl-1024-common"], "importance_floor": 1.0,
                                                 "clip_eps_high": 1.0}
+# grpo-anchors-kl-1024-common on twice the hands (2,048 an update), meant with --update-dtype
+# bfloat16: the update re-scores each state met once, so its cost follows the states (at most 280)
+# and the bf16 update halves it; the hands per minute double. A tabular learner that remembers every
+# hand (bench/blackjack_data_budget.py) needs ~100,000 hands to pass -0.060: the runs at 1,024 saw
+# ~50,000 in 60 minutes and reached -0.063 to -0.073, a tabular learner's level at that count
+VARIANTS["grpo-anchors-kl-2048-common"] = {**VARIANTS["grpo-anchors-kl-1024-common"], "episodes_per_update": 2048}
 
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
@@ -113,7 +119,7 @@ def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
                 on_point=None, act_dtype: str = "float32", minutes: float | None = None,
-                save: Path | None = None) -> dict:
+                save: Path | None = None, update_dtype: str = "float32") -> dict:
     from textgym.envs.classic import BLACKJACK_STATES, blackjack_greedy_table, blackjack_value
 
     def read_table() -> tuple[float, str]:
@@ -123,7 +129,8 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
         return value, "".join("H" if table[state] else "S" for state in BLACKJACK_STATES)
 
     # the greedy tables are read in float32 (eval_act_dtype) whatever precision the policy acts in
-    policy = textgym.Policy.from_pretrained(model, mode="score", act_dtype=act_dtype, eval_act_dtype="float32")
+    policy = textgym.Policy.from_pretrained(model, mode="score", act_dtype=act_dtype, eval_act_dtype="float32",
+                                            update_dtype=update_dtype)
     settings = dict(settings)
     algorithm = settings.pop("algorithm", "reinforce")
     later = settings.pop("later", None)
@@ -168,7 +175,8 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
             break
     recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {}),
                 **({"lr_decay": decay} if decay else {}), **({"env_kwargs": env_kwargs} if env_kwargs else {})}
-    return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "curve": curve,
+    return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "update_dtype": update_dtype,
+            "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
 
@@ -182,6 +190,8 @@ def main() -> None:
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--act-dtype", default="float32", choices=("float32", "bfloat16"),
                         help="the precision of the sampled play (greedy tables are read in float32)")
+    parser.add_argument("--update-dtype", default="float32", choices=("float32", "bfloat16"),
+                        help="the precision of the update's re-scoring (PolicyConfig.update_dtype)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop after the update that ends past this wall time (per variant)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -205,7 +215,8 @@ def main() -> None:
 
         results["variants"][name] = run_variant(name, VARIANTS[name], args.updates, args.every, args.seed,
                                                 args.model, on_point=partial, act_dtype=args.act_dtype,
-                                                minutes=args.minutes, save=args.save)
+                                                minutes=args.minutes, save=args.save,
+                                                update_dtype=args.update_dtype)
         write()
     for name, result in results["variants"].items():
         print(f"{name:14s} exact {result['start_exact_return']:+.4f} -> {result['exact_return']:+.4f} "
