@@ -184,11 +184,29 @@ def test_lr_schedules():
     assert lr_factor(10, warmup=0, total=10, schedule="cosine") == pytest.approx(0.0)
 
 
+def test_lr_schedule_holds_the_peak_then_decays_to_its_final_multiplier():
+    # held at 1 for the first 60% of 10 updates, then linearly to 0.1 at update 10, and kept there
+    factors = [lr_factor(u, warmup=0, total=10, schedule="linear", decay_from=0.6, final=0.1) for u in range(12)]
+    assert factors == pytest.approx([1, 1, 1, 1, 1, 1, 1, 0.775, 0.55, 0.325, 0.1, 0.1])
+    assert lr_factor(8, warmup=0, total=10, schedule="cosine", decay_from=0.6, final=0.1) == pytest.approx(0.55)
+    assert lr_factor(3, warmup=2, total=None, schedule="linear", decay_from=0.6, final=0.1) == 1.0
+
+
 def test_linear_schedule_reaches_zero_over_train_budget(tiny_policy):
     trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
                            config=ReinforceConfig(**{**SMALL, "lr": 1e-3}, lr_schedule="linear"))
     lrs = [m["lr"] for m in trainer.train(updates=4)]
     assert lrs == pytest.approx([1e-3, 7.5e-4, 5e-4, 2.5e-4])
+
+
+def test_schedule_from_the_config_sets_each_updates_lr(tiny_policy):
+    config = ReinforceConfig(**{**SMALL, "lr": 1e-3}, lr_schedule="linear", total_updates=4, lr_decay_from=0.5,
+                             lr_final=0.2)
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0", config=config)
+    lrs = [m["lr"] for m in trainer.train(updates=5)]
+    assert lrs == pytest.approx([1e-3, 1e-3, 1e-3, 6e-4, 2e-4])
+    with pytest.raises(ValueError, match="lr_decay_from"):
+        ReinforceConfig(lr_decay_from=1.0)
 
 
 def test_grpo_groups_share_their_start(tiny_policy):

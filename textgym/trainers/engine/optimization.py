@@ -44,16 +44,19 @@ LossFn = Callable[[torch.Tensor], tuple[torch.Tensor, dict[str, float]]]
 """``loss_fn(indices) -> (mean loss over those decisions, float statistics)``."""
 
 
-def lr_factor(update: int, warmup: int, total: int | None, schedule: str) -> float:
-    """Multiplier of the peak learning rate at (0-based) ``update``."""
+def lr_factor(update: int, warmup: int, total: int | None, schedule: str, decay_from: float = 0.0,
+              final: float = 0.0) -> float:
+    """Multiplier of the peak learning rate at (0-based) ``update``: a linear warm-up over ``warmup``
+    updates, then the peak until ``decay_from`` of the updates after it, then ``schedule`` down to
+    ``final`` at update ``total`` (and ``final`` after it)."""
     if warmup and update < warmup:
         return (update + 1) / warmup
     if schedule == "constant" or not total:
         return 1.0
     progress = min(1.0, (update - warmup) / max(1, total - warmup))
-    if schedule == "linear":
-        return 1.0 - progress
-    return 0.5 * (1.0 + math.cos(math.pi * progress))
+    decayed = min(1.0, max(0.0, (progress - decay_from) / (1.0 - decay_from)))
+    shape = 1.0 - decayed if schedule == "linear" else 0.5 * (1.0 + math.cos(math.pi * decayed))
+    return final + (1.0 - final) * shape
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer, max_grad_norm: float | None,

@@ -41,6 +41,12 @@ class TrainConfig:
     total_updates: int | None = setting(None, at_least=1)
     """Length of the ``linear``/``cosine`` schedule in updates. ``None``: taken from the budget of
     ``train(updates=...)``, else the schedule stays constant after warm-up."""
+    lr_decay_from: float = setting(0.0, at_least=0, below=1)
+    """The fraction of the ``linear``/``cosine`` schedule's updates held at the peak ``lr`` before it
+    decays (0: from the first update after warm-up)."""
+    lr_final: float = setting(0.0, at_least=0, at_most=1)
+    """The multiplier of ``lr`` the ``linear``/``cosine`` schedule ends at, and keeps after it (0: to
+    nothing)."""
     weight_decay: float = setting(0.0, at_least=0)
     """AdamW weight decay."""
     max_grad_norm: float | None = setting(1.0, above=0)

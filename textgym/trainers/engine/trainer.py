@@ -247,7 +247,7 @@ class Trainer:
             raise ValueError("update() needs at least one episode")
         started = time.monotonic()
         factor = lr_factor(self.update_count, self.config.warmup_updates, self.schedule_total,
-                           self.config.lr_schedule)
+                           self.config.lr_schedule, self.config.lr_decay_from, self.config.lr_final)
         for group in self.optimizer.param_groups:
             group["lr"] = group["base_lr"] * factor
         return episodes, started
