@@ -110,6 +110,12 @@ VARIANTS["grpo-anchors-kl-1024-common-high"] = {**VARIANTS["grpo-anchors-kl-1024
 VARIANTS["grpo-anchors-kl-2048-common"] = {
     **{k: v for k, v in VARIANTS["grpo-anchors-kl-1024-common"].items() if k != "lr_decay"},
     "episodes_per_update": 2048, "lr_schedule": "linear", "total_updates": 40, "lr_decay_from": 0.6, "lr_final": 0.1}
+# the same on 4,096 hands an update, meant with --score-memo-mib: within an update's rollout each of
+# the ~280 states is run through the model once (score_memo_bytes), so acting costs little more than
+# the env and the sampling, and the update's cost follows the states; held for 27 updates, then to a
+# tenth at update 45 (about the 60 minutes' count with three runs sharing the 2 cores)
+VARIANTS["grpo-anchors-kl-4096-common"] = {**VARIANTS["grpo-anchors-kl-2048-common"], "episodes_per_update": 4096,
+                                           "total_updates": 45}
 
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
@@ -123,7 +129,7 @@ def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
 
 def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, model: str,
                 on_point=None, act_dtype: str = "float32", minutes: float | None = None,
-                save: Path | None = None, update_dtype: str = "float32") -> dict:
+                save: Path | None = None, update_dtype: str = "float32", score_memo_mib: float = 0.0) -> dict:
     from textgym.envs.classic import BLACKJACK_STATES, blackjack_greedy_table, blackjack_value
 
     def read_table() -> tuple[float, str]:
@@ -134,7 +140,7 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
 
     # the greedy tables are read in float32 (eval_act_dtype) whatever precision the policy acts in
     policy = textgym.Policy.from_pretrained(model, mode="score", act_dtype=act_dtype, eval_act_dtype="float32",
-                                            update_dtype=update_dtype)
+                                            update_dtype=update_dtype, score_memo_bytes=int(score_memo_mib * 2**20))
     settings = dict(settings)
     algorithm = settings.pop("algorithm", "reinforce")
     later = settings.pop("later", None)
@@ -180,7 +186,7 @@ def run_variant(name: str, settings: dict, updates: int, every: int, seed: int, 
     recorded = {**BASE, **settings, "seed": seed, **({"later": later} if later else {}),
                 **({"lr_decay": decay} if decay else {}), **({"env_kwargs": env_kwargs} if env_kwargs else {})}
     return {"algorithm": algorithm, "settings": recorded, "act_dtype": act_dtype, "update_dtype": update_dtype,
-            "curve": curve,
+            "score_memo_mib": score_memo_mib, "curve": curve,
             "start_exact_return": curve[0]["exact_return"], "exact_return": curve[-1]["exact_return"],
             "train_seconds": round(time.monotonic() - started, 1)}
 
@@ -196,6 +202,8 @@ def main() -> None:
                         help="the precision of the sampled play (greedy tables are read in float32)")
     parser.add_argument("--update-dtype", default="float32", choices=("float32", "bfloat16"),
                         help="the precision of the update's re-scoring (PolicyConfig.update_dtype)")
+    parser.add_argument("--score-memo-mib", type=float, default=0.0,
+                        help="score each state once per update's rollout (PolicyConfig.score_memo_bytes)")
     parser.add_argument("--minutes", type=float, default=None,
                         help="stop after the update that ends past this wall time (per variant)")
     parser.add_argument("--json", type=Path, default=None, help="write the results here")
@@ -220,7 +228,8 @@ def main() -> None:
         results["variants"][name] = run_variant(name, VARIANTS[name], args.updates, args.every, args.seed,
                                                 args.model, on_point=partial, act_dtype=args.act_dtype,
                                                 minutes=args.minutes, save=args.save,
-                                                update_dtype=args.update_dtype)
+                                                update_dtype=args.update_dtype,
+                                                score_memo_mib=args.score_memo_mib)
         write()
     for name, result in results["variants"].items():
         print(f"{name:14s} exact {result['start_exact_return']:+.4f} -> {result['exact_return']:+.4f} "

@@ -84,6 +84,11 @@ class PolicyConfig:
     score_chunk_bytes: int = setting(256 * 2**20, at_least=1)
     """Score mode: memory budget of the candidate logits computed at once (rows are split into
     chunks when many long candidates would exceed it)."""
+    score_memo_bytes: int = setting(0, at_least=0)
+    """Score mode: memory budget of the answers kept for prompts already run with the same weights
+    (:mod:`textgym.policy.score_memo`): an env that revisits a state between two updates is scored
+    once, not once per visit. 0 (the default: most envs' prompts do not repeat, and a kept row is a
+    copy): every prompt runs through the model."""
     candidate_cache_size: int = setting(4096, at_least=1)
     """How many action texts keep their token ids cached (least recently used ones are dropped:
     envs with free-form commands would otherwise grow the cache without limit)."""

@@ -23,7 +23,7 @@ from textgym.lora import is_peft_model
 from textgym.policy import persistence
 from textgym.policy.config import PolicyConfig
 from textgym.policy.conversation import Conversation, ConversationCache, ConversationWindow
-from textgym.policy.decision import Decision, Evaluation
+from textgym.policy.decision import Decision, Evaluation, TrunkRecord
 from textgym.policy.frozen_trunk import (
     TopRescorer,
     Trunk,
@@ -63,7 +63,8 @@ from textgym.policy.rescoring import (
     same_evaluation,
 )
 from textgym.policy.sampling import StopStrings, generate, sample_candidates
-from textgym.policy.scoring import CandidateTokens, score_batch
+from textgym.policy.score_memo import ScoreMemo, rows_of, stack_rows
+from textgym.policy.scoring import CandidateTokens, ScoredBatch, score_batch
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -71,7 +72,7 @@ if TYPE_CHECKING:
 __all__ = ["Policy"]
 
 _COUNTERS = ("decisions", "prompt_tokens", "prompt_tokens_total", "answer_tokens", "model_tokens",
-             "padded_tokens", "prefix_misses", "act_seconds")
+             "padded_tokens", "prefix_misses", "memo_rows", "act_seconds")
 
 
 class Policy:
@@ -107,6 +108,7 @@ class Policy:
         self.prompts = ChatPrompts(tokenizer, settings.chat_template, settings.system_role)
         self.candidate_tokens = CandidateTokens(tokenizer, settings.score_end, settings.candidate_cache_size)
         self.prefix_cache = PrefixCache(settings.prefix_cache_size)
+        self.score_memo = ScoreMemo(settings.score_memo_bytes)  # score mode: prompts met again
         self.conversation_cache = ConversationCache()  # conversation mode: a KV row per conversation
         #: Generate mode: the tokens of ``prefill``, appended to every prompt.
         self.prefill_ids: list[int] = (tokenizer(settings.prefill, add_special_tokens=False)["input_ids"]
@@ -182,6 +184,7 @@ class Policy:
         """Drop the cached prefix and conversation KV (also dropped automatically when the weights change)."""
         self.prefix_cache.clear()
         self.conversation_cache.clear()
+        self.score_memo.clear()
 
     @property
     def conversation_window(self) -> ConversationWindow | None:
@@ -380,16 +383,16 @@ class Policy:
         if trunk is not None and model is not self.model:
             trunk = acting_trunk(trunk, model) if self._config.trunk_in_act_dtype else None
         with torch.inference_mode():
-            with recording(trunk) as seen:
-                batch, _ = run_prompts(model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
-                                       device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
-                                       version=self._acting_version())
             if score:
-                decisions = self._act_score(model, batch, prompts, valid_actions, greedy, firsts, row_of)
-                records = trunk_records(seen, trunk, row_of, [len(p) for p in prompts], prefix_length)
-                for decision, record in zip(decisions, records):
-                    decision.trunk = record
+                scored, records = self._score_prompts(model, trunk, prompts, valid_actions,
+                                                      [keys[i] for i in firsts], firsts, prefix_length)
+                decisions = self._act_score(scored, prompts, valid_actions, greedy, row_of)
+                for decision, u in zip(decisions, row_of):  # a prompt's visits share its record
+                    decision.trunk = records[u]
             else:
+                batch, _ = run_prompts(model, [prompts[i] for i in firsts], prefix_length, pad_id=self.pad_id,
+                                       device=self.device, counters=self.counters,
+                                       prefix_cache=self.prefix_cache, version=self._acting_version())
                 if len(firsts) < n:  # duplicates sample independently: give each its own KV row
                     batch = batch.select_rows(row_of)
                 decisions = self._act_generate(model, batch, prompts, greedy)
@@ -420,7 +423,12 @@ class Policy:
                                                 version=self._acting_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
             if self._config.mode == "score":
-                decisions = self._act_score(model, batch, contexts, valid_actions, greedy, every, every)
+                scored = score_batch(model, batch, [self.candidate_set(actions) for actions in valid_actions],
+                                     self._config.normalization,
+                                     valid_actions if self._config.normalization == "word" else None,
+                                     pad_id=self.pad_id, chunk_bytes=self._config.score_chunk_bytes,
+                                     counters=self.counters)
+                decisions = self._act_score(scored, contexts, valid_actions, greedy, every)
             else:
                 decisions = self._act_generate(model, batch, contexts, greedy)
         for conversation, decision in zip(conversations, decisions):
@@ -440,15 +448,47 @@ class Policy:
         check_acting_memory(model, self.device, len(prompts), max(len(p) for p in prompts), new_tokens)
         self._memory_checked_rows = len(prompts)
 
-    def _act_score(self, model: torch.nn.Module, batch: BatchState, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
-                   greedy: bool, firsts: list[int], row_of: list[int]) -> list[Decision]:
+    def _score_prompts(self, model: torch.nn.Module, trunk: Trunk | None, prompts: list[list[int]],
+                       valid_actions: Sequence[Sequence[str]], keys: list, firsts: list[int],
+                       prefix_length: int) -> tuple[ScoredBatch, list[TrunkRecord | None]]:
+        """Score mode: the scored candidates and trunk record of each distinct prompt (``keys``,
+        first met at rows ``firsts``): from the memo where one was run with these weights, the
+        others run now in one batch (and kept, when the memo is on)."""
+        c = self._config
+        # the records' first position is the batch's shared prefix: part of what a kept row is
+        version = (self._acting_version(), prefix_length)
+        rows = self.score_memo.lookup(version, keys) if c.score_memo_bytes else [None] * len(keys)
+        missing = [u for u, row in enumerate(rows) if row is None]
+        self.counters["memo_rows"] += len(rows) - len(missing)
+        if not missing:
+            return stack_rows(rows), [row.trunk for row in rows]
+        new = [firsts[u] for u in missing]
+        with recording(trunk) as seen:
+            batch, _ = run_prompts(model, [prompts[i] for i in new], prefix_length, pad_id=self.pad_id,
+                                   device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
+                                   version=self._acting_version())
+        texts = [list(valid_actions[i]) for i in new] if c.normalization == "word" else None
+        scored = score_batch(model, batch, [self.candidate_set(valid_actions[i]) for i in new], c.normalization,
+                             texts, pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        records = trunk_records(seen, trunk, range(len(new)), [len(prompts[i]) for i in new], prefix_length)
+        if not c.score_memo_bytes:
+            return scored, records
+        kept = rows_of(scored, records)
+        self.score_memo.store([keys[u] for u in missing], kept)
+        if len(missing) == len(rows):  # nothing from the memo: the batch as it ran
+            return scored, records
+        for u, row in zip(missing, kept):
+            rows[u] = row
+        return stack_rows(rows), [row.trunk for row in rows]
+
+    def _act_score(self, scored: ScoredBatch, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
+                   greedy: bool, row_of: list[int]) -> list[Decision]:
+        """Sample (or take the best of) each row's candidates from ``scored``, one row per distinct
+        prompt (``row_of``: each decision's)."""
         c = self._config
         candidates = [self.candidate_set(actions) for actions in valid_actions]
-        texts = [list(valid_actions[i]) for i in firsts] if c.normalization == "word" else None
-        scored = score_batch(model, batch, [candidates[i] for i in firsts], c.normalization, texts,
-                             pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
         # Every row samples on its own (duplicates too), in row order, all rows in one go.
-        index = None if len(firsts) == len(row_of) else torch.tensor(row_of, device=scored.scores.device)
+        index = None if len(scored.counts) == len(row_of) else torch.tensor(row_of, device=scored.scores.device)
         scores = scored.scores if index is None else scored.scores.index_select(0, index)
         chosen, logp, behaviour = sample_candidates(scores, [scored.counts[u] for u in row_of], c.temperature,
                                                     greedy, self.generator, floor=self._explore_floor)
