@@ -276,18 +276,23 @@ _BABYAI_TARGET = Target(return_at_least=0.84, note="90% of the BabyAI bot's 0.93
 #: untrained model) and no entropy bonus (the floor explores).
 _RL_CREDIT = {"explore_floor": 0.2, "state_credit": 1.0, "kl_coef": 0.0, "entropy_coef": 0.0}
 #: Blackjack from the untrained model, no warm start: GRPO on groups of 8 hands dealt from one seed
-#: (the same cards in the same order), each state's HIT and STICK compared within their group
-#: (GiGPO's anchor states meeting the same cards still to come), a small entropy bonus, half the
-#: shared shift removed (``state_centering``), and a KL 0.03 to the untrained model, which HITs
+#: with common cards (the dealer draws from a stream of its own, so a state's HIT and STICK meet the
+#: same deck, the dealer's hand included), each state's answers compared within their group
+#: (GiGPO's anchor states), a small entropy bonus, and a KL 0.03 to the untrained model, which HITs
 #: nearly everywhere: it keeps HIT sampled where the importance-weighted floor cannot bring it back
-#: (without it every seed tried stopped at stick at 12+, -0.1058). ``bench/rl_ablation.py``'s
-#: ``grpo-anchors-kl``: -0.080, -0.070, -0.072 exactly after 60 minutes (3 seeds, acting in bf16;
-#: target -0.060).
+#: (without it every seed tried stopped at stick at 12+, -0.1058). 4,096 hands an update: each of
+#: the ~280 states is run through the model once per rollout (``score_memo_bytes``) and re-scored
+#: once per minibatch, so the hands cost little; the update in bf16; the step held for 27 updates,
+#: then down to a tenth at update 45. ``bench/rl_ablation.py``'s ``grpo-anchors-kl-4096-common``:
+#: -0.0647, -0.0674, -0.0704 exactly after 60 minutes (3 seeds at once; target -0.060); the same
+#: on 256 hands an update without common cards: -0.080, -0.070, -0.072.
 _BLACKJACK_RL = {"algo": "grpo", "sft_player": "none", "updates": 80, "minutes": 60, "num_envs": 32, "lr": 3e-4,
-                 "policy": {"act_dtype": "bfloat16"},
-                 "trainer": {**_RL_CREDIT, "group_size": 8, "episodes_per_update": 256, "entropy_coef": 0.02,
-                             "state_centering": 0.5, "kl_coef": 0.03, "gamma": 1.0, "lora_layers": 8,
-                             "metrics_window": 256}}
+                 "env_kwargs": {"common_cards": True},
+                 "policy": {"act_dtype": "bfloat16", "update_dtype": "bfloat16", "score_memo_bytes": 128 * 2**20},
+                 "trainer": {**_RL_CREDIT, "group_size": 8, "episodes_per_update": 4096, "entropy_coef": 0.02,
+                             "state_centering": 0.0, "kl_coef": 0.03, "gamma": 1.0, "lora_layers": 8,
+                             "metrics_window": 256, "lr_schedule": "linear", "total_updates": 45,
+                             "lr_decay_from": 0.6, "lr_final": 0.1}}
 #: CartPole with the numbers only, RL alone (the centring shaping credits each push): GRPO on groups
 #: of 8 episodes from one seed, so their first states are the same state exactly (a deterministic
 #: env), each push compared with the other push taken in that state (per-state credit within the
@@ -341,9 +346,9 @@ _GUESS_THE_NUMBER_RL = {"mode": "score", "algo": "grpo", "updates": 60, "minutes
 RL_ROWS = (
     BenchmarkRow("blackjack-rl", "blackjack", _BLACKJACK_RL, eval_episodes=2000,
                  target=Target(exact_return_at_least=-0.060, note="basic strategy's exact -0.0466"),
-                 budget="GRPO from the untrained model, no warm start, up to 80 updates of 32 groups of 8 "
-                        "hands or 60 minutes, with the exploration floor, per-state credit within each "
-                        "group and a KL 0.03 to the untrained model"),
+                 budget="GRPO from the untrained model, no warm start, up to 80 updates of 512 groups of 8 "
+                        "hands with common cards or 60 minutes, with the exploration floor, per-state credit "
+                        "within each group and a KL 0.03 to the untrained model"),
     BenchmarkRow("cartpole-numbers-rl", "cartpole", _CARTPOLE_NUMBERS_RL, eval_episodes=50,
                  eval_env_kwargs=_CARTPOLE_EVAL, target=_CARTPOLE_TARGET,
                  budget="GRPO alone on the numbers (word none), up to 30 updates of 4 groups of 8 "
