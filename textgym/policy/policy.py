@@ -423,12 +423,8 @@ class Policy:
                                                 version=self._acting_version(), prefix_cache=self.prefix_cache,
                                                 pad_id=self.pad_id, device=self.device, counters=self.counters)
             if self._config.mode == "score":
-                scored = score_batch(model, batch, [self.candidate_set(actions) for actions in valid_actions],
-                                     self._config.normalization,
-                                     valid_actions if self._config.normalization == "word" else None,
-                                     pad_id=self.pad_id, chunk_bytes=self._config.score_chunk_bytes,
-                                     counters=self.counters)
-                decisions = self._act_score(scored, contexts, valid_actions, greedy, every)
+                decisions = self._act_score(self._score(model, batch, valid_actions), contexts, valid_actions,
+                                            greedy, every)
             else:
                 decisions = self._act_generate(model, batch, contexts, greedy)
         for conversation, decision in zip(conversations, decisions):
@@ -467,9 +463,7 @@ class Policy:
             batch, _ = run_prompts(model, [prompts[i] for i in new], prefix_length, pad_id=self.pad_id,
                                    device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
                                    version=self._acting_version())
-        texts = [list(valid_actions[i]) for i in new] if c.normalization == "word" else None
-        scored = score_batch(model, batch, [self.candidate_set(valid_actions[i]) for i in new], c.normalization,
-                             texts, pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
+        scored = self._score(model, batch, [valid_actions[i] for i in new])
         records = trunk_records(seen, trunk, range(len(new)), [len(prompts[i]) for i in new], prefix_length)
         if not c.score_memo_bytes:
             return scored, records
@@ -480,6 +474,13 @@ class Policy:
         for u, row in zip(missing, kept):
             rows[u] = row
         return stack_rows(rows), [row.trunk for row in rows]
+
+    def _score(self, model: torch.nn.Module, batch: BatchState, valid_actions: Sequence[Sequence[str]]) -> ScoredBatch:
+        """Every row of ``batch`` scored on its own valid actions (one row per prompt)."""
+        c = self._config
+        texts = [list(actions) for actions in valid_actions] if c.normalization == "word" else None
+        return score_batch(model, batch, [self.candidate_set(actions) for actions in valid_actions], c.normalization,
+                           texts, pad_id=self.pad_id, chunk_bytes=c.score_chunk_bytes, counters=self.counters)
 
     def _act_score(self, scored: ScoredBatch, prompts: list[list[int]], valid_actions: Sequence[Sequence[str]],
                    greedy: bool, row_of: list[int]) -> list[Decision]:
