@@ -12,6 +12,7 @@ machine hits all alike. Prints milliseconds per decision and the ratios to ``str
 
 Usage:
     OMP_NUM_THREADS=2 python bench/update_cost.py --threads 2 --json bench/results/update_cost.json
+    python bench/update_cost.py --env textgym/Blackjack-v1 --lora-layers 8   # candidates of two tokens
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--decisions", type=int, default=256)
     parser.add_argument("--minibatch", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--lora-layers", type=int, default=None,
+                        help="the adapter on the top N layers (default: the env's registered setting)")
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -56,7 +59,8 @@ def main(argv: list[str] | None = None) -> dict:
     hook = contiguous_output_head(model)  # installed here, so that this script can take it off
     policy = textgym.Policy(model, tokenizer, mode="score", name=args.model)
     trainer = make_trainer("reinforce", policy, env=args.env, env_kwargs=dict(defaults.env_kwargs),
-                           config={**defaults.trainer, "num_envs": args.num_envs})
+                           config={**defaults.trainer, "num_envs": args.num_envs,
+                                   **({"lora_layers": args.lora_layers} if args.lora_layers else {})})
     venv = textgym.make_vec(args.env, num_envs=args.num_envs, seed=0, **defaults.env_kwargs)
     collect(policy, venv, steps=args.num_envs, seed=1)  # warm-up: allocator, prefix cache
 

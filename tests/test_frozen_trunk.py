@@ -3,6 +3,7 @@
 used only where it applies, and checked once per model."""
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -10,6 +11,7 @@ import torch
 import textgym
 from textgym.lora import LoraSettings, add_lora
 from textgym.policy import PolicyConfig, frozen_trunk, rescoring
+from textgym.policy.scoring import CandidateTrie
 from textgym.rollout import collect, decisions_of
 
 OBSERVATIONS = ["Color: red.", "Color: green.", "Color: red.", "Color: blue."]
@@ -26,8 +28,16 @@ def _policy(tiny_model_and_tokenizer, layers=1, mode="score", **settings):
     return textgym.Policy(adapted, tokenizer, mode=mode, seed=0, **settings)
 
 
-def _act(policy):
-    return policy.act(OBSERVATIONS, ["Name an animal."] * 4, [["cat", "dog"]] * 4)
+# one-token candidates; several tokens (a trie: "dog house" and "dog bed" share "dog"); per-row sets
+ACTION_SETS = {
+    "one token": [["cat", "dog"]] * 4,
+    "several tokens": [["cat", "dog house", "dog bed", "a big dog"]] * 4,
+    "per row": [["cat", "dog house"], ["left", "right", "go forward"], ["cat", "dog house"], ["cat", "dog"]],
+}
+
+
+def _act(policy, actions=ACTION_SETS["one token"]):
+    return policy.act(OBSERVATIONS, ["Name an animal."] * 4, actions)
 
 
 def _loss_and_grads(policy, decisions):
@@ -50,10 +60,32 @@ def test_acting_records_the_frozen_layers_output(tiny_model_and_tokenizer):
     assert torch.equal(decisions[0].trunk.hidden, decisions[2].trunk.hidden)
 
 
-def test_the_top_layers_alone_give_the_full_passs_logprobs_hidden_states_and_gradients(tiny_model_and_tokenizer,
-                                                                                        monkeypatch):
+def test_candidates_of_several_tokens_record_their_trie(tiny_model_and_tokenizer):
     policy = _policy(tiny_model_and_tokenizer)
-    decisions = _act(policy)
+    decisions = _act(policy, ACTION_SETS["per row"])
+    size = policy.model.config.hidden_size
+    for d in decisions:
+        columns = len(CandidateTrie(d.candidates).tokens)
+        assert columns == 0 or d.trunk.candidates.shape == (columns, size)
+        assert (d.trunk.candidates is None) == (columns == 0)
+    assert decisions[1].trunk.candidates is not None
+    assert torch.equal(decisions[0].trunk.candidates, decisions[2].trunk.candidates)  # the same prompt, run once
+    # what the frozen layer gave at each trie token: the prompt and the candidate as one causal sequence
+    trunk = frozen_trunk.find_trunk(policy.model)
+    own = frozen_trunk.own_records(policy.model, trunk, decisions)
+    for d, o in zip(decisions, own):
+        torch.testing.assert_close(o.trunk.hidden, d.trunk.hidden)
+        if d.trunk.candidates is not None:
+            torch.testing.assert_close(o.trunk.candidates, d.trunk.candidates)
+
+
+@pytest.mark.parametrize("actions", list(ACTION_SETS))
+def test_the_top_layers_alone_give_the_full_passs_logprobs_hidden_states_and_gradients(tiny_model_and_tokenizer,
+                                                                                        monkeypatch, actions):
+    policy = _policy(tiny_model_and_tokenizer)
+    decisions = _act(policy, ACTION_SETS[actions])
+    assert all(d.trunk is not None for d in decisions)
+    assert any(len(c) > 1 for d in decisions for c in d.candidates) == (actions != "one token")
     calls = []
     real = frozen_trunk.rescore_top
     monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
@@ -66,6 +98,8 @@ def test_the_top_layers_alone_give_the_full_passs_logprobs_hidden_states_and_gra
     torch.testing.assert_close(top.logprobs, full.logprobs)
     torch.testing.assert_close(top.hidden, full.hidden)
     torch.testing.assert_close(top.entropy, full.entropy)
+    for a, b in zip(top.candidate_logprobs, full.candidate_logprobs):
+        torch.testing.assert_close(a, b)
     for a, b in zip(top_grads, full_grads):
         torch.testing.assert_close(a, b)
     # and the acting policy's log-probs, as with the full pass
@@ -81,10 +115,12 @@ def test_it_applies_only_where_it_can(tiny_model_and_tokenizer, monkeypatch):
     conversation = _policy(tiny_model_and_tokenizer, history="full")
     rollout = collect(conversation, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=2, seed=0)
     assert all(d.trunk is None for d in decisions_of(rollout.episodes))
-    # candidates of several tokens: recorded, but re-scored by the full pass
+    # candidates of several tokens without their trie's records: the full pass
     policy = _policy(tiny_model_and_tokenizer)
     decisions = policy.act(OBSERVATIONS[:2], ["Name an animal."] * 2, [["cat", "dog house"]] * 2)
     assert any(len(c) > 1 for c in decisions[0].candidates)
+    for d in decisions:
+        d.trunk = dataclasses.replace(d.trunk, candidates=None)
     calls = []
     monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1))
     policy.evaluate(decisions)
@@ -102,8 +138,8 @@ def test_a_model_whose_top_pass_differs_keeps_the_full_pass(tiny_model_and_token
     real = frozen_trunk.rescore_top
 
     def off(*args, **kwargs):
-        logits, hidden = real(*args, **kwargs)
-        return logits + torch.arange(logits.shape[-1], dtype=logits.dtype) * 1e-2, hidden
+        top = real(*args, **kwargs)
+        return dataclasses.replace(top, logits=top.logits + torch.arange(top.logits.shape[-1]) * 1e-2)
 
     monkeypatch.setattr(rescoring, "rescore_top", off)
     with caplog.at_level("WARNING"):
@@ -257,3 +293,21 @@ def test_a_bfloat16_update_keeps_the_top_path(tiny_model_and_tokenizer, monkeypa
     # within twice the copy's own gap from float32 (measured: 0.047 against the copy's 0.048)
     acting_gap = (slow.old_logprobs - slow.logprobs).abs().max().item()
     assert 0 < (fast.logprobs - slow.logprobs).abs().max().item() <= 2 * acting_gap
+
+
+def test_records_from_a_bf16_acting_copy_pass_the_check_with_candidates_of_several_tokens(tiny_model_and_tokenizer,
+                                                                                          monkeypatch):
+    policy = _policy(tiny_model_and_tokenizer, act_dtype="bfloat16", trunk_in_act_dtype=True)
+    decisions = _act(policy, ACTION_SETS["several tokens"])
+    assert all(d.trunk.candidates is not None and d.trunk.candidates.dtype == torch.bfloat16 for d in decisions)
+    calls = []
+    real = frozen_trunk.rescore_top
+    monkeypatch.setattr(rescoring, "rescore_top", lambda *a, **k: calls.append(1) or real(*a, **k))
+    top = policy.evaluate(decisions)
+    assert calls  # the check (on records made again in float32) kept the top path
+    plain = [copy.copy(d) for d in decisions]
+    for d in plain:
+        d.trunk = None
+    full = policy.evaluate(plain)
+    # the records' bf16 rounding only: the acting copy's own mismatch is of this size
+    torch.testing.assert_close(top.logprobs, full.logprobs, atol=5e-2, rtol=0)

@@ -104,13 +104,19 @@ def test_another_precision_is_another_version(tiny_model_and_tokenizer):
     assert memo.counters["memo_rows"] == 3
 
 
-def test_kept_decisions_carry_the_frozen_layers_record_and_rescore_to_their_logprobs(tiny_model_and_tokenizer):
+@pytest.mark.parametrize("several_tokens", [False, True])
+def test_kept_decisions_carry_the_frozen_layers_record_and_rescore_to_their_logprobs(tiny_model_and_tokenizer,
+                                                                                    several_tokens):
     memo = _policy(tiny_model_and_tokenizer, 2**20, layers=1)
-    first = _greedy(memo, OBSERVATIONS, ACTIONS)
-    again = _greedy(memo, OBSERVATIONS, ACTIONS)
+    actions = [[a + " house" for a in row] for row in ACTIONS] if several_tokens else ACTIONS
+    first = _greedy(memo, OBSERVATIONS, actions)
+    again = _greedy(memo, OBSERVATIONS, actions)
     assert memo.counters["memo_rows"] == 3
     for a, b in zip(first, again):
         assert isinstance(b.trunk, TrunkRecord) and torch.equal(a.trunk.hidden, b.trunk.hidden)
+        assert (b.trunk.candidates is not None) == several_tokens  # the candidates' trie too
+        if several_tokens:
+            assert torch.equal(a.trunk.candidates, b.trunk.candidates)
     # the update's re-scoring (the top layers from the records) gives the acting log-probs back
     evaluation = memo.evaluate(again)
     assert evaluation.logprobs.flatten().tolist() == pytest.approx([d.logprob for d in again], abs=1e-5)

@@ -22,6 +22,15 @@ class TrunkRecord:
     """The first prompt position recorded (the tokens before it were a cached prefix)."""
     hidden: torch.Tensor
     """``[len(prompt_ids) - start, H]``, on the model's device, in its dtype."""
+    candidates: torch.Tensor | None = None
+    """``[columns, H]``: the same layer's input at the candidates' tokens run after the prompt
+    (all but each candidate's last, laid out as their
+    :class:`~textgym.policy.scoring.CandidateTrie`); ``None`` when every candidate is one token."""
+
+    def nbytes(self) -> int:
+        """The bytes its tensors hold."""
+        held = [self.hidden] + ([self.candidates] if self.candidates is not None else [])
+        return sum(t.numel() * t.element_size() for t in held)
 
 
 @dataclass

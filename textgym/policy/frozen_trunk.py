@@ -8,11 +8,16 @@ layers, the final norm and the output head, with grad, instead of the whole mode
 prompt prefix still goes through the top layers with grad once per minibatch (its lower-layer
 states are recomputed without grad, once), so the gradient is the same as a full pass's.
 
-It applies to score-mode decisions with one-token candidates, outside conversation mode, on
-models whose decoder follows transformers' layout (``layers``, ``rotary_emb``, ``norm``) with
-SDPA attention and no sliding-window layers; :func:`find_trunk` says whether a model does. The
-first use on a model compares the two paths on a few decisions and keeps to the full pass if they
-differ (:class:`TopRescorer`).
+Candidates of several tokens (``STICK``, ``turn left``) have their later tokens scored after the
+prompt, laid out as a token trie (:class:`~textgym.policy.scoring.CandidateTrie`); the frozen
+layers' output at those tokens is recorded as well (:attr:`TrunkRecord.candidates`), and the top
+layers run the trie after the prompt with the same tree-shaped mask.
+
+It applies to score-mode decisions outside conversation mode, on models whose decoder follows
+transformers' layout (``layers``, ``rotary_emb``, ``norm``) with SDPA attention and no
+sliding-window layers; :func:`find_trunk` says whether a model does. The first use on a model
+compares the two paths on a few decisions and keeps to the full pass if they differ
+(:class:`TopRescorer`).
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from dataclasses import dataclass
 import torch
 
 from textgym.policy.decision import Decision, TrunkRecord
+from textgym.policy.scoring import CandidateTrie
 
-__all__ = ["TopRescorer", "Trunk", "acting_trunk", "find_trunk", "own_records", "recording", "rescore_top",
+__all__ = ["TopRescorer", "TopScores", "Trunk", "acting_trunk", "find_trunk", "own_records", "recording", "rescore_top",
            "trunk_records"]
 
 logger = logging.getLogger(__name__)
@@ -116,12 +122,24 @@ def _run_top(trunk: Trunk, hidden: torch.Tensor, mask: torch.Tensor, positions: 
     return hidden
 
 
+@dataclass
+class TopScores:
+    """What :func:`rescore_top` gives per decision."""
+
+    logits: torch.Tensor
+    """``[B, V]``: the next-token logits at the last prompt position (the candidates' first tokens)."""
+    hidden: torch.Tensor
+    """``[B, H]``: the last hidden state there."""
+    later: list[list[torch.Tensor]]
+    """Per decision, per candidate, the log-probs of its tokens after the first (float32; empty
+    for a one-token candidate)."""
+
+
 def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], prefix_hidden: torch.Tensor,
-                device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logits, hidden)`` at every decision's last prompt position, ``[B, V]`` and ``[B, H]``,
-    computed by the top layers alone from the decisions' trunk records (see the module doc). The
-    decisions share a prefix whose trunk output is ``prefix_hidden`` ``[1, P, H]``
-    (:meth:`TopRescorer.prefix_output`), and every record starts at or before its end."""
+                device: torch.device) -> TopScores:
+    """Every decision's candidates scored by the top layers alone from its trunk record (see the
+    module doc), with grad. The decisions share a prefix whose trunk output is ``prefix_hidden``
+    ``[1, P, H]`` (:meth:`TopRescorer.prefix_output`), and every record starts at or before its end."""
     from transformers import DynamicCache
 
     prefix_length = prefix_hidden.shape[1]
@@ -149,7 +167,51 @@ def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decisi
         rows_cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
     hidden = _run_top(trunk, padded, mask[:, None], positions, rows_cache)
     last = trunk.decoder.norm(hidden[:, -1])
-    return model.get_output_embeddings()(last), last
+    later = _later_tokens_top(model, trunk, decisions, rows_cache, prefix_length, real, positions[:, -1] + 1,
+                              (padded.dtype, size))
+    return TopScores(logits=model.get_output_embeddings()(last), hidden=last, later=later)
+
+
+def _later_tokens_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], cache: object,
+                      prefix_length: int, real: torch.Tensor, next_position: torch.Tensor,
+                      cache_dtype_width: tuple[torch.dtype, int]) -> list[list[torch.Tensor]]:
+    """Per decision, per candidate, the log-probs of its later tokens: the top layers over each
+    row's candidate trie (its recorded trunk output), after the prompt held in ``cache`` (the
+    shared prefix, then each row's suffix, ``real`` marking its real columns), each trie token
+    seeing the prompt and its own ancestors, at ``next_position`` plus its depth; the records enter
+    in ``cache_dtype_width``'s dtype (the prompt's), ``[.., H]``."""
+    tries = [CandidateTrie(d.candidates) for d in decisions]
+    empty = torch.zeros(0, device=real.device)
+    later = [[empty] * len(d.candidates) for d in decisions]
+    width = max(len(t.tokens) for t in tries)
+    if not width:
+        return later
+    rows, device = len(decisions), real.device
+    inputs = torch.zeros((rows, width, cache_dtype_width[1]), dtype=cache_dtype_width[0], device=device)
+    depths = torch.zeros((rows, width), dtype=torch.long)
+    ancestry = torch.zeros((rows, width, width), dtype=torch.bool)
+    columns = torch.zeros((rows, width), dtype=torch.bool)
+    for r, (d, trie) in enumerate(zip(decisions, tries)):
+        n = len(trie.tokens)
+        if n:
+            inputs[r, :n] = d.trunk.candidates
+            depths[r, :n] = torch.tensor(trie.depths)
+            ancestry[r, :n, :n] = trie.ancestry()
+            columns[r, :n] = True
+    columns, depths = columns.to(device), depths.to(device)
+    # a trie token sees the shared prefix, its row's real prompt tokens and its ancestors; padding
+    # columns the prefix only (a row that sees nothing would be NaN under SDPA)
+    seen = torch.cat([torch.ones((rows, width, prefix_length), dtype=torch.bool, device=device),
+                      real[:, None, :] & columns[:, :, None], ancestry.to(device)], dim=-1)
+    positions = torch.where(columns, next_position[:, None] + depths, prefix_length)
+    hidden = _run_top(trunk, inputs, seen[:, None], positions, cache)
+    logits = model.get_output_embeddings()(trunk.decoder.norm(hidden)).float()  # [B, W, V]
+    logp = logits - torch.logsumexp(logits, dim=-1, keepdim=True)
+    for r, (d, trie) in enumerate(zip(decisions, tries)):
+        for k, cand in enumerate(d.candidates):
+            if len(cand) > 1:
+                later[r][k] = logp[r, trie.columns(cand), cand[1:]]
+    return later
 
 
 def own_records(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision]) -> list[Decision]:
@@ -168,6 +230,15 @@ def own_records(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decisi
             model(input_ids=torch.tensor([d.prompt_ids], device=device), use_cache=False,
                   logits_to_keep=1)
         record = TrunkRecord(layer=trunk.start, start=d.trunk.start, hidden=seen[-1][0, d.trunk.start:])
+        trie = CandidateTrie(d.candidates or [])
+        if trie.tokens:  # each candidate after the prompt as one causal sequence: its trie columns
+            record.candidates = record.hidden.new_zeros((len(trie.tokens), record.hidden.shape[-1]))
+            for cand in d.candidates:
+                if len(cand) > 1:
+                    with torch.no_grad(), recording(trunk) as seen:
+                        model(input_ids=torch.tensor([d.prompt_ids + cand[:-1]], device=device), use_cache=False,
+                              logits_to_keep=1)
+                    record.candidates[trie.columns(cand)] = seen[-1][0, len(d.prompt_ids):]
         copies.append(dataclasses.replace(d, trunk=record))
     return copies
 
@@ -203,7 +274,7 @@ class TopRescorer:
     def trunk_for(self, model: torch.nn.Module, decisions: Sequence[Decision], prefix_length: int) -> Trunk | None:
         """The trunk to re-score ``decisions`` from, or ``None`` for the full pass."""
         if not decisions or prefix_length < 1 or any(d.trunk is None or d.candidates is None or d.trunk.start > prefix_length
-                                or any(len(c) != 1 for c in d.candidates) for d in decisions):
+                                or not _records_candidates(d) for d in decisions):
             return None
         trunk = find_trunk(model)
         if trunk is None or any(d.trunk.layer != trunk.start for d in decisions):
@@ -220,13 +291,30 @@ class TopRescorer:
                            "the update runs the whole model")
 
 
+def _records_candidates(decision: Decision) -> bool:
+    """Whether the decision's record holds what its candidates' later tokens need: nothing for
+    one-token candidates, else their trie's columns."""
+    if all(len(c) == 1 for c in decision.candidates):
+        return True
+    recorded = decision.trunk.candidates
+    return recorded is not None and len(recorded) == len(CandidateTrie(decision.candidates).tokens)
+
+
 def trunk_records(seen: list[torch.Tensor], trunk: Trunk | None, rows: Sequence[int], lengths: Sequence[int],
-                  start: int) -> list[TrunkRecord | None]:
+                  start: int, later: Sequence[torch.Tensor] = (),
+                  later_at: Sequence[tuple[int, int, int] | None] | None = None) -> list[TrunkRecord | None]:
     """Per decision, its :class:`TrunkRecord` from the batch's recorded trunk output (the last pass
     in ``seen``, left-padded rows ending in the same column): decision ``i`` is batch row
-    ``rows[i]`` and its prompt has ``lengths[i]`` tokens, the first ``start`` of them run earlier."""
+    ``rows[i]`` and its prompt has ``lengths[i]`` tokens, the first ``start`` of them run earlier.
+    ``later``: the recorded passes over the candidates' later tokens, ``later_at`` per batch row
+    where its trie ran (:attr:`~textgym.policy.scoring.ScoredBatch.later_at`)."""
     if trunk is None or not seen:
         return [None] * len(rows)
     batch = seen[-1]
-    return [TrunkRecord(layer=trunk.start, start=start, hidden=batch[r, batch.shape[1] - (n - start):])
-            for r, n in zip(rows, lengths)]
+    records = []
+    for r, n in zip(rows, lengths):
+        at = later_at[r] if later_at is not None else None
+        candidates = later[at[0]][at[1], :at[2]] if at is not None and at[0] < len(later) else None
+        records.append(TrunkRecord(layer=trunk.start, start=start, hidden=batch[r, batch.shape[1] - (n - start):],
+                                   candidates=candidates))
+    return records

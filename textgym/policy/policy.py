@@ -463,8 +463,10 @@ class Policy:
             batch, _ = run_prompts(model, [prompts[i] for i in new], prefix_length, pad_id=self.pad_id,
                                    device=self.device, counters=self.counters, prefix_cache=self.prefix_cache,
                                    version=self._acting_version())
-        scored = self._score(model, batch, [valid_actions[i] for i in new])
-        records = trunk_records(seen, trunk, range(len(new)), [len(prompts[i]) for i in new], prefix_length)
+        with recording(trunk) as later:  # the candidates' later tokens, after the prompts
+            scored = self._score(model, batch, [valid_actions[i] for i in new])
+        records = trunk_records(seen, trunk, range(len(new)), [len(prompts[i]) for i in new], prefix_length,
+                                later, scored.later_at)
         if not c.score_memo_bytes:
             return scored, records
         kept = rows_of(scored, records)

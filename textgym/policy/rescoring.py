@@ -96,14 +96,16 @@ def rescore_candidates(model: torch.nn.Module, decisions: Sequence[Decision], pr
 def rescore_candidates_from_trunk(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision],
                                   prefix_hidden: torch.Tensor, *, temperature: float, normalization: str,
                                   tokenizer: PreTrainedTokenizerBase, device: torch.device) -> Evaluation:
-    """:func:`rescore_candidates` for decisions with one-token candidates and trunk records: the
-    top layers alone, from what the frozen layers gave while acting (:mod:`.frozen_trunk`);
-    ``prefix_hidden``: the trunk's output for the prefix the decisions share."""
+    """:func:`rescore_candidates` for decisions with trunk records: the top layers alone, from
+    what the frozen layers gave while acting (:mod:`.frozen_trunk`); ``prefix_hidden``: the
+    trunk's output for the prefix the decisions share."""
     firsts, row_of = unique_rows([(tuple(d.prompt_ids), tuple(map(tuple, d.candidates))) for d in decisions])
-    logits, hidden = rescore_top(model, trunk, [decisions[i] for i in firsts], prefix_hidden, device)
-    first = torch.log_softmax(logits.float(), dim=-1)
-    per_unique = [[first[u, cand[0]].reshape(1) for cand in decisions[i].candidates] for u, i in enumerate(firsts)]
-    return _candidate_evaluation(decisions, firsts, row_of, per_unique, hidden, temperature=temperature,
+    top = rescore_top(model, trunk, [decisions[i] for i in firsts], prefix_hidden, device)
+    first = torch.log_softmax(top.logits.float(), dim=-1)
+    per_unique = [[torch.cat([first[u, cand[0]].reshape(1), later]) for cand, later in zip(decisions[i].candidates,
+                                                                                            top.later[u])]
+                  for u, i in enumerate(firsts)]
+    return _candidate_evaluation(decisions, firsts, row_of, per_unique, top.hidden, temperature=temperature,
                                  normalization=normalization, tokenizer=tokenizer, device=device)
 
 

@@ -37,8 +37,8 @@ class ScoredRow:
     trunk: TrunkRecord | None
 
     def nbytes(self) -> int:
-        hidden = 0 if self.trunk is None else self.trunk.hidden.numel() * self.trunk.hidden.element_size()
-        return (self.scores.numel() * self.scores.element_size() + hidden
+        trunk = 0 if self.trunk is None else self.trunk.nbytes()
+        return (self.scores.numel() * self.scores.element_size() + trunk
                 + self.token_logprobs.numel() * self.token_logprobs.element_size())
 
 
@@ -49,7 +49,8 @@ def rows_of(scored: ScoredBatch, trunks: Sequence[TrunkRecord | None]) -> list[S
     for r, (count, lengths, trunk) in enumerate(zip(scored.counts, scored.lengths, trunks)):
         longest = max(lengths)
         if trunk is not None:
-            trunk = TrunkRecord(layer=trunk.layer, start=trunk.start, hidden=trunk.hidden.clone())
+            trunk = TrunkRecord(layer=trunk.layer, start=trunk.start, hidden=trunk.hidden.clone(),
+                                candidates=None if trunk.candidates is None else trunk.candidates.clone())
         rows.append(ScoredRow(scores=scored.scores[r, :count].clone(),
                               token_logprobs=scored.token_logprobs[r, :count, :longest].clone(),
                               lengths=list(lengths), trunk=trunk))

@@ -178,9 +178,9 @@ def score_points(model: torch.nn.Module, cache: DynamicCache, attention_mask: to
     """
     token_logprobs = [[first_logprobs[p, cand[0]].reshape(1) for cand in cands]
                       for p, cands in enumerate(candidates)]
-    for rest, pieces in _later_tokens(model, cache, attention_mask, rows, limits, positions, candidates,
-                                      pad_id=pad_id, chunk_bytes=chunk_bytes, counters=counters,
-                                      vocab=first_logprobs.shape[-1]):
+    for rest, pieces, _ in _later_tokens(model, cache, attention_mask, rows, limits, positions, candidates,
+                                         pad_id=pad_id, chunk_bytes=chunk_bytes, counters=counters,
+                                         vocab=first_logprobs.shape[-1]):
         for (p, k, _), part in zip(pieces, rest.split([n for _, _, n in pieces])):
             token_logprobs[p][k] = torch.cat([token_logprobs[p][k], part])
     return token_logprobs
@@ -195,11 +195,14 @@ def _tries(candidates: Sequence[Sequence[Sequence[int]]]) -> list[CandidateTrie]
 def _later_tokens(model: torch.nn.Module, cache: DynamicCache, attention_mask: torch.Tensor, rows: Sequence[int],
                   limits: Sequence[int | None], positions: torch.Tensor,
                   candidates: Sequence[Sequence[Sequence[int]]], *, pad_id: int, chunk_bytes: int,
-                  counters: Counters, vocab: int) -> Iterator[tuple[torch.Tensor, list[tuple[int, int, int]]]]:
+                  counters: Counters, vocab: int
+                  ) -> Iterator[tuple[torch.Tensor, list[tuple[int, int, int]], list[tuple[int, int]]]]:
     """The log-probs of every candidate's tokens after its first (see :func:`score_points`), a
-    chunk of cache rows at a time: ``(values, pieces)``, where ``values`` holds, piece after
-    piece, the ``n`` later tokens' log-probs of candidate ``k`` of point ``p`` for each piece
-    ``(p, k, n)``. The inputs of a chunk are built on the host and cross to the device at once."""
+    chunk of cache rows at a time (one forward pass each): ``(values, pieces, rows)``, where
+    ``values`` holds, piece after piece, the ``n`` later tokens' log-probs of candidate ``k`` of
+    point ``p`` for each piece ``(p, k, n)``, and ``rows`` lists the pass's rows as ``(cache row,
+    columns)``: its tries' tokens fill its first ``columns`` columns. The inputs of a chunk are
+    built on the host and cross to the device at once."""
     tries = _tries(candidates)
     by_row: dict[int, list[int]] = {}
     for p, trie in enumerate(tries):
@@ -268,7 +271,8 @@ def _later_tokens(model: torch.nn.Module, cache: DynamicCache, attention_mask: t
         normaliser = torch.logsumexp(logits, dim=-1)  # [rows, w]
         # Gather every candidate's later tokens of the chunk at once (one host -> device copy).
         r_index, columns, targets = torch.tensor(where, dtype=torch.long, device=device).unbind(1)
-        yield logits[r_index, columns, targets] - normaliser[r_index, columns], pieces
+        yield (logits[r_index, columns, targets] - normaliser[r_index, columns], pieces,
+               [(row, widths[row]) for row in chunk])
 
 
 @dataclass
@@ -283,6 +287,10 @@ class ScoredBatch:
     """Per row, how many candidates it has."""
     lengths: list[list[int]]
     """Per row, per candidate, how many tokens it has."""
+    later_at: list[tuple[int, int, int] | None] | None = None
+    """Per row, where its candidates' later tokens ran: ``(pass, row of that pass, columns)``
+    (the passes in order, see :func:`_later_tokens`; ``None``: every candidate is one token).
+    What the frozen layers gave there is recorded from it (:func:`~textgym.policy.frozen_trunk.trunk_records`)."""
 
 
 def score_batch(model: torch.nn.Module, batch: BatchState, candidates: list[list[list[int]]],
@@ -312,9 +320,12 @@ def score_batch(model: torch.nn.Module, batch: BatchState, candidates: list[list
     token_logprobs = first_logprobs.new_zeros((len(candidates), width, longest))
     token_logprobs[rows_t, ks_t, 0] = first_logprobs[rows_t, torch.tensor(firsts, device=device)]
     every = list(range(len(candidates)))
-    for rest, pieces in _later_tokens(model, batch.cache, batch.attention_mask, every, [None] * len(every),
-                                      batch.next_position, candidates, pad_id=pad_id, chunk_bytes=chunk_bytes,
-                                      counters=counters, vocab=first_logprobs.shape[-1]):
+    later_at: list[tuple[int, int, int] | None] = [None] * len(candidates)
+    for step, (rest, pieces, rows_run) in enumerate(_later_tokens(
+            model, batch.cache, batch.attention_mask, every, [None] * len(every), batch.next_position, candidates,
+            pad_id=pad_id, chunk_bytes=chunk_bytes, counters=counters, vocab=first_logprobs.shape[-1])):
+        for r, (row, columns) in enumerate(rows_run):
+            later_at[row] = (step, r, columns)
         at = [(p, k, j) for p, k, n in pieces for j in range(1, n + 1)]
         p_index, k_index, j_index = torch.tensor(at, device=device).unbind(1)
         token_logprobs[p_index, k_index, j_index] = rest
@@ -328,7 +339,8 @@ def score_batch(model: torch.nn.Module, batch: BatchState, candidates: list[list
         sums = sums / _padded(words, width, device).to(sums.dtype)
     real = torch.arange(width, device=device)[None, :] < torch.tensor(counts, device=device)[:, None]
     scores = sums.masked_fill(~real, float("-inf"))
-    return ScoredBatch(scores=scores, token_logprobs=token_logprobs, counts=counts, lengths=lengths)
+    return ScoredBatch(scores=scores, token_logprobs=token_logprobs, counts=counts, lengths=lengths,
+                       later_at=later_at)
 
 
 def _padded(values: list[list[int]], width: int, device: torch.device) -> torch.Tensor:
