@@ -282,11 +282,12 @@ _RL_CREDIT = {"explore_floor": 0.2, "state_credit": 1.0, "kl_coef": 0.0, "entrop
 #: nearly everywhere: it keeps HIT sampled where the importance-weighted floor cannot bring it back
 #: (without it every seed tried stopped at stick at 12+, -0.1058). 4,096 hands an update: each of
 #: the ~280 states is run through the model once per rollout (``score_memo_bytes``) and re-scored
-#: once per minibatch, so the hands cost little; the update in bf16; the step held for 27 updates,
-#: then down to a tenth at update 45. ``bench/rl_ablation.py``'s ``grpo-anchors-kl-4096-common``:
-#: -0.0647, -0.0674, -0.0704 exactly after 60 minutes (3 seeds at once; target -0.060); the same
-#: on 256 hands an update without common cards: -0.080, -0.070, -0.072.
-_BLACKJACK_RL = {"algo": "grpo", "sft_player": "none", "updates": 80, "minutes": 60, "num_envs": 32, "lr": 3e-4,
+#: once per minibatch by the top layers alone, so the hands cost little; the update in bf16; the
+#: step held for 27 updates, then down to a tenth at update 45. ``bench/rl_ablation.py``'s
+#: ``grpo-anchors-kl-4096-common-6e-4``: -0.0624, -0.0577, -0.0649 exactly after 60 minutes (3 seeds
+#: at once, 44-46 updates; target -0.060); at lr 3e-4 with the whole model re-scored (37-39 updates):
+#: -0.0647, -0.0674, -0.0704; on 256 hands an update without common cards: -0.080, -0.070, -0.072.
+_BLACKJACK_RL = {"algo": "grpo", "sft_player": "none", "updates": 80, "minutes": 60, "num_envs": 32, "lr": 6e-4,
                  "env_kwargs": {"common_cards": True},
                  "policy": {"act_dtype": "bfloat16", "update_dtype": "bfloat16", "score_memo_bytes": 128 * 2**20},
                  "trainer": {**_RL_CREDIT, "group_size": 8, "episodes_per_update": 4096, "entropy_coef": 0.02,
