@@ -167,19 +167,18 @@ def rescore_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decisi
         rows_cache.update(keys.expand(rows, -1, -1, -1), values.expand(rows, -1, -1, -1), i)
     hidden = _run_top(trunk, padded, mask[:, None], positions, rows_cache)
     last = trunk.decoder.norm(hidden[:, -1])
-    later = _later_tokens_top(model, trunk, decisions, rows_cache, prefix_length, real, positions[:, -1] + 1,
-                              (padded.dtype, size))
+    later = _later_tokens_top(model, trunk, decisions, rows_cache, prefix_length, real, positions[:, -1] + 1, padded)
     return TopScores(logits=model.get_output_embeddings()(last), hidden=last, later=later)
 
 
 def _later_tokens_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[Decision], cache: object,
                       prefix_length: int, real: torch.Tensor, next_position: torch.Tensor,
-                      cache_dtype_width: tuple[torch.dtype, int]) -> list[list[torch.Tensor]]:
+                      prompts: torch.Tensor) -> list[list[torch.Tensor]]:
     """Per decision, per candidate, the log-probs of its later tokens: the top layers over each
     row's candidate trie (its recorded trunk output), after the prompt held in ``cache`` (the
     shared prefix, then each row's suffix, ``real`` marking its real columns), each trie token
-    seeing the prompt and its own ancestors, at ``next_position`` plus its depth; the records enter
-    in ``cache_dtype_width``'s dtype (the prompt's), ``[.., H]``."""
+    seeing the prompt and its own ancestors, at ``next_position`` plus its depth. The records enter
+    in the dtype of ``prompts``, the prompts' own input to the top layers."""
     tries = [CandidateTrie(d.candidates) for d in decisions]
     empty = torch.zeros(0, device=real.device)
     later = [[empty] * len(d.candidates) for d in decisions]
@@ -187,7 +186,7 @@ def _later_tokens_top(model: torch.nn.Module, trunk: Trunk, decisions: Sequence[
     if not width:
         return later
     rows, device = len(decisions), real.device
-    inputs = torch.zeros((rows, width, cache_dtype_width[1]), dtype=cache_dtype_width[0], device=device)
+    inputs = prompts.new_zeros((rows, width, prompts.shape[-1]))
     depths = torch.zeros((rows, width), dtype=torch.long)
     ancestry = torch.zeros((rows, width, width), dtype=torch.bool)
     columns = torch.zeros((rows, width), dtype=torch.bool)
