@@ -300,8 +300,8 @@ def _records_candidates(decision: Decision) -> bool:
 
 
 def trunk_records(seen: list[torch.Tensor], trunk: Trunk | None, rows: Sequence[int], lengths: Sequence[int],
-                  start: int, later: Sequence[torch.Tensor] = (),
-                  later_at: Sequence[tuple[int, int, int] | None] | None = None) -> list[TrunkRecord | None]:
+                  start: int, later: Sequence[torch.Tensor],
+                  later_at: Sequence[tuple[int, int, int] | None]) -> list[TrunkRecord | None]:
     """Per decision, its :class:`TrunkRecord` from the batch's recorded trunk output (the last pass
     in ``seen``, left-padded rows ending in the same column): decision ``i`` is batch row
     ``rows[i]`` and its prompt has ``lengths[i]`` tokens, the first ``start`` of them run earlier.
@@ -312,8 +312,8 @@ def trunk_records(seen: list[torch.Tensor], trunk: Trunk | None, rows: Sequence[
     batch = seen[-1]
     records = []
     for r, n in zip(rows, lengths):
-        at = later_at[r] if later_at is not None else None
-        candidates = later[at[0]][at[1], :at[2]] if at is not None and at[0] < len(later) else None
+        at = later_at[r]
+        candidates = later[at[0]][at[1], :at[2]] if at is not None else None
         records.append(TrunkRecord(layer=trunk.start, start=start, hidden=batch[r, batch.shape[1] - (n - start):],
                                    candidates=candidates))
     return records

@@ -12,6 +12,7 @@ so envs whose prompts never repeat only pay the bookkeeping.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
@@ -49,8 +50,8 @@ def rows_of(scored: ScoredBatch, trunks: Sequence[TrunkRecord | None]) -> list[S
     for r, (count, lengths, trunk) in enumerate(zip(scored.counts, scored.lengths, trunks)):
         longest = max(lengths)
         if trunk is not None:
-            trunk = TrunkRecord(layer=trunk.layer, start=trunk.start, hidden=trunk.hidden.clone(),
-                                candidates=None if trunk.candidates is None else trunk.candidates.clone())
+            trunk = dataclasses.replace(trunk, hidden=trunk.hidden.clone(),
+                                        candidates=None if trunk.candidates is None else trunk.candidates.clone())
         rows.append(ScoredRow(scores=scored.scores[r, :count].clone(),
                               token_logprobs=scored.token_logprobs[r, :count, :longest].clone(),
                               lengths=list(lengths), trunk=trunk))
