@@ -119,6 +119,9 @@ VARIANTS["grpo-anchors-kl-4096-common"] = {**VARIANTS["grpo-anchors-kl-2048-comm
 # the same at twice the step: with 4,096 hands an update the advantages are less noisy, and the
 # optimizer's steps (not the hands) may be what limits how far each update moves the table
 VARIANTS["grpo-anchors-kl-4096-common-6e-4"] = {**VARIANTS["grpo-anchors-kl-4096-common"], "lr": 6e-4}
+# the same with the step held for 38 updates, then to a tenth at 64: about the 60 minutes' count with
+# two runs sharing the 2 cores, each update re-scored by the top layers alone
+VARIANTS["grpo-anchors-kl-4096-common-6e-4-64"] = {**VARIANTS["grpo-anchors-kl-4096-common-6e-4"], "total_updates": 64}
 
 
 def lr_scale(decay: dict | None, elapsed: float, budget: float | None) -> float:
