@@ -195,9 +195,9 @@ def _update_gradients(model, tok, act_correction: bool, monkeypatch) -> dict:
         seen["episodes"] = list(episodes)
         return update(episodes, *args, **kwargs)
 
-    def recording_prepare(cls, policy, decisions, config):
+    def recording_prepare(cls, policy, decisions, config, memo=None):
         seen["decisions"] = decisions
-        return prepare(cls, policy, decisions, config)
+        return prepare(cls, policy, decisions, config, memo)
 
     def recording_step(optimizer, *args, **kwargs):
         assert "applied" not in seen, "one optimizer step: the whole batch, one epoch"

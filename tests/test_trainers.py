@@ -718,6 +718,69 @@ def test_reference_logprobs_run_each_state_once_and_keep_each_decisions_answer(t
         assert torch.allclose(units, reference_logprobs(tiny_policy, [decision], 1)[0], atol=1e-5)
 
 
+def test_the_reference_memo_serves_decisions_met_before_until_the_reference_changes(tiny_policy):
+    from textgym.rollout import decisions_of
+    from textgym.trainers.engine.kl import ReferenceMemo, reference_logprobs
+
+    trainer = make_trainer("reinforce", tiny_policy, env="textgym/Bandit-v0",
+                           config={**SMALL, "kl_coef": 0.1, "lr": 1e-2})
+    episodes = trainer.collect().episodes
+    decisions = decisions_of(episodes)
+    passes = []
+    evaluate = tiny_policy.evaluate
+    tiny_policy.evaluate = lambda batch: passes.append(len(batch)) or evaluate(batch)
+    memo = ReferenceMemo()
+    first = memo.logprobs(tiny_policy, decisions, 8, entries=100)
+    assert memo.hits == 0 and passes
+    for got, fresh in zip(first, reference_logprobs(tiny_policy, decisions, 8), strict=True):
+        assert torch.equal(got, fresh)
+    passes.clear()
+    again = memo.logprobs(tiny_policy, decisions, 8, entries=100)
+    assert memo.hits == len(decisions) and passes == []  # no reference pass at all
+    assert all(torch.equal(a, b) for a, b in zip(first, again, strict=True))
+    # the trainer's updates share one memo: the second update on the same decisions runs no reference pass
+    trainer.update(episodes)
+    assert trainer.reference_memo.hits == 0
+    trainer.update(episodes)
+    assert trainer.reference_memo.hits == len(decisions)
+    # a rebased reference (a warm start) makes every kept value stale
+    tiny_policy.evaluate = evaluate
+    with torch.no_grad():
+        moved = tiny_policy.evaluate(decisions)
+    tiny_policy.rebase_reference()
+    rebased = memo.logprobs(tiny_policy, decisions, 8, entries=100)
+    assert memo.hits == 0
+    assert torch.allclose(torch.cat(rebased), moved.logprobs[moved.mask], atol=1e-5)
+    assert not torch.allclose(torch.cat(rebased), torch.cat(first), atol=1e-3)  # the updates moved the policy
+    # at most ``entries`` kept: the least recently used go first
+    memo.logprobs(tiny_policy, decisions, 8, entries=1)
+    memo.logprobs(tiny_policy, decisions[-1:], 8, entries=1)
+    assert memo.hits == 1
+    memo.logprobs(tiny_policy, decisions, 8, entries=0)
+    memo.logprobs(tiny_policy, decisions, 8, entries=0)
+    assert memo.hits == 0
+
+
+def test_the_reference_memo_keys_a_decision_by_its_context_candidates_and_answer(tiny_policy):
+    import dataclasses
+
+    from textgym.rollout import collect, decisions_of
+    from textgym.trainers.engine.kl import ReferenceMemo
+
+    rollout = collect(tiny_policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=4, seed=0)
+    decision = decisions_of(rollout.episodes)[0]
+    key = ReferenceMemo.key(decision)
+    assert ReferenceMemo.key(dataclasses.replace(decision)) == key
+    other_choice = (decision.action_index + 1) % len(decision.candidates)
+    changed = [dataclasses.replace(decision, action_index=other_choice),
+               dataclasses.replace(decision, prompt_ids=decision.prompt_ids[:-1]),
+               dataclasses.replace(decision, candidates=[*decision.candidates, [7]]),
+               # the same token ids cut at another place between context and answer
+               dataclasses.replace(decision, prompt_ids=decision.prompt_ids[:-1],
+                                   answer_ids=decision.prompt_ids[-1:] + decision.answer_ids)]
+    assert len({key, *(ReferenceMemo.key(d) for d in changed)}) == 1 + len(changed)
+
+
 def test_long_prompts_are_rescored_in_chunks_that_fit_the_token_budget(tiny_policy):
     from textgym.trainers.engine.optimization import sequence_cost
 

@@ -223,6 +223,12 @@ class Policy:
         """Restore the reference from :meth:`reference_state`'s weights."""
         self._reference.load_state(self.model, tensors)
 
+    @property
+    def reference_version(self) -> int:
+        """Changes whenever the :meth:`reference` policy's weights do (a rebase, a restore): what
+        was computed with the reference under another version is stale."""
+        return self._reference.version
+
     @contextlib.contextmanager
     def reference(self) -> Iterator[Policy]:
         """Within this block the policy is the reference policy: the LoRA adapter is disabled (no

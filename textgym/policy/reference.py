@@ -31,9 +31,13 @@ class ReferenceWeights:
         #: With an adapter, after :meth:`rebase`: the reference's adapter weights, by parameter name.
         self.adapter: dict[str, torch.Tensor] | None = None
         self.active = False
+        #: Counts the changes of the reference's weights, so that what was computed with them
+        #: (a trainer's memo of reference log-probs) knows when it is stale.
+        self.version = 0
 
     def rebase(self, model: torch.nn.Module) -> None:
         """From now on the reference policy is ``model`` as it is now."""
+        self.version += 1
         if is_peft_model(model):
             self.adapter = {name: p.detach().clone() for name, p in adapter_parameters(model)}
         else:
@@ -57,6 +61,7 @@ class ReferenceWeights:
     def load_state(self, model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
         """Make the weights ``tensors`` (from :meth:`state`) the reference of ``model``: its
         adapter's weights, or (without an adapter) a frozen copy of the model holding them."""
+        self.version += 1
         if is_peft_model(model):
             names = {name for name, _ in adapter_parameters(model)}
             if set(tensors) != names:
@@ -74,6 +79,7 @@ class ReferenceWeights:
     def take_snapshot(self, model: torch.nn.Module) -> None:
         """Freeze a copy of ``model``'s weights as the reference (once: later calls keep the first)."""
         if self.snapshot is None:
+            self.version += 1
             self.snapshot = copy.deepcopy(model).eval().requires_grad_(False)
 
     @contextlib.contextmanager

@@ -132,7 +132,7 @@ class GRPOTrainer(Trainer):
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
-        step = LossStep.prepare(self.policy, decisions, cfg)
+        step = LossStep.prepare(self.policy, decisions, cfg, self.reference_memo)
 
         # 4. The objective: the clipped surrogate against the rollout's log-probs.
         def objective(ev: Evaluation, weights: torch.Tensor | None,

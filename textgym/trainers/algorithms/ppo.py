@@ -109,7 +109,7 @@ class PPOTrainer(Trainer):
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
-        step = LossStep.prepare(self.policy, decisions, cfg)
+        step = LossStep.prepare(self.policy, decisions, cfg, self.reference_memo)
 
         # 4. The objective: the clipped surrogate plus the clipped value loss.
         def objective(ev: Evaluation, weights: torch.Tensor | None,

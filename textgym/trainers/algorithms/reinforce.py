@@ -86,7 +86,7 @@ class ReinforceTrainer(Trainer):
 
         # 3. What every algorithm's loss shares: reference log-probs for the KL penalty, the
         #    acting-precision correction (once per update); entropy bonus and KL terms per minibatch.
-        step = LossStep.prepare(self.policy, decisions, cfg)
+        step = LossStep.prepare(self.policy, decisions, cfg, self.reference_memo)
 
         # 4. The objective: -A * log pi(answer) (each token importance-weighted when correcting),
         #    its ratio to the rollout's clipped as PPO's when clip_eps is set (the trust region).

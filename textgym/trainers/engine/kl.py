@@ -14,6 +14,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
+from array import array
+from collections import OrderedDict
 from collections.abc import Sequence
 
 import torch
@@ -22,7 +25,7 @@ from textgym.policy import Decision, Evaluation, Policy
 from textgym.trainers.engine.losses import approx_kl, masked_mean
 from textgym.trainers.engine.optimization import row_batches
 
-__all__ = ["flat_units", "pad_units", "reference_kl", "reference_logprobs", "rollout_kl"]
+__all__ = ["ReferenceMemo", "flat_units", "pad_units", "reference_kl", "reference_logprobs", "rollout_kl"]
 
 
 def flat_units(values: torch.Tensor, mask: torch.Tensor) -> list[torch.Tensor]:
@@ -48,6 +51,69 @@ def reference_logprobs(policy: Policy, decisions: Sequence[Decision], batch_size
             for i, units in zip(rows, flat_units(ev.logprobs, ev.mask)):
                 out[i] = units
     return out
+
+
+class ReferenceMemo:
+    """The reference policy's log-probs of decisions, kept across updates.
+
+    The reference does not change during a run (until a warm start rebases it), so a decision
+    with the same context and answer as one met by an earlier update has the same reference
+    log-probs: where states recur (Blackjack's 280 hands, a GRPO group's shared first turns) an
+    update re-scores with the reference only what is new. Least recently used entries go first
+    past ``entries``; everything goes when the policy's reference changes
+    (:attr:`Policy.reference_version <textgym.policy.Policy.reference_version>`).
+
+    Example:
+        >>> import textgym
+        >>> from textgym.rollout import collect, decisions_of
+        >>> policy = textgym.Policy(*textgym.models.load("tiny"), mode="score")
+        >>> rollout = collect(policy, textgym.make_vec("textgym/Bandit-v0", num_envs=2), episodes=4, seed=0)
+        >>> decisions = decisions_of(rollout.episodes)
+        >>> memo = ReferenceMemo()
+        >>> first = memo.logprobs(policy, decisions, batch_size=8, entries=100)
+        >>> again = memo.logprobs(policy, decisions, batch_size=8, entries=100)   # no forward pass
+        >>> memo.hits == len(decisions), all(a.equal(b) for a, b in zip(first, again))
+        (True, True)
+    """
+
+    def __init__(self) -> None:
+        self._units: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        self._version: int | None = None
+        self.hits = 0
+        """Decisions served from the memo by the last :meth:`logprobs`."""
+
+    @staticmethod
+    def key(decision: Decision) -> bytes:
+        """What fixes a decision's reference log-probs: its context, and its candidates and choice
+        (score mode) or its answer (generate mode); a 128-bit digest of their token ids."""
+        digest = hashlib.blake2b(digest_size=16)
+        parts = [decision.prompt_ids, decision.answer_ids, *(decision.candidates or ()),
+                 [-1 if decision.action_index is None else decision.action_index]]
+        for ids in parts:  # each part's length first: the parts' bounds are part of the key
+            digest.update(array("q", [len(ids), *ids]).tobytes())
+        return digest.digest()
+
+    def logprobs(self, policy: Policy, decisions: Sequence[Decision], batch_size: int,
+                 entries: int) -> list[torch.Tensor]:
+        """:func:`reference_logprobs` of ``decisions``, the reference re-scoring only those not
+        kept; then keeps at most ``entries`` (0: nothing)."""
+        if self._version != policy.reference_version:
+            self._units.clear()
+        keys = [self.key(d) for d in decisions]
+        missing = [i for i, key in enumerate(keys) if key not in self._units]
+        self.hits = len(decisions) - len(missing)
+        fresh = dict(zip((keys[i] for i in missing),
+                         reference_logprobs(policy, [decisions[i] for i in missing], batch_size)
+                         if missing else ()))
+        self._version = policy.reference_version  # after the pass: a first snapshot is taken there
+        out = [fresh[key] if key in fresh else self._units[key] for key in keys]
+        for key in keys:
+            if key in self._units:
+                self._units.move_to_end(key)
+        self._units.update(fresh)
+        while len(self._units) > entries:
+            self._units.popitem(last=False)
+        return out
 
 
 def rollout_kl(ev: Evaluation) -> float:

@@ -38,7 +38,7 @@ import torch
 
 from textgym.policy import Decision, Evaluation, Policy
 from textgym.trainers.engine.centering import evaluate_minibatch
-from textgym.trainers.engine.kl import reference_kl, reference_logprobs, rollout_kl
+from textgym.trainers.engine.kl import ReferenceMemo, reference_kl, reference_logprobs, rollout_kl
 from textgym.trainers.engine.losses import masked_mean, truncated_importance_weights
 from textgym.trainers.engine.optimization import LossFn
 from textgym.trainers.engine.precision import ActingCorrection
@@ -100,10 +100,15 @@ class LossStep:
     """The acting-precision correction (``None``: the policy acts in float32)."""
 
     @classmethod
-    def prepare(cls, policy: Policy, decisions: Sequence[Decision], config: TrainConfig) -> LossStep:
-        """What the update's minibatches share, computed once over ``decisions`` (no grad)."""
+    def prepare(cls, policy: Policy, decisions: Sequence[Decision], config: TrainConfig,
+                memo: ReferenceMemo | None = None) -> LossStep:
+        """What the update's minibatches share, computed once over ``decisions`` (no grad);
+        ``memo``: the trainer's reference log-probs of earlier updates (``TrainConfig.reference_memo``)."""
         size = config.minibatch_size
-        reference = reference_logprobs(policy, decisions, size) if config.kl_coef else None
+        reference = None
+        if config.kl_coef:
+            reference = (memo.logprobs(policy, decisions, size, config.reference_memo) if memo is not None
+                         else reference_logprobs(policy, decisions, size))
         correction = ActingCorrection.measure(policy, decisions, size, config.act_correction,
                                               config.act_correction_cap)
         return cls(policy, decisions, config, reference, correction)

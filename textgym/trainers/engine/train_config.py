@@ -132,6 +132,13 @@ class TrainConfig:
     kl_coef: float = setting(0.0, at_least=0)
     """Weight of the KL penalty to the reference policy (the model with the adapter disabled).
     0 skips the reference forward pass entirely."""
+    reference_memo: int = setting(65536, at_least=0)
+    """With ``kl_coef``: keep the reference policy's log-probs of up to this many decisions (by
+    context and answer) across updates, so an update runs the reference only on what earlier ones
+    did not meet. The reference does not change during a run (a warm start rebases it, which
+    empties the memo); where states recur (Blackjack's 280 hands, a GRPO group's shared first
+    turns) most of that pass goes. About 150 bytes a decision plus its log-probs. 0: run it on
+    every decision of every update."""
     target_kl: float | None = setting(None, above=0)
     """Stop an update early once the policy has moved this far from the rollout policy
     (approximate KL): no more epochs once an epoch's mean KL exceeds it, and no more optimizer

@@ -35,6 +35,7 @@ from textgym.rollout import Envs, Episode, Rollout, collect, decisions_of
 from textgym.trainers.engine import loop
 from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.engine.evaluation import HeldOut
+from textgym.trainers.engine.kl import ReferenceMemo
 from textgym.trainers.engine.loop import StopReason
 from textgym.trainers.engine.losses import same_state_advantages
 from textgym.trainers.engine.optimization import LossFn, chunk_costs, lr_factor, run_minibatches
@@ -124,6 +125,8 @@ class Trainer:
         """Why the last :meth:`train` returned (``None`` before one)."""
         self.held_out = HeldOut(self.env_id, self.env_kwargs, self.venv, self.process)
         """The envs of :meth:`evaluate` and :meth:`greedy_check`."""
+        self.reference_memo = ReferenceMemo()
+        """The reference policy's log-probs of decisions met so far (``kl_coef``, ``reference_memo``)."""
 
         self._init_algorithm()
         self.optimizer = torch.optim.AdamW(self._param_groups(), weight_decay=self.config.weight_decay)
