@@ -251,6 +251,44 @@ def test_minigrid_family_plays_with_minigrids_own_action_names():
     _check(textgym.make("minigrid/BabyAI-GoToRedBall-v0"))
 
 
+def test_minigrid_shaping_credits_each_step_toward_the_missions_object():
+    pytest.importorskip("minigrid")
+    from textgym.registry import reference_policy
+
+    # Empty-5x5 from seed 0: the goal 4 steps away on a 5 + 5 grid; the turn moves no closer
+    env = textgym.make("minigrid/MiniGrid-Empty-5x5-v0", shaping=2.0)
+    env.reset(seed=0)
+    terms, rewards = [], []
+    for answer in ("forward", "forward", "right", "forward", "forward"):
+        _, reward, terminated, _, info = env.step(answer)
+        terms.append(info["reward_terms"]["distance"])
+        rewards.append(reward)
+    assert terminated and terms == pytest.approx([0.2, 0.2, 0.0, 0.2, 0.2])
+    plain = textgym.make("minigrid/MiniGrid-Empty-5x5-v0")
+    plain.reset(seed=0)
+    env_rewards = [plain.step(answer)[1] for answer in ("forward", "forward", "right", "forward", "forward")]
+    assert rewards == pytest.approx([r + t for r, t in zip(env_rewards, terms)])
+    # BabyAI: next to the ball named by the mission; the bot's episode ends there, so its terms
+    # add up to the weight times the steps it started from, over width + height
+    env = textgym.make("minigrid/BabyAI-GoToRedBallNoDists-v0", shaping=1.0)
+    bot = reference_policy("minigrid/BabyAI-GoToRedBallNoDists-v0", "scripted")(env, 3)
+    _, info = env.reset(seed=3)
+    level = env.unwrapped
+    (bx, by), (ax, ay) = level.instrs.desc.obj_poss[0], level.agent_pos
+    start = abs(bx - ax) + abs(by - ay) - 1
+    total, terminated = 0.0, False
+    while not terminated:
+        _, reward, terminated, truncated, info = env.step(bot(info))
+        total += info["reward_terms"]["distance"]
+        assert not truncated
+    assert start > 0 and total == pytest.approx(start / (level.grid.width + level.grid.height))
+    # a mission that names no one object to reach, on a grid without a goal square: said at reset
+    with pytest.raises(ValueError, match="names no one object"):
+        textgym.make("minigrid/BabyAI-PutNextLocal-v0", shaping=1.0).reset(seed=0)
+    with pytest.raises(ValueError, match="shaping must be >= 0"):
+        textgym.make("minigrid/MiniGrid-Empty-5x5-v0", shaping=-1.0)
+
+
 def test_babyai_levels_have_minigrids_bot_as_their_scripted_player():
     pytest.importorskip("minigrid")
     from textgym.baselines import evaluate_baseline

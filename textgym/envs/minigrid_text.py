@@ -29,7 +29,8 @@ import numpy as np
 from textgym.registry import ReferencePlayer, ReferencePolicy, TrainingDefaults
 from textgym.wrappers.text_observation import Renderer
 
-__all__ = ["SYSTEM_PROMPT", "TRAINING_DEFAULTS", "MiniGridText", "describer", "list_ids", "make"]
+__all__ = ["SYSTEM_PROMPT", "TRAINING_DEFAULTS", "MiniGridText", "describer", "list_ids", "make",
+           "target_distance_potential"]
 
 # MiniGrid's encoding (minigrid.core.constants), kept here so that rendering needs no import.
 _OBJECTS = ("unseen", "empty", "wall", "floor", "door", "key", "ball", "box", "goal", "lava", "agent")
@@ -126,12 +127,43 @@ def list_ids() -> list[str]:
                   if gym.spec(i).entry_point is not None and str(gym.spec(i).entry_point).startswith("minigrid"))
 
 
-def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.Env:
+def target_distance_potential(env: gym.Env) -> float:
+    """Minus the steps (``|dx| + |dy|``, walls ignored) from the agent of an unwrapped MiniGrid env
+    to where its mission is met, over the grid's width plus height: next to the nearest object
+    the BabyAI instruction names (go to, pick up, open; the cell in front of it), or on the
+    nearest goal square (MiniGrid's own missions). A shaping potential: 0 where the mission is met.
+
+    Raises:
+        ValueError: the mission names no object (BabyAI's sequences, "put next to") and the grid has no goal.
+    """
+    description = getattr(getattr(env, "instrs", None), "desc", None)
+    if description is not None:
+        targets, reach = description.obj_poss, 1
+    else:
+        targets = [(x, y) for x in range(env.grid.width) for y in range(env.grid.height)
+                   if getattr(env.grid.get(x, y), "type", None) == "goal"]
+        reach = 0
+    if not targets:
+        raise ValueError(f"shaping: {env.spec.id if env.spec else type(env).__name__}'s mission names no "
+                         "one object to reach and its grid has no goal square")
+    x, y = env.agent_pos
+    steps = min(abs(x - tx) + abs(y - ty) for tx, ty in targets)
+    return -max(steps - reach, 0) / (env.grid.width + env.grid.height)
+
+
+def make(name: str, max_episode_steps: int | None = None, shaping: float = 0.0, **kwargs: Any) -> gym.Env:
     """The text env of MiniGrid id ``name``: ``textgym.wrap`` with the renderer above.
 
     Args:
         name: a MiniGrid or BabyAI id, e.g. ``"BabyAI-GoToRedBall-v0"``.
         max_episode_steps: a step limit below the env's own ``max_steps`` (``None``: its own).
+        shaping: the weight of potential-based shaping toward the mission's object
+            (:func:`target_distance_potential`, Ng et al. 1999): every step also gets ``shaping``
+            x the change of the potential, so a step toward the object is credited at once
+            instead of only the mission's reward at its end. An episode's terms add up to
+            ``shaping`` x how much closer it ended (a failed ending earns nothing by ending), and
+            which policies are optimal stays the same. 0: the env's reward alone (evaluate with
+            0: returns are then the env's).
         **kwargs: :func:`textgym.wrap` keywords (``history``, ``invalid_policy``...) and the
             MiniGrid env's own (``size``...).
     """
@@ -141,8 +173,17 @@ def make(name: str, max_episode_steps: int | None = None, **kwargs: Any) -> gym.
 
     from textgym.wrap import POLICY_KEYS, wrap
 
+    if shaping < 0:
+        raise ValueError(f"shaping must be >= 0, got {shaping}")
     wrap_keys = set(inspect.signature(wrap).parameters) - {"env", "policy"}
     wrap_kwargs = {k: kwargs.pop(k) for k in list(kwargs) if k in wrap_keys or k in POLICY_KEYS}
+    if shaping:
+        if "reward_terms" in wrap_kwargs:
+            raise ValueError("give either shaping= or reward_terms=, not both")
+        from textgym.wrappers import Potential, Scale
+
+        wrap_kwargs["reward_terms"] = [Scale(1.0), Potential(target_distance_potential, zero_terminal=False,
+                                                             weight=shaping, name="distance")]
     env = gym.make(name, max_episode_steps=max_episode_steps, **kwargs)
     return wrap(env, **wrap_kwargs)
 
