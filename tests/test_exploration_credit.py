@@ -159,6 +159,30 @@ def test_importance_floor_is_the_least_weight_of_an_exploration_draw(tiny_policy
     assert trainer.update(rollout.episodes, rollout.stats)["importance_weight"] == pytest.approx(1.0)
 
 
+def test_the_rollout_kl_of_exploration_draws_is_the_rollout_policy_s():
+    """Draws from the floor's mixture mu, weighed by pi_old / mu, estimate KL(pi_old || pi_new)
+    (what the metric, the alarms and ``target_kl`` read); unweighed, the floor's draws of an answer
+    the policy had all but ruled out, and the update lifted, swamp it."""
+    from textgym.policy import Evaluation
+    from textgym.trainers.engine.kl import rollout_kl
+
+    old = torch.tensor([0.9, 0.1 - 1e-9, 1e-9], dtype=torch.float64)
+    new = torch.tensor([0.85, 0.15 - 1e-4, 1e-4], dtype=torch.float64)
+    mu = 0.5 * old + 0.5 / 3
+    exact = float((old * (old / new).log()).sum())
+    drawn = torch.multinomial(mu, 200_000, replacement=True, generator=torch.Generator().manual_seed(0))
+    column = lambda p: p.log()[drawn].float().unsqueeze(1)
+    mask = torch.ones(len(drawn), 1, dtype=torch.bool)
+    ev = Evaluation(logprobs=column(new), mask=mask, old_logprobs=column(old), entropy=torch.zeros(len(drawn)),
+                    hidden=torch.zeros(len(drawn), 1))
+    # each draw's term, its spread giving the estimate's standard error
+    ratio = (new / old)[drawn]
+    terms = (old / mu)[drawn] * (ratio - ratio.log() - 1)
+    stderr = float(terms.std()) / len(drawn) ** 0.5
+    assert abs(rollout_kl(ev, column(mu)) - exact) < 4 * stderr < 0.1 * exact
+    assert rollout_kl(ev) > 1000 * exact  # unweighed: the floor's draws of the third answer
+
+
 # --- 2. per-state credit ------------------------------------------------------------------------
 
 

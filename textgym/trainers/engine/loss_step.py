@@ -134,7 +134,7 @@ class LossStep:
             stats = {**stats, **extra}
             entropy = ev.entropy.mean()
             loss = loss - cfg.entropy_coef * entropy
-            stats = {**stats, "entropy": entropy.item(), "kl": rollout_kl(ev)}
+            stats = {**stats, "entropy": entropy.item(), "kl": rollout_kl(ev, drawn)}
             if self.reference is not None:
                 ref_kl = reference_kl(ev, self.reference, idx)
                 loss = loss + cfg.kl_coef * ref_kl
