@@ -329,8 +329,8 @@ _TICTACTOE_RL = {**_TICTACTOE_WARM, "algo": "grpo", "updates": 16, "lr": 1e-4,
 #: ~0.002), every floor draw weighed at least 1 (``importance_floor``: pi/mu would leave it ~0.03 of
 #: its gradient), the ratio's upper clip at 5 (clip-higher: a rare better action may grow 5-fold an
 #: update, not 1.2-fold), 2 epochs. Measured: 0.930, 0.930, 0.931 on the 100 held-out missions (the
-#: bot 0.934) after 16 updates, 5-6 minutes of training a seed; with the floor's draws weighed pi/mu,
-#: the symmetric clip and 1 epoch, 0 of 100 (bench/results/rl_babyai.json). ``shaping`` toward the ball
+#: bot 0.934) after 16 updates, 5-6 minutes of training a seed; with either change alone, or neither,
+#: 0 of 100 after as many updates (bench/results/rl_babyai.json). ``shaping`` toward the ball
 #: is not needed: with it, 40 updates, 0.930, 0.931, 0.930 (bench/results/rl_babyai_shaping.json).
 _BABYAI_RL = {"algo": "grpo", "mode": "score", "sft_player": "none", "updates": 16, "minutes": 60, "num_envs": 16,
               "lr": 5e-4,
