@@ -107,8 +107,8 @@ class LossStep:
         size = config.minibatch_size
         reference = None
         if config.kl_coef:
-            reference = (memo.logprobs(policy, decisions, size, config.reference_memo) if memo is not None
-                         else reference_logprobs(policy, decisions, size))
+            reference = (memo.logprobs(policy, decisions, size, config.reference_memo)
+                         if memo is not None and config.reference_memo else reference_logprobs(policy, decisions, size))
         correction = ActingCorrection.measure(policy, decisions, size, config.act_correction,
                                               config.act_correction_cap)
         return cls(policy, decisions, config, reference, correction)
