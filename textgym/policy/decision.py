@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -54,6 +54,11 @@ class Decision:
     """Score mode: token ids of every valid action (as scored); ``None`` in generate mode."""
     action_index: int | None = None
     """Score mode: index of the chosen action in ``candidates``; ``None`` in generate mode."""
+    candidate_logprobs: list[float] | None = None
+    """Score mode: the log-softmax over candidates (at the policy's temperature) of every one of
+    ``candidates``, so the log-prob of another choice in the same state is at hand
+    (:meth:`choosing`); ``logprob`` is ``candidate_logprobs[action_index]``. ``None`` in generate
+    mode and for decisions built without it (demonstrations)."""
     behaviour_logprobs: list[float] | None = None
     """Per unit (score mode: one, the chosen candidate; generate: one per answer token), its
     log-prob under the distribution that actually drew it, where that is not the policy's own:
@@ -63,6 +68,23 @@ class Decision:
     trunk: TrunkRecord | None = field(default=None, compare=False, repr=False)
     """Set while training with an adapter on the top layers only: the frozen layers' output for
     the prompt (re-scoring then runs the top layers alone). ``None`` otherwise."""
+
+    def choosing(self, index: int, text: str) -> Decision:
+        """The same state's decision for candidate ``index`` (the action named ``text``) instead, taken on purpose rather than
+        drawn (a tree rollout's branch: :mod:`textgym.trainers.engine.branching`): its log-prob
+        under the policy from ``candidate_logprobs``, and a behaviour log-prob of 0 (probability
+        1), so an update weighs it by the policy's own probability of it, truncated and floored
+        as any off-policy unit (``TrainConfig.importance_cap``, ``importance_floor``).
+
+        Raises:
+            ValueError: not a score-mode decision with ``candidate_logprobs``, or no such candidate.
+        """
+        if self.candidates is None or self.candidate_logprobs is None:
+            raise ValueError("choosing() needs a score-mode decision with candidate_logprobs")
+        if not 0 <= index < len(self.candidates):
+            raise ValueError(f"candidate {index} of a decision with {len(self.candidates)} candidates")
+        return replace(self, text=text, answer_ids=list(self.candidates[index]), action_index=index,
+                       logprob=self.candidate_logprobs[index], token_logprobs=[], behaviour_logprobs=[0.0])
 
     def continues(self, earlier: Decision) -> bool:
         """Whether this decision's context starts with ``earlier``'s context and answer: a later

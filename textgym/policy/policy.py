@@ -505,7 +505,7 @@ class Policy:
         chosen_tokens = scored.token_logprobs[unique, chosen]  # [rows, longest candidate]
         # What the decisions record crosses to the host in one copy per tensor.
         ks = chosen.tolist()
-        logps = logp.gather(1, chosen[:, None])[:, 0].tolist()
+        logp_rows = logp.tolist()  # every candidate's (Decision.candidate_logprobs), -inf past a row's own
         token_rows = chosen_tokens.tolist()
         behaviours = None if behaviour is None else behaviour.tolist()
         decisions = []
@@ -513,8 +513,9 @@ class Policy:
             k = ks[i]
             decisions.append(Decision(
                 text=actions[k], prompt_ids=prompts[i], answer_ids=list(candidates[i][k]),
-                token_logprobs=token_rows[i][:scored.lengths[row_of[i]][k]], logprob=logps[i],
+                token_logprobs=token_rows[i][:scored.lengths[row_of[i]][k]], logprob=logp_rows[i][k],
                 candidates=[list(cand) for cand in candidates[i]], action_index=k,
+                candidate_logprobs=logp_rows[i][:len(actions)],
                 behaviour_logprobs=None if behaviours is None else [behaviours[i]]))
         return decisions
 

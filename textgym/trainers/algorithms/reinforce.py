@@ -67,6 +67,11 @@ class ReinforceTrainer(Trainer):
         ])
         if self.process.agree_to_stop(not all_finite(returns)):  # every process skips, or none
             return self.finish_update(episodes, skipped_update("rewards"), started, stats, check)
+        # 1'. Tree rollouts: every action of the branched states, each with its return from there.
+        branched: dict[str, float] = {}
+        if cfg.branch_turns:
+            tree = self.grow_tree(episodes, cfg.branch_turns)
+            decisions, returns, branched = tree.decisions, tree.returns, tree.stats
 
         # 2. Returns -> advantages: normalised over the batch, or minus an EMA of past returns
         #    (batch statistics over every process's decisions; `mine` is this process's part).
@@ -104,8 +109,10 @@ class ReinforceTrainer(Trainer):
             return policy_loss, {"policy_loss": policy_loss.item()}
 
         # 5. Minibatch steps over the batch (epochs, clipping, target-KL stop: Trainer.optimize).
-        metrics = self.optimize(decisions, step.loss_fn(objective), groups=conversation_runs(episodes))
+        metrics = self.optimize(decisions, step.loss_fn(objective),
+                                groups=None if cfg.branch_turns else conversation_runs(episodes))
         metrics["advantage_std"] = float(all_advantages.std(correction=0))
+        metrics.update(branched)
         metrics.update(step.metrics)
         # 6. Every update ends in the engine: counters, online SFT, check, alarms, the metrics line.
         return self.finish_update(episodes, metrics, started, stats, check)

@@ -28,11 +28,23 @@ class ReinforceConfig(TrainConfig):
     gradient is REINFORCE's; later ones stop pushing a decision whose probability already moved
     by more than this factor). ``None``: the plain ``-A log pi`` loss."""
 
+    branch_turns: int = setting(0, at_least=0)
+    """Score mode: tree rollouts (:mod:`textgym.trainers.engine.branching`). At up to this many
+    turns of each training episode, every other valid action is played too, from a replay of the
+    episode (the env reset with its seed, its answers replayed), and the policy plays each branch
+    on to the end; the update then trains on every action of those states, each compared with
+    the state's other actions (needs ``baseline="state"``), instead of on the sampled actions.
+    Other turns are not trained on. Costs about one episode's rest per other action and turn;
+    needs an env that replays exactly from its seed. 0: off."""
+
     algorithm = "reinforce"
     trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.branch_turns and self.baseline != "state":
+            raise ValueError(f"branch_turns compares each action with its state's other actions: it needs "
+                             f"baseline='state' (got {self.baseline!r})")
         if self.clip_eps is None and self.clip_eps_high is not None:
             raise ValueError("clip_eps_high is the upper clip of the ratio: it needs clip_eps "
                              f"(got clip_eps=None, clip_eps_high={self.clip_eps_high})")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -32,7 +33,8 @@ from textgym import distributed, run_folder, seeds
 from textgym.distributed import ProcessContext
 from textgym.policy import Decision, Policy
 from textgym.rollout import Envs, Episode, Rollout, collect, decisions_of
-from textgym.trainers.engine import loop
+from textgym.trainers.engine import branching, loop
+from textgym.trainers.engine.branching import Tree
 from textgym.trainers.engine.early_stop import CheckResult, EarlyStop, registered_until
 from textgym.trainers.engine.evaluation import HeldOut
 from textgym.trainers.engine.kl import ReferenceMemo
@@ -199,6 +201,15 @@ class Trainer:
             return collect(self.policy, self.venv, episodes=len(shard), seed=self.rollout_seed() + shard.start,
                            stop=stop, max_episode_steps=self.config.max_train_episode_steps,
                            bootstrap=self.bootstraps_truncated)
+
+    def grow_tree(self, episodes: Sequence[Episode], turns: int) -> Tree:
+        """A tree rollout from this process's ``episodes`` (:func:`textgym.trainers.engine.branching.grow`):
+        every other valid action at up to ``turns`` turns of each, played on from a replay of the
+        episode on this trainer's envs, the turns drawn from the update's rollout seed."""
+        self._need_env("grow_tree")
+        rng = random.Random(self.rollout_seed() * 1_000_003 + self.process.rank)
+        return branching.grow(self.policy, self.venv, episodes, turns, self.config.gamma, rng,
+                              self.config.max_train_episode_steps)
 
     def _need_env(self, what: str) -> None:
         if self.venv is None and self.env_id is None:
