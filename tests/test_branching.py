@@ -10,6 +10,7 @@ import torch
 from textgym.rollout import collect, play
 from textgym.step_cap import StepCap
 from textgym.trainers import ReinforceConfig, make_trainer
+from textgym.trainers.algorithms import reinforce
 from textgym.trainers.engine.branching import Branch, BranchSlot, ReplayError, branch_turns, grow
 from textgym.trainers.engine.losses import returns_to_go
 
@@ -107,6 +108,42 @@ def test_branch_turns_need_the_state_baseline():
     with pytest.raises(ValueError, match="baseline='state'"):
         ReinforceConfig(branch_turns=2)
     assert ReinforceConfig(branch_turns=2, baseline="state").branch_turns == 2
+    with pytest.raises(ValueError, match="branch_turns > 0"):
+        ReinforceConfig(baseline="state", branch_value="policy")
+    with pytest.raises(ValueError, match="branch_value"):
+        ReinforceConfig(baseline="state", branch_turns=2, branch_value="greedy")
+
+
+@pytest.mark.parametrize("branch_value", ["uniform", "policy"])
+def test_branched_states_compare_each_action_with_the_states_value(tiny_policy, countdown_env_cls, monkeypatch,
+                                                                     branch_value):
+    seen = []
+    original = reinforce.same_state_advantages
+
+    def recording(keys, values, fallback=None, weights=None):
+        out = original(keys, values, fallback=fallback, weights=weights)
+        seen.append((keys, out, weights))
+        return out
+
+    monkeypatch.setattr(reinforce, "same_state_advantages", recording)
+    envs = [countdown_env_cls(max_length=3) for _ in range(4)]
+    trainer = make_trainer("reinforce", tiny_policy, env=envs,
+                           config={"num_envs": 4, "episodes_per_update": 8, "baseline": "state", "branch_turns": 3,
+                                   "branch_value": branch_value, "importance_floor": 1.0, "lr": 1e-3, "seed": 0})
+    trainer.train(updates=1)
+    (keys, advantages, weights), = seen
+    groups: dict = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    assert len(groups) < len(keys)  # every branched state has both its actions
+    for rows in groups.values():
+        a = advantages[rows]
+        if branch_value == "uniform":
+            assert weights is None and float(a.sum()) == pytest.approx(0.0, abs=1e-5)
+        else:  # each copy of the state brings the policy's probabilities of its two actions: they sum to 1
+            w = weights[rows]
+            assert float(w.sum()) == pytest.approx(round(float(w.sum())), abs=1e-4) and round(float(w.sum())) >= 1
+            assert float((w * a).sum()) == pytest.approx(0.0, abs=1e-5)  # zero mean under the policy
 
 
 def test_reinforce_on_a_tree_trains_every_action_of_the_branched_states(tiny_policy, countdown_env_cls):

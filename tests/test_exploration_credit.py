@@ -194,6 +194,16 @@ def test_same_state_advantages_by_hand():
         same_state_advantages(["a"], values)
 
 
+def test_same_state_advantages_weighted_by_hand():
+    # the state value under a policy that plays the first action 3 times in 4: 0.75 * 1 + 0.25 * -1 = 0.5
+    values = torch.tensor([1.0, -1.0, 4.0])
+    out = same_state_advantages(["a", "a", "b"], values, weights=torch.tensor([0.75, 0.25, 1.0]))
+    assert torch.allclose(out, torch.tensor([0.5, -1.5, 0.0]))
+    # two actions that tie get no push, however the policy spreads over them
+    tied = same_state_advantages(["a", "a", "a"], torch.tensor([1.0, 1.0, -1.0]), weights=torch.tensor([0.9, 0.05, 0.05]))
+    assert torch.allclose(tied[:2], torch.tensor([0.1, 0.1])) and tied[2] == pytest.approx(-1.9)
+
+
 def _advantages_seen_by(algorithm_module, monkeypatch) -> list:
     """The advantages each call of ``algorithm_module``'s clipped surrogate receives, as they come."""
     seen = []

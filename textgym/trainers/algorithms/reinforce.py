@@ -80,7 +80,11 @@ class ReinforceTrainer(Trainer):
             all_advantages = normalize(all_returns)
         elif cfg.baseline == "state":  # GiGPO's anchor states, the batch (ReBN) where a state is alone
             normalized = normalize(all_returns)
-            all_advantages = same_state_advantages(self.state_keys(decisions), normalized, fallback=normalized)
+            weights = None
+            if cfg.branch_value == "policy":  # each action by the policy's probability of it
+                weights, _ = self.global_batch(torch.tensor([d.logprob for d in decisions]).exp())
+            all_advantages = same_state_advantages(self.state_keys(decisions), normalized, fallback=normalized,
+                                                   weights=weights)
         elif cfg.baseline == "ema":
             all_advantages = self.baseline.advantages(all_returns)
         else:

@@ -36,6 +36,12 @@ class ReinforceConfig(TrainConfig):
     the state's other actions (needs ``baseline="state"``), instead of on the sampled actions.
     Other turns are not trained on. Costs about one episode's rest per other action and turn;
     needs an env that replays exactly from its seed. 0: off."""
+    branch_value: str = setting("uniform", choices=("uniform", "policy"))
+    """With ``branch_turns``: what each action of a branched state is compared with. ``"uniform"``:
+    the mean return of the state's actions. ``"policy"``: their mean weighted by the policy's
+    probability of each (the state's value under the policy), so an action as good as what the
+    policy already does there gets no push: a state with several winning moves does not spread
+    the policy over them (its entropy stays), and only a better action than the policy's is raised."""
 
     algorithm = "reinforce"
     trainer = "textgym.trainers.algorithms.reinforce:ReinforceTrainer"
@@ -45,6 +51,9 @@ class ReinforceConfig(TrainConfig):
         if self.branch_turns and self.baseline != "state":
             raise ValueError(f"branch_turns compares each action with its state's other actions: it needs "
                              f"baseline='state' (got {self.baseline!r})")
+        if self.branch_value != "uniform" and not self.branch_turns:
+            raise ValueError(f"branch_value={self.branch_value!r} weighs the actions of branched states: it needs "
+                             "branch_turns > 0")
         if self.clip_eps is None and self.clip_eps_high is not None:
             raise ValueError("clip_eps_high is the upper clip of the ratio: it needs clip_eps "
                              f"(got clip_eps=None, clip_eps_high={self.clip_eps_high})")

@@ -103,8 +103,8 @@ def turn_group_advantages(group: list[torch.Tensor], scale: bool = True, eps: fl
     return [centred[i, : len(r)] for i, r in enumerate(group)]
 
 
-def same_state_advantages(keys: list, values: torch.Tensor,
-                          fallback: torch.Tensor | None = None) -> torch.Tensor:
+def same_state_advantages(keys: list, values: torch.Tensor, fallback: torch.Tensor | None = None,
+                          weights: torch.Tensor | None = None) -> torch.Tensor:
     """GiGPO's step-level advantage (arXiv 2505.10978, "anchor states"): each value minus the mean
     of the values of the decisions taken in the same state (equal ``keys``). A state visited once
     has no other decision to compare with: it gets ``fallback`` there (0 when ``None``, so adding
@@ -114,12 +114,16 @@ def same_state_advantages(keys: list, values: torch.Tensor,
         keys: per decision, a hashable identity of its state (its prompt and valid actions).
         values: ``Tensor[N]``, per decision, its return-to-go (normalised over the batch).
         fallback: ``Tensor[N]``, the advantage of a decision whose state was visited once.
+        weights: ``Tensor[N]``, a weighted mean instead (a tree rollout's every action of a state
+            weighted by the policy's probability of it: the state's value under the policy).
 
     Example:
         >>> same_state_advantages(["s", "t", "s", "s"], torch.tensor([1.0, 5.0, -1.0, 0.0]))
         tensor([ 1.,  0., -1.,  0.])
         >>> same_state_advantages(["s", "t", "s"], torch.tensor([1.0, 5.0, -1.0]), torch.tensor([9.0, 5.0, 9.0]))
         tensor([ 1.,  5., -1.])
+        >>> same_state_advantages(["s", "s"], torch.tensor([1.0, -1.0]), weights=torch.tensor([0.75, 0.25]))
+        tensor([ 0.5000, -1.5000])
     """
     if len(keys) != values.shape[0]:
         raise ValueError(f"{len(keys)} keys for {values.shape[0]} values")
@@ -130,7 +134,12 @@ def same_state_advantages(keys: list, values: torch.Tensor,
     for rows in groups.values():
         if len(rows) > 1:
             index = torch.tensor(rows)
-            out[index] = values[index].float() - values[index].float().mean()
+            group = values[index].float()
+            if weights is None:
+                out[index] = group - group.mean()
+            else:
+                w = weights[index].float()
+                out[index] = group - (w * group).sum() / w.sum().clamp_min(1e-12)
     return out
 
 
