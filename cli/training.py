@@ -65,7 +65,7 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
         flags = {**flags, "mode": "generate"}  # reasoning is written: --think means generate mode
         merged.mode = "generate"
     env_id = resolve_env(merged.env)
-    defaults = _env_defaults(env_id, merged.mode)
+    defaults = _env_defaults(env_id, merged.mode, merged.algo)
     if run_config.gives_budget(file_layer) or run_config.gives_budget(flags):
         defaults = run_config.without_budget(defaults)  # the budget given replaces the env's
     think = _think_defaults() if merged.think else {}
@@ -74,12 +74,12 @@ def _new_config(file_layer: dict[str, Any], flags: dict[str, Any],
     return run_config.validate(cfg)
 
 
-def _env_defaults(env_id: str, mode: str) -> dict[str, Any]:
-    """The env's recommended training settings in ``mode`` (registered with the env, see
-    ``textgym.registry.training_defaults``), as the lowest config layer."""
+def _env_defaults(env_id: str, mode: str, algo: str) -> dict[str, Any]:
+    """The env's recommended training settings in ``mode`` for a run of ``algo`` (registered with
+    the env, see ``textgym.registry.training_defaults``), as the lowest config layer."""
     from textgym.registry import training_defaults
 
-    defaults = training_defaults(env_id, mode).to_dict()
+    defaults = training_defaults(env_id, mode).for_algorithm(algo).to_dict()
     return {k: v for k, v in defaults.items() if k in run_config.FIELDS}
 
 

@@ -11,6 +11,7 @@ from textgym.cli import benchmarking, evaluation, training
 
 from textgym.baselines import reference_policy_names
 from textgym.benchmark import SUITES
+from textgym.outcomes import mean_and_stderr
 from textgym.registry import resolve_id
 from textgym.seeds import EVAL_BASE
 
@@ -65,6 +66,10 @@ def test_smoke_suite_writes_the_table_and_json_with_references(smoke_out):
         # and what RL changed
         assert run["start"] == "untrained" and run["start_eval"] == references["untrained"]
         assert run["gain"]["return"] == pytest.approx(run["eval"]["return_mean"] - run["start_eval"]["return_mean"])
+        # the same seeds, episode by episode: the gain's error is the paired one
+        assert run["gain"]["paired"] is True and len(run["eval"]["episode_returns"]) == row.eval_episodes
+        assert run["gain"]["return_stderr"] == pytest.approx(mean_and_stderr(
+            [a - b for a, b in zip(run["eval"]["episode_returns"], run["start_eval"]["episode_returns"])])[1])
         assert entry["gain"]["return"] == pytest.approx(run["gain"]["return"])
         # the table shows these numbers: trained, start, (the gain), untrained, random, scripted,
         # optimal (if any)

@@ -211,7 +211,7 @@ def test_an_env_recommends_the_settings_a_run_declares():
 
     run = {f.name: f for f in dataclasses.fields(RunConfig)}
     for field in dataclasses.fields(TrainingDefaults):
-        if field.name in ("trainer", "env_kwargs", "policy", "modes"):
+        if field.name in ("trainer", "env_kwargs", "policy", "algorithms", "modes"):
             continue
         mine, theirs = setting_of(run[field.name]), setting_of(field)
         assert (mine.at_least, mine.at_most, mine.above, mine.finite) == (

@@ -390,8 +390,70 @@ def test_the_rl_suite_s_rows_are_also_full_s_and_record_their_start():
     assert Target(exact_return_at_least=-0.06).met({"return_mean": 0.0}) is None  # no exact return: not known
     gain = rl_gain({"return_mean": -0.05, "return_stderr": 0.03, "exact_return": -0.05},
                    {"return_mean": -1.0, "return_stderr": 0.04, "exact_return": -1.0})
-    assert gain == {"return": 0.95, "return_stderr": 0.05, "exact_return": 0.95}
+    assert gain == {"return": 0.95, "return_stderr": 0.05, "paired": False, "exact_return": 0.95}
     assert gain_summary([gain, None]) == {}  # a run without its start: no gain claimed
+
+
+def test_family_rows_measure_plain_reinforce_and_the_rl_row_the_family_s_default():
+    """The quick and full suites' family_relationships rows keep what they measured (plain
+    REINFORCE: REINFORCE's own defaults for the fields the family's tree sets); the ``rl`` row
+    is the family's score-mode default, the tree."""
+    from textgym.cli import training
+    from textgym.cli.benchmarking import _plan
+
+    from textgym.benchmark import _PLAIN_REINFORCE, SUITES
+    from textgym.envs.reasoning import SCORE_TREE_REINFORCE
+    from textgym.trainers import ReinforceConfig
+
+    untouched = ReinforceConfig()
+    assert _PLAIN_REINFORCE == {name: getattr(untouched, name) for name in SCORE_TREE_REINFORCE}
+    seen = set()
+    for suite in ("quick", "full", "rl"):
+        for row in SUITES[suite].rows:
+            if row.env != "reasoning_gym/family_relationships":
+                continue
+            config = training._trainer_config(_plan(row, "smollm2-135m").config)
+            tree = row.name.endswith("-rl")
+            expected = SCORE_TREE_REINFORCE if tree else _PLAIN_REINFORCE
+            assert {name: getattr(config, name) for name in expected} == expected, (suite, row.name)
+            assert config.episodes_per_update == (64 if tree else 32)
+            seen.add(suite)
+    assert seen == {"quick", "full", "rl"}
+
+
+def test_evaluations_list_episode_returns_by_seed_and_the_gain_pairs_them(countdown_env_cls):
+    """Episodes end out of seed order; ``episode_returns`` lists them by seed, so two evaluations
+    on the same seeds compare episode by episode, and the RL gain's error is the paired one."""
+    import contextlib
+    from types import SimpleNamespace
+
+    from textgym.benchmark import gain_summary, rl_gain
+    from textgym.outcomes import mean_and_stderr
+    from textgym.trainers.engine.evaluation import evaluate_greedy
+
+    class Always:
+        evaluating = staticmethod(contextlib.nullcontext)
+
+        def __init__(self, answer):
+            self.answer = answer
+
+        def act(self, texts, systems, valid, greedy=False):
+            return [SimpleNamespace(text=self.answer) for _ in texts]
+
+    ended = []
+    good = evaluate_greedy(Always("GOOD"), [countdown_env_cls(max_length=4) for _ in range(2)], episodes=6,
+                           seed=2, on_episodes=lambda episodes: ended.extend(ep.seed for ep in episodes))
+    assert ended != sorted(ended)  # seed 4 (1 step) ends before seed 3 (4 steps)
+    assert good["episode_returns"] == [1.0 + s % 4 for s in range(2, 8)]  # GOOD at every step: the length
+    bad = evaluate_greedy(Always("BAD"), [countdown_env_cls(max_length=4) for _ in range(2)], episodes=6, seed=2)
+    assert bad["episode_returns"] == [0.0] * 6
+    gain = rl_gain(good, bad)
+    assert gain["paired"] and gain["return"] == pytest.approx(good["return_mean"])
+    assert gain["return_stderr"] == pytest.approx(mean_and_stderr(good["episode_returns"])[1])
+    # other seeds are other episodes: the independent-means bound
+    elsewhere = evaluate_greedy(Always("BAD"), [countdown_env_cls(max_length=4)], episodes=6, seed=3)
+    assert rl_gain(good, elsewhere)["paired"] is False
+    assert gain_summary([gain, gain])["paired"] is True
 
 
 def test_state_baseline_compares_actions_within_a_state_only():

@@ -163,6 +163,39 @@ def test_training_defaults_are_registered_with_the_env_per_mode(restore_registry
                          training_defaults={"lr": 1e-3})
 
 
+def test_an_algorithm_s_own_defaults_reach_only_its_runs():
+    """reasoning-gym's score mode recommends REINFORCE on tree rollouts; the tree's fields are
+    REINFORCE's, so a GRPO or PPO run gets the family's other settings and no error, and every
+    registered entry is an algorithm whose config takes it."""
+    from textgym.cli import training
+
+    from textgym.envs.reasoning import SCORE_TREE_REINFORCE
+    from textgym.registry import training_defaults
+    from textgym.trainers import ALGORITHMS, config_for
+
+    def resolved(**flags):
+        cfg = training._new_config({}, {"env": "reasoning_gym/family_relationships", **flags}, None)
+        return cfg, training._trainer_config(cfg)
+
+    cfg, reinforce = resolved()  # score mode and REINFORCE: textgym train's defaults
+    assert (cfg.mode, cfg.algo, cfg.updates, cfg.num_envs, reinforce.episodes_per_update) == (
+        "score", "reinforce", 20, 32, 64)
+    assert {name: getattr(reinforce, name) for name in SCORE_TREE_REINFORCE} == SCORE_TREE_REINFORCE
+    for algo in ("grpo", "ppo"):
+        cfg, other = resolved(algo=algo)
+        assert not {"baseline", "branch_turns", "importance_floor", "clip_eps_high"} & set(cfg.trainer)
+        assert other.episodes_per_update == 64 and other.importance_floor == 0.0
+    _, generate = resolved(mode="generate")  # generate mode: no tree (no answer set to play out)
+    assert generate.branch_turns == 0 and generate.episodes_per_update == 32
+    assert resolved(trainer={"branch_turns": 0, "baseline": "batch"})[1].branch_turns == 0  # a given one wins
+    for info in textgym.list_envs():
+        for mode in ("score", "generate"):
+            defaults = training_defaults(info.id, mode)
+            for algo in defaults.algorithms:
+                assert algo in ALGORITHMS, (info.id, algo)
+                config_for(algo, dict(defaults.for_algorithm(algo).trainer))
+
+
 def test_register_rejects_an_id_from_another_source(restore_registry):
     with pytest.raises(registry.DuplicateEnvError,
                        match=r"'textgym/Bandit-v0' is registered twice: first by package 'textgym', "

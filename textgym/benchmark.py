@@ -36,6 +36,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from textgym.outcomes import mean_and_stderr
 from textgym.settings import check, setting
 
 __all__ = ["SUITES", "BenchmarkConfig", "BenchmarkRow", "Suite", "Target", "gain_cell", "gain_summary",
@@ -252,8 +253,15 @@ _TICTACTOE_WARM = {"sft_player": "optimal", "sft_episodes": 800, "sft_epochs": 6
                    "trainer": {"sft_lr": 1e-3}}
 _TICTACTOE_TARGET = Target(win_rate_at_least=0.9, loss_rate_at_most=0.02)
 #: reasoning-gym's family_relationships in score mode over its 16 relations: the untrained model
-#: starts between 5% and 60%, where RL has room (8.0% on 200 held-out items; random 5.5%).
-_FAMILY_RELATIONSHIPS = {"mode": "score"}
+#: starts between 5% and 60%, where RL has room (8.0% on 200 held-out items; random 5.5%). These
+#: rows measure plain REINFORCE (one sampled answer per item, the batch baseline: REINFORCE's own
+#: defaults for the fields the family's score-mode tree sets) with the family's earlier budget; the
+#: family's default, the tree, is the ``rl`` suite's row.
+_PLAIN_REINFORCE = {"baseline": "batch", "branch_turns": 0, "importance_floor": 0.0, "clip_eps_high": None,
+                    "epochs": 1}
+_FAMILY_RELATIONSHIPS = {"mode": "score", "algo": "reinforce", "updates": 16, "num_envs": 8,
+                         "trainer": {"episodes_per_update": 32, "lora_layers": None, "metrics_window": 100,
+                                     **_PLAIN_REINFORCE}}
 _FAMILY_RELATIONSHIPS_TARGET = Target(above_untrained=True, note="the share of held-out items answered right")
 _BLACKJACK_TARGET = Target(return_at_least=-0.055, note="basic strategy's exact -0.0466")
 #: Blackjack: a warm start on basic strategy's 1,000 hands (6 epochs at lr 1e-3), no RL update:
@@ -339,21 +347,16 @@ _BABYAI_RL = {"algo": "grpo", "mode": "score", "sft_player": "none", "updates": 
                           "credit": "turn", "explore_floor": 0.5, "importance_floor": 1.0, "clip_eps_high": 4.0,
                           "state_credit": 1.0, "entropy_coef": 0.01, "minibatches": 8, "epochs": 2}}
 
-#: The issue's stretch rows, RL alone, reported either way. family_relationships: REINFORCE on tree
-#: rollouts (``branch_turns``): every one of an item's 16 relations is played from a replay of the
-#: item (one step: each one's reward at once), and the update pushes each answer by its reward minus
-#: the item's mean, every answer weighed alike (``importance_floor`` 1), so an answer gains only
-#: against the others to the same story, not for being a frequent answer; acting and the update in
-#: bf16. GRPO on 8 sampled answers per item reached 20.0% after 27 updates (55 minutes, 1 seed).
+#: The issue's stretch rows, RL alone, reported either way. family_relationships: the family's
+#: score-mode default (textgym/envs/reasoning.py's ``SCORE_TREE_REINFORCE``: REINFORCE on tree
+#: rollouts, every one of an item's 16 relations played and pushed by its reward minus the item's
+#: mean, 20 updates of 64 items), acting and the update in bf16. GRPO on 8 sampled answers per item
+#: reached 20.0% after 27 updates (55 minutes, 1 seed).
 #: GuessTheNumber: groups of 8 games for one secret number, each guess compared with the others
 #: made after the same hints (state_credit).
-_FAMILY_RELATIONSHIPS_RL = {**_FAMILY_RELATIONSHIPS, "algo": "reinforce", "updates": 20, "minutes": 60,
-                            "num_envs": 32, "lr": 1e-4,
+_FAMILY_RELATIONSHIPS_RL = {"mode": "score", "algo": "reinforce", "minutes": 60,  # the family's score-mode default
                             "policy": {"act_dtype": "bfloat16", "update_dtype": "bfloat16",
-                                       "score_memo_bytes": 128 * 2**20},
-                            "trainer": {"baseline": "state", "branch_turns": 1, "importance_floor": 1.0,
-                                        "clip_eps_high": 4.0, "epochs": 2, "episodes_per_update": 64,
-                                        "lora_layers": 8, "metrics_window": 64}}
+                                       "score_memo_bytes": 128 * 2**20}}
 _GUESS_THE_NUMBER_RL = {"mode": "score", "algo": "grpo", "updates": 60, "minutes": 60, "num_envs": 32,
                         "lr": 1e-4,
                         "policy": {"act_dtype": "bfloat16"},
@@ -436,7 +439,7 @@ QUICK = Suite(
         BenchmarkRow("family-relationships", "reasoning_gym/family_relationships",
                      {**_FAMILY_RELATIONSHIPS, "updates": 8}, eval_episodes=200,
                      target=_FAMILY_RELATIONSHIPS_TARGET,
-                     budget="half of the family's 16 updates (32 items each): ~2.5 min"),
+                     budget="8 updates of plain REINFORCE on 32 items each: ~2.5 min"),
         BenchmarkRow("babyai-gotoredball", "minigrid/BabyAI-GoToRedBallNoDists-v0",
                      {**_BABYAI, "sft_episodes": 50, "sft_epochs": 4, "updates": 1}, eval_episodes=50,
                      target=_BABYAI_TARGET,
@@ -466,7 +469,7 @@ FULL = Suite(
                             "~30 min at 1 thread), no RL update"),
         BenchmarkRow("family-relationships", "reasoning_gym/family_relationships", _FAMILY_RELATIONSHIPS,
                      eval_episodes=200, target=_FAMILY_RELATIONSHIPS_TARGET,
-                     budget="the family's 16 updates of 32 items: ~5 min (8.0% -> 17.5% at seed 0)"),
+                     budget="16 updates of plain REINFORCE on 32 items each: ~5 min (8.0% -> 17.5% at seed 0)"),
         BenchmarkRow("babyai-gotoredball", "minigrid/BabyAI-GoToRedBallNoDists-v0",
                      {**_BABYAI, "updates": 8}, eval_episodes=100, target=_BABYAI_TARGET,
                      budget="a warm start on 100 of the bot's missions (6 epochs: ~8.5 min at 1 thread), "
@@ -561,19 +564,35 @@ def seed_summary(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return summary
 
 
-def rl_gain(result: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, float]:
+def rl_gain(result: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, Any]:
     """What RL changed: a run's greedy ``result`` minus its starting point's ``start`` on the same
     held-out episodes (``return``; ``exact_return`` too where both have one), with the standard
-    error of the return's difference as if the two means were independent (``sqrt(se1^2 +
-    se2^2)``; the same episodes make them positively correlated, so it is an upper bound).
+    error of the return's difference.
+
+    Where both evaluations list their ``episode_returns`` from the same seeds, the error is the
+    paired one: that of the mean of the episode-by-episode differences (``"paired": True``). The
+    same episodes make the two means positively correlated (an episode the policy still plays
+    alike differs by 0), so the paired error is the right one for this design, and smaller. Else
+    (older records) it is ``sqrt(se1^2 + se2^2)``, as if the two means were independent: an upper
+    bound.
 
     Example:
         >>> rl_gain({"return_mean": 0.9, "return_stderr": 0.03}, {"return_mean": 0.5, "return_stderr": 0.04})
-        {'return': 0.4, 'return_stderr': 0.05}
+        {'return': 0.4, 'return_stderr': 0.05, 'paired': False}
+        >>> after = {"return_mean": 0.75, "seed": 7, "episode_returns": [1.0, 1.0, 1.0, 0.0]}
+        >>> before = {"return_mean": 0.5, "seed": 7, "episode_returns": [1.0, 0.0, 1.0, 0.0]}
+        >>> rl_gain(after, before)  # differences 0, 1, 0, 0: mean 0.25, stderr 0.5 / sqrt(4)
+        {'return': 0.25, 'return_stderr': 0.25, 'paired': True}
     """
-    gain = {"return": round(float(result["return_mean"]) - float(start["return_mean"]), 12),
-            "return_stderr": round((float(result.get("return_stderr") or 0.0) ** 2
-                                    + float(start.get("return_stderr") or 0.0) ** 2) ** 0.5, 12)}
+    after, before = result.get("episode_returns"), start.get("episode_returns")
+    paired = (bool(after) and bool(before) and len(after) == len(before)
+              and result.get("seed") == start.get("seed"))
+    if paired:
+        _, stderr = mean_and_stderr([float(a) - float(b) for a, b in zip(after, before)])
+    else:
+        stderr = (float(result.get("return_stderr") or 0.0) ** 2 + float(start.get("return_stderr") or 0.0) ** 2) ** 0.5
+    gain: dict[str, Any] = {"return": round(float(result["return_mean"]) - float(start["return_mean"]), 12),
+                            "return_stderr": round(stderr, 12), "paired": paired}
     if "exact_return" in result and "exact_return" in start:
         gain["exact_return"] = float(result["exact_return"]) - float(start["exact_return"])
     return gain
@@ -581,18 +600,20 @@ def rl_gain(result: Mapping[str, Any], start: Mapping[str, Any]) -> dict[str, fl
 
 def gain_summary(gains: Sequence[Mapping[str, Any] | None]) -> dict[str, Any]:
     """The mean RL gain over a row's runs (each a :func:`rl_gain`) and its standard error
-    (``sqrt(sum of se^2) / n``); empty when a run has none.
+    (``sqrt(sum of se^2) / n``: the runs are independent), ``paired`` when every run's error is;
+    empty when a run has none.
 
     Example:
         >>> gain_summary([{"return": 0.4, "return_stderr": 0.03}, {"return": 0.2, "return_stderr": 0.04}])
-        {'return': 0.3, 'return_stderr': 0.025, 'seeds': 2}
+        {'return': 0.3, 'return_stderr': 0.025, 'paired': False, 'seeds': 2}
     """
     if not gains or any(g is None for g in gains):
         return {}
     n = len(gains)
     summary: dict[str, Any] = {
         "return": round(sum(float(g["return"]) for g in gains) / n, 12),
-        "return_stderr": round(sum(float(g["return_stderr"]) ** 2 for g in gains) ** 0.5 / n, 12)}
+        "return_stderr": round(sum(float(g["return_stderr"]) ** 2 for g in gains) ** 0.5 / n, 12),
+        "paired": all(bool(g.get("paired")) for g in gains)}
     if all("exact_return" in g for g in gains):
         summary["exact_return"] = sum(float(g["exact_return"]) for g in gains) / n
     summary["seeds"] = n

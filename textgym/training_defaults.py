@@ -44,6 +44,9 @@ class TrainingDefaults:
         >>> d.for_mode("score") == TrainingDefaults(updates=16, num_envs=16, lr=3e-4,
         ...                                          trainer={"episodes_per_update": 32})
         True
+        >>> t = TrainingDefaults(trainer={"gamma": 1.0}, algorithms={"reinforce": {"baseline": "state"}})
+        >>> t.for_algorithm("reinforce").trainer, t.for_algorithm("grpo").trainer
+        ({'gamma': 1.0, 'baseline': 'state'}, {'gamma': 1.0})
         >>> TrainingDefaults(updates=-1)
         Traceback (most recent call last):
         ...
@@ -109,12 +112,17 @@ class TrainingDefaults:
     policy: Mapping[str, Any] = field(default_factory=dict)
     """Keyword arguments for :class:`textgym.Policy` (e.g. ``temperature``); the CLI does not pass
     them yet."""
+    algorithms: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """Per RL algorithm (``"reinforce"``, ``"grpo"``, ...), fields of that algorithm's config only,
+    merged into ``trainer`` when a run uses it (:meth:`for_algorithm`), so that settings that one
+    algorithm has (REINFORCE's ``branch_turns``) do not stop a run of another: ``{"reinforce":
+    {"baseline": "state"}}``."""
     modes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """Per policy mode (``"score"``, ``"generate"``), settings that replace the ones above in that
     mode: ``{"generate": {"lr": 1e-4, "trainer": {...}}}``; a table (``trainer``, ``env_kwargs``,
     ``policy``) is merged key by key."""
 
-    _TABLES = ("trainer", "env_kwargs", "policy")
+    _TABLES = ("trainer", "env_kwargs", "policy", "algorithms")
 
     def __post_init__(self) -> None:
         for name in (*self._TABLES, "modes"):  # private copies: the defaults never change under us
@@ -134,6 +142,12 @@ class TrainingDefaults:
         for name, value in overrides.items():
             values[name] = {**values[name], **value} if name in self._TABLES else value
         return TrainingDefaults(**values)
+
+    def for_algorithm(self, algorithm: str) -> TrainingDefaults:
+        """The defaults of a run of ``algorithm``: its ``algorithms`` entry merged into ``trainer``
+        (``algorithms`` emptied)."""
+        return dataclasses.replace(self, trainer={**self.trainer, **self.algorithms.get(algorithm, {})},
+                                   algorithms={})
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as plain values (tables as dicts), ``None`` meaning "not set"."""

@@ -53,8 +53,10 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
                     on_episodes: Callable[[list[Episode]], Any] | None = None) -> dict[str, Any]:
     """Play ``episodes`` episodes greedily from seeds ``seed, seed + 1, ...``: mean return (the
     env's own, unshaped), its std, mean length, invalid answers per decision, win/draw/loss
-    rates when the env reports outcomes (games), and a tool env's tool use
-    (:func:`textgym.tools.tool_call_rates`).
+    rates when the env reports outcomes (games), a tool env's tool use
+    (:func:`textgym.tools.tool_call_rates`), and ``episode_returns``: each episode's return in the
+    order of its seed, so that two evaluations on the same seeds compare episode by episode (the
+    paired standard error of ``textgym benchmark``'s RL gain).
 
     With several data-parallel processes (``process``), each plays its consecutive share of the
     episodes (episode ``j`` still from seed ``seed + j``) and every one returns the result over all.
@@ -67,13 +69,14 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         evaluating = getattr(policy, "evaluating", contextlib.nullcontext)  # a Policy: its eval precision
         with evaluating():
             rollout = collect(policy, envs, episodes=len(shard), seed=seed + shard.start, greedy=True)
-        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep), _tool_use(ep))
+        played = [(ep.env_return, ep.length, ep.invalid_count, outcome_of(ep), _tool_use(ep), ep.seed)
                   for ep in rollout.episodes[:len(shard)]]
         if on_episodes is not None:
             on_episodes(rollout.episodes[:len(shard)])
         cut = int(rollout.stats.get("cut_episodes", 0))
     if process is not None:
         played = process.gather(played)
+    played.sort(key=lambda r: r[5])  # episodes end in any order; their seeds are seed + j
     returns = np.array([r[0] for r in played])
     lengths = np.array([r[1] for r in played])
     invalid = sum(r[2] for r in played)
@@ -88,6 +91,7 @@ def evaluate_greedy(policy: SupportsAct, envs: Envs, episodes: int, seed: int,
         **tool_call_rates(tools),
         **({"cut_episodes": cut} if cut else {}),  # this process's, ended by the rollout's step cap
         "seed": seed,
+        "episode_returns": returns.tolist(),
     }
 
 
